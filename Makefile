@@ -1,0 +1,36 @@
+# The two commands of the README: `make report` (default sweep + HTML report) and `make test`.
+# Both set up the pinned environment first; that step does nothing when it is already current.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+CORES ?= all
+
+.PHONY: setup report test doctor lock browser clean-results
+
+setup:
+	@VENV=$(VENV) scripts/setup.sh
+
+# Headless Chromium for the report's browser check (Debian package; skipped where apt is absent).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+	      || echo "browser: could not install chromium; the browser check will be skipped"; \
+	  else echo "browser: chromium not installed; the browser check will be skipped"; fi; }
+
+report: setup
+	$(VENV)/bin/snakemake --cores $(CORES) --profile profiles/default
+	@echo "report: $(CURDIR)/results/report/index.html"
+
+test: setup browser
+	$(PY) -m pytest -q tests
+
+doctor: setup
+	$(PY) -m runners.doctor
+
+# Regenerate the lock from the current environment (after deliberately changing a version).
+lock:
+	$(PY) -m pip freeze --all --exclude pip --exclude-editable | sort -f > requirements/lock.txt
+	$(PY) -m pip --version | awk '{print "pip==" $$2}' >> requirements/lock.txt
+
+clean-results:
+	rm -rf results .snakemake

@@ -1,0 +1,1 @@
+"""gnnscale runners: datasets, the training harness and the framework adapters."""

@@ -1,0 +1,300 @@
+"""One run's configuration: the command-line options, their validation and defaults.
+
+Both the launcher (`runners.run`) and every rank (`runners.worker`) read the same
+`RunConfig`, serialised to JSON in the run directory, so the two can never disagree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+FRAMEWORKS = ("pyg", "dgl")
+MODELS = ("sage", "gat")
+FAULTS = ("uneven-batches", "stall-rank", "hang-worker", "crash-rank", "kill-worker")
+FAULTS_NEEDING_WORKERS = ("hang-worker", "kill-worker")
+LR_SCALINGS = ("none", "linear")
+DEVICE_CHOICES = ("auto", "cpu", "cuda")
+
+# The seed study's Table 1 (per model); any of them can be overridden on the command line.
+MODEL_DEFAULTS = {
+    "sage": {"layers": 3, "hidden": 256, "heads": 1, "dropout": 0.5},
+    "gat": {"layers": 3, "hidden": 16, "heads": 1, "dropout": 0.6},
+}
+
+
+class ConfigError(ValueError):
+    """A bad option value; the message names the option, the value and what is allowed."""
+
+
+@dataclass
+class RunConfig:
+    """Every setting of one run. Field names are the keys of result.json's `config`."""
+
+    framework: str
+    model: str
+    devices: int
+    batch_size: int
+    workers: int
+    dataset: str
+    epochs: int
+    out: str
+    fanouts: list = field(default_factory=lambda: [10, 10, 10])
+    fanouts_framework: list = field(default_factory=list)
+    repeat: int = 0
+    seed: int = 0
+    data_root: str = "results/datasets"
+    device_type: str = "cpu"
+    backend: str = "gloo"
+    nodes: int = 1
+    node_rank: int = 0
+    master_addr: str = "127.0.0.1"
+    master_port: int = 0
+    layers: int = 3
+    hidden: int = 256
+    heads: int = 1
+    dropout: float = 0.5
+    lr: float = 5e-3
+    weight_decay: float = 5e-4
+    lr_scaling: str = "none"
+    warmup_epochs: int = 0
+    self_loops: bool = True
+    replace: bool = False
+    pyg_trim: bool = False
+    breakdown: bool = True
+    probes: bool = True
+    cpu_sample_interval_s: float = 1.0
+    nvml_sample_interval_s: float = 0.5
+    eval_every: int = 1
+    eval_batch_size: int = 4096
+    uneven_batches: bool = False
+    inject: Optional[str] = None
+    inject_rank: int = -1
+    inject_epoch: int = 0
+    inject_step: int = 2
+    threads_per_rank: int = 1
+    time_limit_s: float = 3600.0
+    stall_floor_s: float = 60.0
+    stall_factor: float = 20.0
+    startup_timeout_s: float = 600.0
+    kill_grace_s: float = 5.0
+    native_stacks: bool = False
+    max_steps_per_epoch: int = 0
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "RunConfig":
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(self.to_json(), indent=2))
+
+    @classmethod
+    def load(cls, path: Path) -> "RunConfig":
+        return cls.from_json(json.loads(Path(path).read_text()))
+
+    @property
+    def world_size(self) -> int:
+        return self.devices * self.nodes
+
+    @property
+    def fault_rank(self) -> int:
+        """The rank a rank-level fault hits: the last rank unless chosen."""
+        return self.inject_rank if self.inject_rank >= 0 else self.world_size - 1
+
+
+def parse_fanouts(text: str) -> list:
+    """'15,10,5' -> [15, 10, 5]; each a positive integer (or -1 for all neighbours)."""
+    try:
+        values = [int(v) for v in str(text).split(",") if v.strip() != ""]
+    except ValueError:
+        raise ConfigError(f"--fanouts {text!r}: expected comma-separated integers such as 15,10,5")
+    if not values or any(v == 0 or v < -1 for v in values):
+        raise ConfigError(
+            f"--fanouts {text!r}: each fan-out must be a positive integer or -1 (all neighbours)"
+        )
+    return values
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m runners.run",
+        description="Run ONE configuration as real DDP training under torchrun and write a "
+        "self-describing result directory, whatever happens.",
+    )
+    req = p.add_argument_group("the configuration")
+    req.add_argument("--framework", required=True, help=f"one of {', '.join(FRAMEWORKS)}")
+    req.add_argument("--model", required=True, help=f"one of {', '.join(MODELS)}")
+    req.add_argument("--devices", type=int, required=True,
+                     help="processes per node: GPUs when present, CPU processes otherwise")
+    req.add_argument("--batch-size", type=int, required=True, help="seed nodes per process and step")
+    req.add_argument("--workers", type=int, required=True, help="data-loader worker processes per rank")
+    req.add_argument("--dataset", required=True, help="dataset name (see runners.datasets)")
+    req.add_argument("--epochs", type=int, required=True)
+    req.add_argument("--out", required=True, help="run directory to write")
+    opt = p.add_argument_group("training settings")
+    opt.add_argument("--fanouts", default="10,10,10",
+                     help="neighbours per hop, hop nearest the seeds FIRST (PyG order); "
+                     "translated for DGL. Length = number of layers")
+    opt.add_argument("--repeat", type=int, default=0, help="repeat index (changes nothing but the label)")
+    opt.add_argument("--seed", type=int, default=0)
+    opt.add_argument("--data-root", default="results/datasets")
+    opt.add_argument("--device", choices=DEVICE_CHOICES, default="auto",
+                     help="auto: GPUs when visible, else CPU processes")
+    opt.add_argument("--layers", type=int, default=None)
+    opt.add_argument("--hidden", type=int, default=None)
+    opt.add_argument("--heads", type=int, default=None)
+    opt.add_argument("--dropout", type=float, default=None)
+    opt.add_argument("--lr", type=float, default=5e-3)
+    opt.add_argument("--weight-decay", type=float, default=5e-4)
+    opt.add_argument("--lr-scaling", default="none",
+                     help="none, or linear: lr x processes with linear warm-up over --warmup-epochs")
+    opt.add_argument("--warmup-epochs", type=int, default=0)
+    opt.add_argument("--no-self-loops", action="store_true",
+                     help="GAT without self-attention edges (default: both frameworks add them)")
+    opt.add_argument("--replace", action="store_true", help="sample neighbours with replacement")
+    opt.add_argument("--pyg-trim", action="store_true",
+                     help="PyG: trim each layer to the nodes it still needs (off as in PyG's DDP example)")
+    opt.add_argument("--eval-every", type=int, default=1, help="validate every N epochs (0: never)")
+    opt.add_argument("--eval-batch-size", type=int, default=4096)
+    opt.add_argument("--max-steps-per-epoch", type=int, default=0,
+                     help="cap steps per epoch (0: the whole training split); for quick checks")
+    opt.add_argument("--uneven-batches", action="store_true",
+                     help="naive split: the last rank gets one batch fewer (reproduces the DDP hang)")
+    probe = p.add_argument_group("probes")
+    probe.add_argument("--no-probes", action="store_true",
+                       help="switch off the per-phase step timing, CPU and NVML samplers")
+    probe.add_argument("--breakdown", choices=("auto", "on", "off"), default="auto",
+                       help="split each step into phases; on GPUs this synchronises (auto: on for CPU)")
+    probe.add_argument("--cpu-sample-interval", type=float, default=1.0)
+    probe.add_argument("--nvml-sample-interval", type=float, default=0.5)
+    probe.add_argument("--threads-per-rank", type=int, default=0,
+                       help="intra-op threads per rank (0: cores // local processes)")
+    wd = p.add_argument_group("watchdog")
+    wd.add_argument("--time-limit", type=float, default=3600.0, help="overall limit in seconds")
+    wd.add_argument("--stall-floor", type=float, default=60.0,
+                    help="never declare a hang before this many seconds without progress")
+    wd.add_argument("--stall-factor", type=float, default=20.0,
+                    help="hang = no progress for factor x the slowest step seen (at least the floor)")
+    wd.add_argument("--startup-timeout", type=float, default=600.0,
+                    help="seconds allowed from launch to the first step")
+    wd.add_argument("--native-stacks", action="store_true", help="also capture native stacks (py-spy --native)")
+    wd.add_argument("--inject", default=None, help=f"fault injection: one of {', '.join(FAULTS)}")
+    wd.add_argument("--allow-fault-injection", action="store_true",
+                    help="required together with --inject, so no fault is switched on by accident")
+    wd.add_argument("--inject-rank", type=int, default=-1)
+    mn = p.add_argument_group("multi-node (torchrun static rendezvous)")
+    mn.add_argument("--nnodes", type=int, default=1)
+    mn.add_argument("--node-rank", type=int, default=0)
+    mn.add_argument("--master-addr", default="127.0.0.1")
+    mn.add_argument("--master-port", type=int, default=0, help="0: pick a free port (single node only)")
+    return p
+
+
+def _require(cond: bool, message: str) -> None:
+    if not cond:
+        raise ConfigError(message)
+
+
+def config_from_args(args: argparse.Namespace, visible_gpus: int, cpu_cores: int) -> RunConfig:
+    """Validate the parsed options and resolve the automatic ones. Raises ConfigError."""
+    from runners import datasets  # light: numpy only
+
+    _require(args.framework in FRAMEWORKS,
+             f"--framework {args.framework!r} is unknown; allowed: {', '.join(FRAMEWORKS)}")
+    _require(args.model in MODELS, f"--model {args.model!r} is unknown; allowed: {', '.join(MODELS)}")
+    _require(args.dataset in datasets.DATASET_NAMES,
+             f"--dataset {args.dataset!r} is unknown; allowed: {', '.join(datasets.DATASET_NAMES)}")
+    _require(args.devices >= 1, f"--devices {args.devices}: must be at least 1")
+    _require(args.batch_size >= 1, f"--batch-size {args.batch_size}: must be a positive integer")
+    _require(args.workers >= 0, f"--workers {args.workers}: must be 0 or more")
+    _require(args.epochs >= 1, f"--epochs {args.epochs}: must be at least 1")
+    _require(args.nnodes >= 1, f"--nnodes {args.nnodes}: must be at least 1")
+    _require(0 <= args.node_rank < args.nnodes,
+             f"--node-rank {args.node_rank}: must be in 0..{args.nnodes - 1} for --nnodes {args.nnodes}")
+    _require(args.nnodes == 1 or args.master_port > 0,
+             "--master-port is required for a multi-node run (every node must use the same one)")
+    _require(args.lr_scaling in LR_SCALINGS,
+             f"--lr-scaling {args.lr_scaling!r}: allowed: {', '.join(LR_SCALINGS)}")
+    _require(args.warmup_epochs >= 0, f"--warmup-epochs {args.warmup_epochs}: must be 0 or more")
+    _require(args.time_limit > 0, f"--time-limit {args.time_limit}: must be positive")
+    _require(args.stall_floor > 0, f"--stall-floor {args.stall_floor}: must be positive")
+    _require(args.stall_factor >= 1, f"--stall-factor {args.stall_factor}: must be at least 1")
+    _require(args.eval_every >= 0, f"--eval-every {args.eval_every}: must be 0 or more")
+    _require(args.threads_per_rank >= 0, f"--threads-per-rank {args.threads_per_rank}: must be 0 or more")
+    _require(args.max_steps_per_epoch >= 0,
+             f"--max-steps-per-epoch {args.max_steps_per_epoch}: must be 0 or more")
+
+    defaults = MODEL_DEFAULTS[args.model]
+    layers = args.layers if args.layers is not None else defaults["layers"]
+    _require(layers >= 1, f"--layers {layers}: must be at least 1")
+    fanouts = parse_fanouts(args.fanouts)
+    _require(len(fanouts) == layers,
+             f"--fanouts {args.fanouts!r} has {len(fanouts)} hops but the model has {layers} layers; "
+             f"give one fan-out per layer")
+    hidden = args.hidden if args.hidden is not None else defaults["hidden"]
+    heads = args.heads if args.heads is not None else defaults["heads"]
+    dropout = args.dropout if args.dropout is not None else defaults["dropout"]
+    _require(hidden >= 1, f"--hidden {hidden}: must be positive")
+    _require(heads >= 1, f"--heads {heads}: must be positive")
+    _require(0.0 <= dropout < 1.0, f"--dropout {dropout}: must be in [0, 1)")
+
+    if args.inject is not None:
+        _require(args.inject in FAULTS, f"--inject {args.inject!r} is unknown; allowed: {', '.join(FAULTS)}")
+        _require(args.allow_fault_injection,
+                 f"--inject {args.inject} needs --allow-fault-injection as well "
+                 "(fault injection is for tests and demonstrations only)")
+        _require(args.inject not in FAULTS_NEEDING_WORKERS or args.workers >= 1,
+                 f"--inject {args.inject} acts on a loader worker and needs --workers >= 1, "
+                 f"got --workers {args.workers}")
+        _require(args.inject not in ("uneven-batches", "stall-rank") or args.devices * args.nnodes >= 2,
+                 f"--inject {args.inject} needs at least 2 processes in all, got --devices {args.devices}")
+
+    device = args.device
+    if device == "auto":
+        device = "cuda" if visible_gpus > 0 else "cpu"
+    if device == "cuda":
+        _require(visible_gpus > 0, "--device cuda: no GPU is visible (check nvidia-smi / CUDA_VISIBLE_DEVICES)")
+        _require(args.devices <= visible_gpus,
+                 f"--devices {args.devices}: only {visible_gpus} GPU(s) visible on this node; "
+                 f"allowed: 1..{visible_gpus}")
+    breakdown = {"auto": device == "cpu", "on": True, "off": False}[args.breakdown]
+    if args.no_probes:
+        breakdown = False
+
+    threads = args.threads_per_rank or max(1, cpu_cores // args.devices)
+    framework_fanouts = list(reversed(fanouts)) if args.framework == "dgl" else list(fanouts)
+    uneven = bool(args.uneven_batches or args.inject == "uneven-batches")
+
+    return RunConfig(
+        framework=args.framework, model=args.model, devices=args.devices,
+        batch_size=args.batch_size, workers=args.workers, dataset=args.dataset,
+        epochs=args.epochs, out=str(Path(args.out).resolve()), fanouts=fanouts,
+        fanouts_framework=framework_fanouts, repeat=args.repeat, seed=args.seed,
+        data_root=str(Path(args.data_root).resolve()), device_type=device,
+        backend="nccl" if device == "cuda" else "gloo", nodes=args.nnodes,
+        node_rank=args.node_rank, master_addr=args.master_addr, master_port=args.master_port,
+        layers=layers, hidden=hidden, heads=heads, dropout=dropout, lr=args.lr,
+        weight_decay=args.weight_decay, lr_scaling=args.lr_scaling,
+        warmup_epochs=args.warmup_epochs, self_loops=not args.no_self_loops,
+        replace=args.replace, pyg_trim=args.pyg_trim, breakdown=breakdown,
+        probes=not args.no_probes, cpu_sample_interval_s=args.cpu_sample_interval,
+        nvml_sample_interval_s=args.nvml_sample_interval, eval_every=args.eval_every,
+        eval_batch_size=args.eval_batch_size, uneven_batches=uneven, inject=args.inject,
+        inject_rank=args.inject_rank, threads_per_rank=threads, time_limit_s=args.time_limit,
+        stall_floor_s=args.stall_floor, stall_factor=args.stall_factor,
+        startup_timeout_s=args.startup_timeout, native_stacks=args.native_stacks,
+        max_steps_per_epoch=args.max_steps_per_epoch,
+    )
+
+
+def env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")

@@ -1,0 +1,104 @@
+"""Environment check: `python -m runners.doctor [--json]`.
+
+Prints Python/torch/PyG/DGL versions, PyG's sampler backend, whether DGL has CUDA, visible
+GPUs and NVML status, cores, memory, /dev/shm and the open-files limit. Each framework is
+imported and exercised (one sampled mini-batch, one forward pass) in its OWN subprocess,
+because importing DGL changes process-wide settings. Exits 1 when a framework is unusable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+
+from runners import envinfo
+
+# A tiny real check per framework: build a 4-node ring, sample one batch, run one conv.
+PROBES = {
+    "pyg": """
+import torch
+from torch_geometric.data import Data
+from torch_geometric.loader import NeighborLoader
+from torch_geometric.nn import SAGEConv
+from runners.adapters.pyg import sampler_backend
+ei = torch.tensor([[0, 1, 2, 3], [1, 2, 3, 0]])
+d = Data(x=torch.randn(4, 3), edge_index=ei, num_nodes=4)
+b = next(iter(NeighborLoader(d, num_neighbors=[2], batch_size=2)))
+SAGEConv(3, 2)(b.x, b.edge_index)
+print(sampler_backend())
+""",
+    "dgl": """
+import os
+os.environ.setdefault("DGLBACKEND", "pytorch")
+import dgl, torch
+from dgl.nn.pytorch import SAGEConv
+g = dgl.graph((torch.tensor([0, 1, 2, 3]), torch.tensor([1, 2, 3, 0])))
+g.ndata["feat"] = torch.randn(4, 3)
+loader = dgl.dataloading.DataLoader(g, torch.tensor([0, 1]), dgl.dataloading.NeighborSampler([2]), batch_size=2)
+_, _, blocks = next(iter(loader))
+SAGEConv(3, 2, "mean")(blocks[0], blocks[0].srcdata["feat"])
+print("ok")
+""",
+}
+
+
+def check_framework(name: str) -> dict:
+    """Import and exercise one framework in a subprocess; never raises."""
+    try:
+        res = subprocess.run([sys.executable, "-c", PROBES[name]], capture_output=True, text=True,
+                             timeout=300, cwd=str(envinfo.REPO_ROOT))
+    except subprocess.TimeoutExpired:
+        return {"usable": False, "detail": "timed out after 300 s"}
+    if res.returncode != 0:
+        lines = [l for l in res.stderr.strip().splitlines() if l.strip()]
+        return {"usable": False, "detail": lines[-1] if lines else f"exit code {res.returncode}"}
+    return {"usable": True, "detail": res.stdout.strip().splitlines()[-1]}
+
+
+def gib(n) -> str:
+    return "unknown" if n is None else f"{n / 2**30:.1f} GiB"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--json", action="store_true", help="print the findings as JSON")
+    args = p.parse_args(argv)
+    env = envinfo.collect()
+    checks = {name: check_framework(name) for name in PROBES}
+    problems = [f"{name}: {c['detail']}" for name, c in checks.items() if not c["usable"]]
+    gpus = envinfo.visible_gpu_count(env)
+    if gpus and not env["dgl_cuda"]:
+        problems.append("GPUs are visible but DGL is the CPU-only build: GPU runs of DGL will be refused "
+                        "(install DGL's CUDA build; README 'GPU machines')")
+    if gpus and env["pyg_sampler_backend"] != "pyg-lib":
+        problems.append("GPUs are visible but pyg-lib is missing: GPU runs of PyG will be refused "
+                        "(install pyg-lib; README 'GPU machines')")
+    if args.json:
+        print(json.dumps({"env": env, "frameworks": checks, "problems": problems}, indent=1))
+    else:
+        rows = [
+            ("Python", env["python"]), ("torch", env["torch"]),
+            ("torch_geometric", env["torch_geometric"]), ("dgl", env["dgl"]),
+            ("PyG sampler backend", env["pyg_sampler_backend"]
+             + (f" (torch-sparse {env['torch_sparse']})" if env["pyg_sampler_backend"] == "torch-sparse" else "")),
+            ("DGL CUDA build", env["dgl_cuda"]),
+            ("GPUs visible", gpus), ("NVML", "available" if env["nvml"]["available"] else
+                                      f"unavailable: {env['nvml']['reason']}"),
+            ("CPU", f"{env['cpu_model']} ({env['cpu_cores']} cores)"), ("memory", gib(env["memory_bytes"])),
+            ("/dev/shm", gib(env["shm_bytes"])), ("open-files limit", env["open_files_limit"]),
+            ("git commit", f"{env['git_commit']}{' (dirty)' if env['git_dirty'] else ''}"),
+        ]
+        for name, c in checks.items():
+            rows.append((f"{name} usable", "yes" if c["usable"] else f"NO: {c['detail']}"))
+        width = max(len(k) for k, _ in rows)
+        for k, v in rows:
+            print(f"{k:<{width}}  {v}")
+        for prob in problems:
+            print(f"PROBLEM: {prob}", file=sys.stderr)
+    return 1 if any(not c["usable"] for c in checks.values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

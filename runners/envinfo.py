@@ -1,0 +1,168 @@
+"""What this machine and Python environment are, without importing the frameworks.
+
+The launcher records this in every result. Frameworks are NOT imported here: importing DGL
+changes PYTORCH_CUDA_ALLOC_CONF, and a launcher that imported it would leak that change into
+PyG's ranks. Versions come from package metadata instead; each rank records its own
+environment variables after its framework is imported.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import importlib.util
+import os
+import platform
+import resource
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+# Variables that change what a run measures; each rank records their values.
+RECORDED_ENV_VARS = (
+    "OMP_NUM_THREADS", "MKL_NUM_THREADS", "PYTORCH_CUDA_ALLOC_CONF", "CUDA_VISIBLE_DEVICES",
+    "DGLBACKEND", "DGL_PREFETCHER_TIMEOUT", "NCCL_DEBUG", "NCCL_P2P_DISABLE", "NCCL_IB_DISABLE",
+    "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE",
+    "KMP_AFFINITY", "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+)
+
+
+def package_version(name: str):
+    try:
+        return md.version(name)
+    except md.PackageNotFoundError:
+        return None
+
+
+def pyg_sampler_backend() -> str:
+    """Which neighbour-sampling backend PyG's NeighborLoader will use ('none' if neither)."""
+    if importlib.util.find_spec("pyg_lib") is not None:
+        return "pyg-lib"
+    if importlib.util.find_spec("torch_sparse") is not None:
+        return "torch-sparse"
+    return "none"
+
+
+def dgl_has_cuda():
+    """DGL's CUDA wheels carry a local version tag (2.1.0+cu121); the CPU wheel has none."""
+    version = package_version("dgl")
+    if version is None:
+        return None
+    return "+cu" in version
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def cpu_cores() -> int:
+    """Cores this process may run on (cgroup/affinity aware where the OS tells)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def memory_bytes():
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().total)
+    except Exception:
+        return None
+
+
+def shm_bytes():
+    try:
+        return int(shutil.disk_usage("/dev/shm").total)
+    except OSError:
+        return None
+
+
+def open_files_limit() -> int:
+    return int(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+
+
+def nvml_status() -> dict:
+    """GPUs seen by NVML, or why NVML is unavailable. Never raises."""
+    try:
+        import pynvml
+    except Exception as exc:  # nvidia-ml-py not installed
+        return {"available": False, "reason": f"nvidia-ml-py not importable: {exc}", "gpus": []}
+    try:
+        pynvml.nvmlInit()
+    except Exception as exc:
+        return {"available": False, "reason": f"nvmlInit failed: {type(exc).__name__}: {exc}", "gpus": []}
+    try:
+        gpus = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            name = pynvml.nvmlDeviceGetName(h)
+            mem = pynvml.nvmlDeviceGetMemoryInfo(h)
+            gpus.append({"index": i, "name": name if isinstance(name, str) else name.decode(),
+                         "memory_bytes": int(mem.total)})
+        driver = pynvml.nvmlSystemGetDriverVersion()
+        return {"available": True, "reason": None, "gpus": gpus,
+                "driver": driver if isinstance(driver, str) else driver.decode()}
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def visible_gpu_count(nvml: dict) -> int:
+    """GPUs this process may use: NVML's count, narrowed by CUDA_VISIBLE_DEVICES."""
+    count = len(nvml.get("gpus", []))
+    mask = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if mask is not None:
+        entries = [e for e in mask.split(",") if e.strip() not in ("", "-1")]
+        count = min(count, len(entries))
+    return count
+
+
+def git_state() -> dict:
+    def run(*args):
+        try:
+            return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True,
+                                  timeout=10).stdout.strip()
+        except Exception:
+            return ""
+
+    commit = run("rev-parse", "HEAD") or None
+    dirty = bool(run("status", "--porcelain", "--untracked-files=no")) if commit else None
+    return {"git_commit": commit, "git_dirty": dirty}
+
+
+def collect() -> dict:
+    """Everything recorded in result.json's `env` (except the dataset hash)."""
+    nvml = nvml_status()
+    info = {
+        "python": platform.python_version(),
+        "torch": package_version("torch"),
+        "torch_geometric": package_version("torch_geometric") or package_version("torch-geometric"),
+        "dgl": package_version("dgl"),
+        "pyg_lib": package_version("pyg_lib") or package_version("pyg-lib"),
+        "torch_sparse": package_version("torch_sparse") or package_version("torch-sparse"),
+        "torch_scatter": package_version("torch_scatter") or package_version("torch-scatter"),
+        "numpy": package_version("numpy"),
+        "pyg_sampler_backend": pyg_sampler_backend(),
+        "dgl_cuda": dgl_has_cuda(),
+        "gpus": nvml["gpus"],
+        "nvml": {"available": nvml["available"], "reason": nvml["reason"]},
+        "cpu_model": cpu_model(),
+        "cpu_cores": cpu_cores(),
+        "memory_bytes": memory_bytes(),
+        "shm_bytes": shm_bytes(),
+        "open_files_limit": open_files_limit(),
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "dataset_hash": None,
+    }
+    info.update(git_state())
+    return info
