@@ -1,0 +1,175 @@
+"""DGL adapter: dgl.dataloading.DataLoader with NeighborSampler over blocks, SAGEConv/GATConv.
+
+Measurement choices (recorded in every result):
+- The graph is built from the memory-mapped CSC with only the CSC format materialised
+  (neighbour sampling reads in-edges).
+- Seeds are split across ranks by DGL itself (`use_ddp=True`, which pads every rank to the
+  same number of batches), as in DGL's multi-GPU example; `--uneven-batches` instead hands
+  DGL the harness's naive split.
+- Blocks shrink layer by layer (DGL's message-flow graphs).
+- GAT self-attention: DGL's GATConv has no self-loop option, so each sampled block gets one
+  self-loop edge per destination node, which is what PyG's GATConv(add_self_loops=True)
+  does on its subgraph.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+os.environ.setdefault("DGLBACKEND", "pytorch")
+
+import dgl  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from dgl.nn.pytorch import GATConv, SAGEConv  # noqa: E402
+
+from runners.adapters import Adapter, Batch  # noqa: E402
+
+
+def require_cuda_build() -> None:
+    """Refuse a GPU benchmark with DGL's CPU-only build (its wheels carry no +cuXXX tag)."""
+    from runners.envinfo import dgl_has_cuda
+
+    if not dgl_has_cuda():
+        raise RuntimeError(
+            f"DGL {dgl.__version__} is a CPU-only build; a GPU run needs DGL's CUDA build from "
+            "DGL's own wheel index (see README, 'GPU machines')"
+        )
+
+
+def as_tensor(array) -> torch.Tensor:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # read-only mmap, never written
+        return torch.from_numpy(array)
+
+
+def add_self_loops(block):
+    """The same block plus one edge from each destination node to itself."""
+    src, dst = block.edges()
+    loop = torch.arange(block.num_dst_nodes(), dtype=src.dtype, device=src.device)
+    return dgl.create_block((torch.cat([src, loop]), torch.cat([dst, loop])),
+                            num_src_nodes=block.num_src_nodes(), num_dst_nodes=block.num_dst_nodes())
+
+
+class DglModel(torch.nn.Module):
+    """GraphSAGE (mean) or GAT as a stack of DGL convolutions over blocks."""
+
+    def __init__(self, model: str, in_dim: int, hidden: int, out_dim: int, layers: int,
+                 heads: int, dropout: float):
+        super().__init__()
+        self.kind, self.dropout = model, dropout
+        self.convs = torch.nn.ModuleList()
+        dims = [in_dim] + [hidden * (heads if model == "gat" else 1)] * (layers - 1)
+        for i in range(layers):
+            last = i == layers - 1
+            out = out_dim if last else hidden
+            if model == "sage":
+                self.convs.append(SAGEConv(dims[i], out, "mean"))
+            else:
+                self.convs.append(GATConv(dims[i], out, num_heads=1 if last else heads,
+                                          attn_drop=dropout, allow_zero_in_degree=True))
+
+    def canonical_parameters(self) -> list:
+        """(role, tensor) in the framework-independent order of adapters.init_canonical."""
+        out = []
+        for conv in self.convs:
+            if self.kind == "sage":
+                out += [("weight", conv.fc_neigh.weight), ("weight", conv.fc_self.weight),
+                        ("bias", conv.fc_self.bias)]
+            else:
+                out += [("weight", conv.fc.weight), ("att", conv.attn_l), ("att", conv.attn_r),
+                        ("bias", conv.bias)]
+        return out
+
+    def forward(self, blocks, x):
+        for i, (conv, block) in enumerate(zip(self.convs, blocks)):
+            x = conv(block, x)
+            if self.kind == "gat":
+                x = x.flatten(1)
+            if i < len(self.convs) - 1:
+                x = F.relu(x) if self.kind == "sage" else F.elu(x)
+                x = F.dropout(x, p=self.dropout, training=self.training)
+        return x
+
+
+class DglAdapter(Adapter):
+    name = "dgl"
+
+    def __init__(self, cfg, graph, rank, world_size, device):
+        super().__init__(cfg, graph, rank, world_size, device)
+        if device.type == "cuda":
+            require_cuda_build()
+        g = dgl.graph(("csc", (as_tensor(graph.indptr), as_tensor(graph.indices), torch.tensor([], dtype=torch.long))),
+                      num_nodes=graph.num_nodes)
+        self.g = g.formats(["csc"])
+        self.g.ndata["feat"] = as_tensor(graph.features)
+        self.g.ndata["label"] = as_tensor(graph.labels)
+        self.gat_loops = cfg.model == "gat" and cfg.self_loops
+        self.choices = {
+            "graph_input": "dgl.graph(('csc', ...)) on the memory-mapped CSC, csc format only",
+            "sampler": "dgl.dataloading.NeighborSampler + DataLoader",
+            "layer_compute": "blocks shrink layer by layer",
+            "seed_split": "harness naive split" if cfg.uneven_batches else "DGL use_ddp=True (padded)",
+            "self_loops": "one self-loop per destination added to each block" if self.gat_loops else "none",
+        }
+
+    def seed(self, seed: int) -> None:
+        dgl.seed(seed)
+
+    def build_model(self):
+        c = self.cfg
+        return DglModel(c.model, self.graph.num_features, c.hidden, self.graph.num_classes,
+                        c.layers, c.heads, c.dropout)
+
+    def _sampler(self):
+        return dgl.dataloading.NeighborSampler(list(self.cfg.fanouts_framework), replace=self.cfg.replace,
+                                               prefetch_node_feats=["feat"], prefetch_labels=["label"])
+
+    def train_loader(self, rank_seeds, worker_init_fn):
+        use_ddp = rank_seeds is None
+        seeds = as_tensor(self.graph.train_idx) if use_ddp else torch.as_tensor(rank_seeds)
+        kwargs = {}
+        if self.cfg.workers > 0:
+            kwargs = {"persistent_workers": True, "worker_init_fn": worker_init_fn}
+        return dgl.dataloading.DataLoader(
+            self.g, seeds, self._sampler(), device="cpu", use_ddp=use_ddp and self.world_size > 1,
+            ddp_seed=self.cfg.seed, batch_size=self.cfg.batch_size, shuffle=True, drop_last=False,
+            num_workers=self.cfg.workers, **kwargs,
+        )
+
+    def start_epoch(self, loader, epoch: int) -> None:
+        # DGL's node DataLoader reshuffles its DDP share on every iteration by itself
+        # (numpy's generator, seeded by the harness); older releases need set_epoch.
+        if getattr(loader, "use_ddp", False) and hasattr(loader, "set_epoch"):
+            loader.set_epoch(epoch)
+
+    def eval_loader(self, seeds):
+        return dgl.dataloading.DataLoader(self.g, torch.as_tensor(seeds), self._sampler(), device="cpu",
+                                          batch_size=self.cfg.eval_batch_size, shuffle=False,
+                                          drop_last=False, num_workers=0)
+
+    def unpack(self, raw) -> Batch:
+        input_nodes, output_nodes, blocks = raw
+        edges = sum(int(b.num_edges()) for b in blocks)
+        x = blocks[0].srcdata["feat"]
+        y = blocks[-1].dstdata["label"]
+        if self.gat_loops:
+            blocks = [add_self_loops(b) for b in blocks]
+        return Batch(inputs=(blocks, x), labels=y, seed_nodes=int(output_nodes.numel()),
+                     sampled_nodes=int(input_nodes.numel()), sampled_edges=edges)
+
+    def to_device(self, batch: Batch) -> Batch:
+        if self.device.type == "cpu":
+            return batch
+        blocks, x = batch.inputs
+        batch.inputs = ([b.to(self.device) for b in blocks], x.to(self.device, non_blocking=True))
+        batch.labels = batch.labels.to(self.device, non_blocking=True)
+        return batch
+
+    def forward(self, model, inputs):
+        blocks, x = inputs
+        return model(blocks, x)
+
+
+ADAPTER = DglAdapter

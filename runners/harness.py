@@ -1,0 +1,380 @@
+"""The shared training harness: what every rank runs under torchrun, for either framework.
+
+`python -m runners.harness --config RUN_DIR/config.json` (started by runners.run). It sets
+up the process group, loads the canonical dataset, asks the framework adapter for the loader
+and model, and runs DDP training with the same timing and probes for both frameworks.
+Everything it measures is appended to files in the run directory as it goes (per step, per
+epoch), so a hang or a kill loses nothing already measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import faulthandler
+import json
+import os
+import random
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+
+T_PROCESS_START = time.time()
+
+import numpy as np  # noqa: E402
+
+from runners.config import RunConfig  # noqa: E402
+from runners.envinfo import RECORDED_ENV_VARS  # noqa: E402
+from runners.probes import CpuSampler, CsvAppender, Heartbeat, NvmlSampler, start_nvml  # noqa: E402
+
+STEP_COLUMNS = ["epoch", "step", "seed_nodes", "sampled_nodes", "sampled_edges", "load_wait_s", "copy_s",
+                "forward_s", "backward_s", "optimizer_s", "step_s", "loss"]
+EPOCH_COLUMNS = ["epoch", "rank", "time_s", "steps", "loss", "seed_nodes", "sampled_nodes", "sampled_edges",
+                 "load_wait_s", "copy_s", "forward_s", "backward_s", "optimizer_s"]
+PHASE_KEYS = ("load_wait_s", "copy_s", "forward_s", "backward_s", "optimizer_s")
+
+
+def worker_seed(base: int, rank: int, worker_id: int) -> int:
+    """Seed of loader worker `worker_id` of `rank`: distinct per rank and worker, reproducible."""
+    return (base * 1_000_003 + rank * 10_007 + worker_id + 1) % (2**31)
+
+
+def rank_seed(base: int, rank: int) -> int:
+    """Seed of a rank's own generators (dropout, sampling in the main process)."""
+    return (base * 1_000_003 + rank * 10_007) % (2**31)
+
+
+def split_seeds(train_idx: np.ndarray, rank: int, world: int, seed: int, batch_size: int,
+                uneven: bool) -> np.ndarray:
+    """This rank's share of the training seeds.
+
+    Even (default): one global shuffle, padded by wrapping so every rank gets the same
+    number of seeds and therefore the same number of batches. Uneven (`--uneven-batches`):
+    the naive contiguous split, with the last rank one batch short, which is what leaves a
+    rank waiting forever in the all-reduce.
+    """
+    order = np.random.default_rng(seed).permutation(len(train_idx))
+    shuffled = np.asarray(train_idx)[order]
+    if not uneven:
+        per_rank = -(-len(shuffled) // world)
+        padded = np.resize(shuffled, per_rank * world)  # np.resize repeats from the start
+        return padded[rank * per_rank:(rank + 1) * per_rank]
+    per_rank = len(shuffled) // world
+    share = shuffled[rank * per_rank:(rank + 1) * per_rank]
+    if rank == world - 1 and world > 1:
+        batches = -(-len(share) // batch_size)
+        share = share[: max(1, (batches - 1)) * batch_size]
+    return share
+
+
+class Faults:
+    """Deliberate faults for the watchdog's tests (off unless --inject and --allow-fault-injection)."""
+
+    def __init__(self, cfg: RunConfig, rank: int):
+        self.kind = cfg.inject
+        self.active = cfg.inject is not None and rank == cfg.fault_rank
+        self.epoch, self.step = cfg.inject_epoch, cfg.inject_step
+        self.fired = False
+
+    def at(self, point: str, epoch: int, step: int) -> None:
+        if not self.active or self.fired or (epoch, step) != (self.epoch, self.step):
+            return
+        if point == "forward" and self.kind == "stall-rank":
+            self.fired = True
+            while True:  # a rank that stops making progress (a straggler that never returns)
+                time.sleep(3600)
+        if point == "forward" and self.kind == "crash-rank":
+            self.fired = True
+            raise RuntimeError(f"injected fault crash-rank at epoch {epoch} step {step}")
+        if point == "before-load" and self.kind in ("hang-worker", "kill-worker"):
+            import psutil
+
+            workers = psutil.Process().children(recursive=False)
+            if not workers:
+                return
+            self.fired = True
+            victim = workers[0].pid
+            # SIGSTOP freezes a worker mid-work (it is alive, so the loader waits forever);
+            # SIGKILL is what the out-of-memory killer does to a worker.
+            os.kill(victim, signal.SIGSTOP if self.kind == "hang-worker" else signal.SIGKILL)
+            print(f"[gnnscale] injected fault {self.kind}: signalled loader worker pid {victim}", flush=True)
+
+
+class Rank:
+    """One DDP rank's run: set-up, training, evaluation and the files it writes."""
+
+    def __init__(self, cfg: RunConfig):
+        self.cfg = cfg
+        self.rank = int(os.environ["RANK"])
+        self.world = int(os.environ["WORLD_SIZE"])
+        self.local_rank = int(os.environ.get("LOCAL_RANK", 0))
+        self.out = Path(cfg.out)
+        self.dir = self.out / f"rank{self.rank}"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.hb = Heartbeat(self.out / "heartbeats" / f"rank{self.rank}.hb")
+        self.info: dict = {"rank": self.rank, "pid": os.getpid(), "host": os.uname().nodename,
+                           "local_rank": self.local_rank, "startup": {}, "workers": []}
+        self.launch_t = float(os.environ.get("GNNSCALE_LAUNCH_TIME", T_PROCESS_START))
+        self.faults = Faults(cfg, self.rank)
+        stacks = self.out / "stacks"
+        stacks.mkdir(exist_ok=True)
+        # SIGUSR1 dumps every thread's Python stack: the watchdog's fallback when py-spy can't attach.
+        self._fh_stacks = open(stacks / f"faulthandler-rank{self.rank}-pid{os.getpid()}.txt", "w")
+        faulthandler.register(signal.SIGUSR1, file=self._fh_stacks, all_threads=True)
+
+    # -- bookkeeping --------------------------------------------------------------------
+    def mark(self, name: str) -> None:
+        self.info["startup"][name] = round(time.time() - self.launch_t, 4)
+
+    def write_info(self) -> None:
+        tmp = self.dir / "rank.json.tmp"
+        tmp.write_text(json.dumps(self.info, indent=1, default=str))
+        tmp.replace(self.dir / "rank.json")
+
+    def worker_init(self, worker_id: int) -> None:
+        """Runs in each loader worker: seeds, one thread, and a stack dump on SIGUSR1."""
+        import torch
+
+        seed = worker_seed(self.cfg.seed, self.rank, worker_id)
+        torch.manual_seed(seed)
+        np.random.seed(seed)
+        random.seed(seed)
+        if self.cfg.framework == "dgl":
+            import dgl
+
+            dgl.seed(seed)
+        # Workers share the rank's cores; oversubscribing them would slow the trainer.
+        torch.set_num_threads(1)
+        fh = open(self.out / "stacks" / f"faulthandler-rank{self.rank}-worker{worker_id}-pid{os.getpid()}.txt", "w")
+        faulthandler.register(signal.SIGUSR1, file=fh, all_threads=True)
+        (self.out / "workers").mkdir(exist_ok=True)
+        (self.out / "workers" / f"{os.getpid()}.json").write_text(
+            json.dumps({"pid": os.getpid(), "rank": self.rank, "worker_id": worker_id, "seed": seed}))
+
+    # -- the run ------------------------------------------------------------------------
+    def run(self) -> None:
+        cfg = self.cfg
+        self.mark("process_started")
+        self.info["startup"]["process_started"] = round(T_PROCESS_START - self.launch_t, 4)
+        import torch
+        import torch.distributed as dist
+
+        from runners import datasets
+        from runners.adapters import get_adapter_class
+
+        adapter_cls = get_adapter_class(cfg.framework)
+        self.mark("imports_done")
+        self.info["env_vars"] = {k: os.environ.get(k) for k in RECORDED_ENV_VARS}
+        torch.set_num_threads(cfg.threads_per_rank)
+        self.info["threads"] = torch.get_num_threads()
+
+        seed = rank_seed(cfg.seed, self.rank)
+        torch.manual_seed(seed)
+        np.random.seed(seed)
+        random.seed(seed)
+        self.info["seed"] = seed
+        self.info["worker_seeds"] = [worker_seed(cfg.seed, self.rank, w) for w in range(cfg.workers)]
+
+        if cfg.device_type == "cuda":
+            torch.cuda.set_device(self.local_rank)
+            device = torch.device("cuda", self.local_rank)
+        else:
+            device = torch.device("cpu")
+        dist.init_process_group(cfg.backend)
+        self.mark("process_group_ready")
+
+        graph = datasets.load(cfg.dataset, root=cfg.data_root)
+        self.info["dataset_hash"] = graph.content_hash
+        adapter = adapter_cls(cfg, graph, self.rank, self.world, device)
+        adapter.seed(seed)
+        self.info["adapter_choices"] = adapter.choices
+        self.mark("dataset_loaded")
+
+        from runners.adapters import init_canonical
+
+        model = adapter.build_model()
+        init_canonical(model.canonical_parameters(), cfg.seed)  # same start weights in both frameworks
+        model = model.to(device)
+        self.info["parameters"] = int(sum(p.numel() for p in model.parameters()))
+        ddp = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[self.local_rank] if device.type == "cuda" else None)
+        lr = cfg.lr * (self.world if cfg.lr_scaling == "linear" else 1)
+        optimizer = torch.optim.Adam(ddp.parameters(), lr=lr, weight_decay=cfg.weight_decay)
+        self.info["lr_effective"] = lr
+
+        framework_splits = cfg.framework == "dgl" and not cfg.uneven_batches
+        rank_seeds = None if framework_splits else split_seeds(
+            graph.train_idx, self.rank, self.world, cfg.seed, cfg.batch_size, cfg.uneven_batches)
+        loader = adapter.train_loader(rank_seeds, self.worker_init if cfg.workers > 0 else None)
+        steps = len(loader)
+        if cfg.max_steps_per_epoch:
+            steps = min(steps, cfg.max_steps_per_epoch)
+        self.hb.steps_per_epoch = steps
+        self.info["steps_per_epoch"] = steps
+        counts = [None] * self.world
+        dist.all_gather_object(counts, steps)
+        self.info["steps_per_rank"] = counts
+        if len(set(counts)) > 1 and not cfg.uneven_batches:
+            raise RuntimeError(f"ranks would take different numbers of steps per epoch {counts}: "
+                               "the rank that finishes first would leave the others waiting in the all-reduce")
+        scheduler = None
+        if cfg.lr_scaling == "linear" and cfg.warmup_epochs > 0 and self.world > 1:
+            scheduler = torch.optim.lr_scheduler.LinearLR(optimizer, start_factor=1.0 / self.world,
+                                                          total_iters=cfg.warmup_epochs * steps)
+        self.mark("model_ready")
+        self.write_info()
+
+        nvml, reason = (None, "probes switched off")
+        if cfg.probes and device.type == "cuda":
+            nvml, reason = start_nvml(cfg.nvml_sample_interval_s, self.local_rank)
+        elif cfg.probes:
+            reason = "no GPU in this run (CPU processes); NVML not sampled"
+        self.info["nvml"] = {"available": nvml is not None, "reason": reason}
+        cpu = CpuSampler(cfg.cpu_sample_interval_s) if cfg.probes else None
+        if cpu:
+            cpu.start()
+        step_csv = CsvAppender(self.dir / "steps.csv", STEP_COLUMNS)
+        epoch_csv = CsvAppender(self.dir / "epochs.csv", EPOCH_COLUMNS)
+        cpu_csv = CsvAppender(self.dir / "cpu.csv", CpuSampler.COLUMNS) if cpu else None
+        nvml_csv = CsvAppender(self.dir / "nvml.csv", NvmlSampler.COLUMNS) if nvml else None
+        val_csv = CsvAppender(self.dir / "validation.csv", ["epoch", "accuracy", "eval_s"])
+
+        sync = (lambda: torch.cuda.synchronize(device)) if (device.type == "cuda" and cfg.breakdown) else (lambda: None)
+        timed = cfg.breakdown
+        now = time.perf_counter
+        train_time = 0.0
+        self.mark("training_started")
+        for epoch in range(cfg.epochs):
+            ddp.train()
+            adapter.start_epoch(loader, epoch)
+            rows = []
+            self.hb.beat("loading", epoch=epoch, step=0)
+            t_epoch = now()
+            it = iter(loader)
+            for step in range(steps):
+                self.faults.at("before-load", epoch, step)
+                self.hb.beat("loading", step=step)
+                t0 = now()
+                batch = adapter.unpack(next(it))
+                t1 = now()
+                if epoch == 0 and step == 0:
+                    self.mark("first_batch")
+                self.hb.beat("copy")
+                batch = adapter.to_device(batch)
+                if timed:
+                    sync()
+                t2 = now()
+                self.hb.beat("forward")
+                self.faults.at("forward", epoch, step)
+                logits = adapter.forward(ddp, batch.inputs)
+                loss = torch.nn.functional.cross_entropy(logits, batch.labels)
+                if timed:
+                    sync()
+                t3 = now()
+                self.hb.beat("backward")
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()  # DDP all-reduces the gradients here
+                if timed:
+                    sync()
+                t4 = now()
+                self.hb.beat("optimizer")
+                optimizer.step()
+                if scheduler is not None:
+                    scheduler.step()
+                if timed:
+                    sync()
+                t5 = now()
+                rows.append([epoch, step, batch.seed_nodes, batch.sampled_nodes, batch.sampled_edges,
+                             t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t5 - t0, loss.detach()])
+            sync()
+            epoch_s = now() - t_epoch
+            train_time += epoch_s
+            del it
+            self.hb.beat("epoch-sync")
+            for r in rows:
+                r[-1] = float(r[-1])
+            step_csv.write(rows)
+            sums = np.array([r[2:11] for r in rows], dtype=float).sum(axis=0) if rows else np.zeros(9)
+            mean_loss = float(np.mean([r[-1] for r in rows])) if rows else None
+            epoch_csv.write([[epoch, self.rank, round(epoch_s, 6), len(rows), mean_loss, int(sums[0]), int(sums[1]),
+                              int(sums[2]), *[round(v, 6) for v in sums[3:8]]]])
+            if cpu:
+                cpu_csv.write(cpu.drain())
+            if nvml:
+                nvml_csv.write(nvml.drain())
+            acc_text = ""
+            if cfg.eval_every and ((epoch + 1) % cfg.eval_every == 0 or epoch == cfg.epochs - 1):
+                t_eval = now()
+                acc = self.evaluate(adapter, ddp.module, graph, device)
+                val_csv.write([[epoch, round(acc, 6), round(now() - t_eval, 4)]])
+                acc_text = f" val_acc {acc:.4f}"
+            if self.rank == 0:
+                print(f"[gnnscale] epoch {epoch + 1}/{cfg.epochs} rank0 {epoch_s:.3f}s steps {len(rows)} "
+                      f"loss {mean_loss if mean_loss is not None else float('nan'):.4f}{acc_text}", flush=True)
+        self.info["train_time_s"] = train_time
+        self.info["probe_cost_s"] = {"cpu": cpu.cost_s if cpu else 0.0, "nvml": nvml.cost_s if nvml else 0.0,
+                                     "cpu_samples": cpu.samples if cpu else 0}
+        for sampler in (cpu, nvml):
+            if sampler:
+                sampler.stop()
+        if cpu:
+            cpu_csv.write(cpu.drain())
+        if nvml:
+            nvml_csv.write(nvml.drain())
+        self.hb.beat("epoch-sync")
+        # Every rank's training time reaches rank 0, so a multi-node run's slowest rank is known
+        # on the first node too.
+        gathered = [None] * self.world
+        dist.all_gather_object(gathered, {"rank": self.rank, "train_time_s": train_time,
+                                          "host": self.info["host"]})
+        self.info["all_ranks"] = gathered
+        self.info["finished"] = True
+        self.write_info()
+        self.hb.beat("done")
+        dist.destroy_process_group()
+
+    def evaluate(self, adapter, model, graph, device) -> float:
+        """Validation accuracy over all ranks' shares of the validation split (not timed)."""
+        import torch
+        import torch.distributed as dist
+
+        model.eval()
+        share = np.asarray(graph.val_idx)[self.rank::self.world]
+        correct = torch.zeros(2, dtype=torch.float64)
+        self.hb.beat("evaluation")
+        with torch.no_grad():
+            if len(share):
+                for raw in adapter.eval_loader(share):
+                    self.hb.beat("evaluation")
+                    batch = adapter.to_device(adapter.unpack(raw))
+                    pred = adapter.forward(model, batch.inputs).argmax(dim=-1)
+                    correct[0] += (pred == batch.labels).sum().item()
+                    correct[1] += batch.labels.numel()
+        dist.all_reduce(correct)  # every rank evaluates: no rank-0-only barrier to hang on
+        model.train()
+        return float(correct[0] / max(correct[1], 1))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--config", required=True)
+    args = parser.parse_args(argv)
+    cfg = RunConfig.load(Path(args.config))
+    rank = Rank(cfg)
+    try:
+        rank.run()
+    except BaseException as exc:
+        rank.hb.beat("failed")
+        err = {"rank": rank.rank, "time": time.time(), "type": type(exc).__name__, "message": str(exc)[:2000],
+               "traceback": traceback.format_exc()[-6000:], "epoch": rank.hb.epoch, "step": rank.hb.step}
+        (rank.dir / "error.json").write_text(json.dumps(err, indent=1))
+        rank.write_info()
+        traceback.print_exc()
+        sys.stderr.flush()
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,211 @@
+"""Cheap probes used inside each rank: heartbeat, CPU/memory sampler, NVML sampler.
+
+The heartbeat is a few bytes in a memory-mapped file that the rank overwrites in place at
+every phase change (a struct pack, no system call), so the watchdog can read every rank's
+progress without the rank paying for I/O. The samplers are background threads that wake
+at a fixed interval; each records its own cost so that probe overhead is itself measured.
+"""
+
+from __future__ import annotations
+
+import csv
+import mmap
+import os
+import struct
+import threading
+import time
+from pathlib import Path
+
+# time, epoch, step, phase, steps_per_epoch, pid, beats
+HEARTBEAT_FORMAT = "<diiiiiq"
+HEARTBEAT_SIZE = struct.calcsize(HEARTBEAT_FORMAT)
+PHASES = ("starting", "loading", "copy", "forward", "backward", "optimizer", "evaluation",
+          "epoch-sync", "done", "failed")
+PHASE_CODE = {name: i for i, name in enumerate(PHASES)}
+# Where a rank blocks when it stops in a phase (used by the diagnosis).
+PHASE_BLOCKED_IN = {
+    "starting": "start-up (imports, dataset, process group)",
+    "loading": "loader (waiting for the next mini-batch)",
+    "copy": "host-to-device copy",
+    "forward": "forward computation",
+    "backward": "collective (gradient all-reduce in backward)",
+    "optimizer": "optimiser step",
+    "evaluation": "evaluation (collective at its end)",
+    "epoch-sync": "collective (end-of-epoch synchronisation)",
+    "done": "finished",
+    "failed": "raised an exception",
+}
+
+
+class Heartbeat:
+    """A rank's progress record, overwritten in place."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "wb") as fh:
+            fh.write(b"\0" * HEARTBEAT_SIZE)
+        self._fh = open(self.path, "r+b")
+        self._mm = mmap.mmap(self._fh.fileno(), HEARTBEAT_SIZE)
+        self.epoch = -1
+        self.step = -1
+        self.steps_per_epoch = -1
+        self._beats = 0
+        self.beat("starting")
+
+    def beat(self, phase: str, epoch: int | None = None, step: int | None = None) -> None:
+        if epoch is not None:
+            self.epoch = epoch
+        if step is not None:
+            self.step = step
+        self._beats += 1
+        struct.pack_into(HEARTBEAT_FORMAT, self._mm, 0, time.time(), self.epoch, self.step,
+                         PHASE_CODE[phase], self.steps_per_epoch, os.getpid(), self._beats)
+
+
+def read_heartbeat(path: Path):
+    """The last heartbeat of a rank as a dict, or None if it never wrote one."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError:
+        return None
+    if len(raw) < HEARTBEAT_SIZE:
+        return None
+    t, epoch, step, phase, spe, pid, beats = struct.unpack_from(HEARTBEAT_FORMAT, raw)
+    if beats == 0:
+        return None
+    return {"t": t, "epoch": epoch, "step": step, "phase": PHASES[phase] if 0 <= phase < len(PHASES) else "?",
+            "steps_per_epoch": spe, "pid": pid, "beats": beats}
+
+
+class _Sampler(threading.Thread):
+    """A daemon thread that calls sample() every `interval` seconds and times itself."""
+
+    def __init__(self, interval: float, name: str):
+        super().__init__(daemon=True, name=name)
+        self.interval = interval
+        self.rows: list = []
+        self.cost_s = 0.0
+        self.samples = 0
+        self._stop_event = threading.Event()
+        self.t0 = time.time()
+
+    def run(self) -> None:
+        self._once()  # one sample at the start: a short run still gets a reading
+        while not self._stop_event.wait(self.interval):
+            self._once()
+
+    def _once(self) -> None:
+        start = time.perf_counter()
+        try:
+            self.sample()
+        except Exception:  # a probe must never take a run down
+            pass
+        self.cost_s += time.perf_counter() - start
+        self.samples += 1
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        if self.is_alive():
+            self.join(timeout=5)
+        self._once()  # and one at the end
+
+    def sample(self) -> None:
+        raise NotImplementedError
+
+    def drain(self) -> list:
+        rows, self.rows = self.rows, []
+        return rows
+
+
+class CpuSampler(_Sampler):
+    """CPU % and memory (RSS, USS) of this rank and each of its child processes (loader workers)."""
+
+    COLUMNS = ["t_s", "pid", "role", "cpu_percent", "rss_bytes", "uss_bytes"]
+
+    def __init__(self, interval: float):
+        super().__init__(interval, "gnnscale-cpu-probe")
+        import psutil
+
+        self.psutil = psutil
+        self.me = psutil.Process()
+        self.me.cpu_percent()
+        self._known: dict = {}
+
+    def _proc(self, pid):
+        proc = self._known.get(pid)
+        if proc is None:
+            proc = self.psutil.Process(pid)
+            proc.cpu_percent()  # first call primes the counter
+            self._known[pid] = proc
+        return proc
+
+    def sample(self) -> None:
+        t = time.time() - self.t0
+        procs = [("rank", self.me)]
+        try:
+            procs += [("worker", self._proc(c.pid)) for c in self.me.children(recursive=True)]
+        except self.psutil.Error:
+            pass
+        for role, proc in procs:
+            try:
+                with proc.oneshot():
+                    cpu = proc.cpu_percent()
+                    mem = proc.memory_full_info()
+                self.rows.append([round(t, 3), proc.pid, role, cpu, mem.rss, getattr(mem, "uss", "")])
+            except self.psutil.Error:
+                self._known.pop(proc.pid, None)
+
+
+class NvmlSampler(_Sampler):
+    """Utilisation, memory, power and SM clock of one GPU."""
+
+    COLUMNS = ["t_s", "gpu", "util_percent", "mem_used_bytes", "power_w", "sm_clock_mhz"]
+
+    def __init__(self, interval: float, gpu_index: int):
+        super().__init__(interval, "gnnscale-nvml-probe")
+        import pynvml
+
+        self.nvml = pynvml
+        pynvml.nvmlInit()
+        self.gpu = gpu_index
+        self.handle = pynvml.nvmlDeviceGetHandleByIndex(gpu_index)
+
+    def sample(self) -> None:
+        n, h = self.nvml, self.handle
+        util = n.nvmlDeviceGetUtilizationRates(h).gpu
+        mem = n.nvmlDeviceGetMemoryInfo(h).used
+        power = n.nvmlDeviceGetPowerUsage(h) / 1000.0
+        clock = n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM)
+        self.rows.append([round(time.time() - self.t0, 3), self.gpu, util, mem, power, clock])
+
+
+def start_nvml(interval: float, gpu_index: int):
+    """An NVML sampler, or (None, reason) when NVML cannot run here. Never raises."""
+    try:
+        sampler = NvmlSampler(interval, gpu_index)
+    except Exception as exc:
+        return None, f"{type(exc).__name__}: {exc}"
+    sampler.start()
+    return sampler, None
+
+
+class CsvAppender:
+    """Appends rows to a CSV file, writing the header once; flushed so a hang loses nothing."""
+
+    def __init__(self, path: Path, columns: list):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        new = not self.path.exists()
+        self._fh = open(self.path, "a", newline="")
+        self._writer = csv.writer(self._fh)
+        if new:
+            self._writer.writerow(columns)
+            self._fh.flush()
+
+    def write(self, rows) -> None:
+        self._writer.writerows(rows)
+        self._fh.flush()
+
+    def close(self) -> None:
+        self._fh.close()

@@ -1,0 +1,336 @@
+"""Run ONE configuration: validate, launch torchrun, supervise, write result.json.
+
+    python -m runners.run --framework pyg --model sage --devices 2 --batch-size 1024 \
+        --workers 0 --dataset small --epochs 3 --out results/runs/example
+
+Exit codes: 0 whenever a result was recorded (ok, hang, timeout, crashed, killed), 2 for
+invalid options or an unusable dataset/environment (reported before anything is launched),
+1 only if the suite itself failed to record a result.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import json
+import os
+import shlex
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from runners import envinfo
+from runners.config import ConfigError, RunConfig, build_parser, config_from_args
+
+SCHEMA_VERSION = 1
+SCHEMA_PATH = Path(__file__).resolve().parent / "schemas" / "result.schema.json"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def now_iso() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def check_environment(cfg: RunConfig, env: dict) -> None:
+    """Refuse runs that would silently benchmark something else. Raises ConfigError."""
+    if cfg.framework == "pyg" and env["pyg_sampler_backend"] == "none":
+        raise ConfigError("--framework pyg: PyG's NeighborLoader needs pyg-lib or torch-sparse and neither "
+                          "is installed; run `make setup` (CPU) or see README 'GPU machines'")
+    if cfg.device_type == "cuda":
+        if cfg.framework == "dgl" and not env["dgl_cuda"]:
+            raise ConfigError(f"--framework dgl on GPUs: the installed DGL {env['dgl']} is the CPU-only build; "
+                              "install DGL's CUDA build (README, 'GPU machines') or run with --device cpu")
+        if cfg.framework == "pyg" and env["pyg_sampler_backend"] != "pyg-lib":
+            raise ConfigError("--framework pyg on GPUs: pyg-lib is not installed (torch-sparse here is a CPU "
+                              "build); install pyg-lib from PyG's wheel index (README, 'GPU machines') "
+                              "or run with --device cpu")
+
+
+def launch_command(cfg: RunConfig, config_path: Path) -> list:
+    return [
+        sys.executable, "-m", "torch.distributed.run",
+        "--nnodes", str(cfg.nodes), "--node-rank", str(cfg.node_rank),
+        "--nproc-per-node", str(cfg.devices), "--master-addr", cfg.master_addr,
+        "--master-port", str(cfg.master_port), "--max-restarts", "0", "--monitor-interval", "0.5",
+        "-m", "runners.harness", "--config", str(config_path),
+    ]
+
+
+def _pump(stream, sink, echo) -> None:
+    for line in iter(stream.readline, ""):
+        sink.write(line)
+        sink.flush()
+        echo.write(line)
+        echo.flush()
+
+
+def read_csv(path: Path) -> list:
+    try:
+        with open(path, newline="") as fh:
+            return list(csv.DictReader(fh))
+    except OSError:
+        return []
+
+
+def _num(v):
+    if v in (None, ""):
+        return None
+    try:
+        f = float(v)
+    except ValueError:
+        return None
+    return int(f) if f.is_integer() and "." not in str(v) else f
+
+
+def collect_measurements(out: Path, local_ranks: list) -> dict:
+    """Everything the ranks wrote, assembled into result.json's sections."""
+    epochs, ranks, seeds = [], [], []
+    step_sums: dict = {}
+    step_count = 0
+    infos = {}
+    for r in local_ranks:
+        d = out / f"rank{r}"
+        info = {}
+        try:
+            info = json.loads((d / "rank.json").read_text())
+        except (OSError, ValueError):
+            pass
+        infos[r] = info
+        for row in read_csv(d / "epochs.csv"):
+            epochs.append({k: _num(v) for k, v in row.items()})
+        for row in read_csv(d / "steps.csv"):
+            step_count += 1
+            for k in ("load_wait_s", "copy_s", "forward_s", "backward_s", "optimizer_s", "step_s"):
+                step_sums[k] = step_sums.get(k, 0.0) + float(row[k])
+        startup = info.get("startup", {})
+        ranks.append({"rank": r, "steps_per_epoch": info.get("steps_per_epoch"),
+                      "startup_s": startup.get("training_started"), "startup_detail": startup,
+                      "train_time_s": info.get("train_time_s"), "exit_code": None,
+                      "pid": info.get("pid"), "host": info.get("host"), "threads": info.get("threads"),
+                      "env_vars": info.get("env_vars"), "parameters": info.get("parameters"),
+                      "lr_effective": info.get("lr_effective"), "nvml": info.get("nvml"),
+                      "probe_cost_s": info.get("probe_cost_s"), "adapter_choices": info.get("adapter_choices")})
+        if "seed" in info:
+            seeds.append({"rank": r, "seed": info["seed"], "worker_seeds": info.get("worker_seeds", [])})
+    epochs.sort(key=lambda e: (e["epoch"], e["rank"]))
+    validation = [{"epoch": int(v["epoch"]), "accuracy": float(v["accuracy"])}
+                  for v in read_csv(out / f"rank{local_ranks[0]}" / "validation.csv")] if local_ranks else []
+    breakdown = {k: v / step_count for k, v in step_sums.items()} if step_count else None
+    return {"epochs": epochs, "ranks": ranks, "seeds": seeds, "validation": validation,
+            "breakdown": breakdown, "infos": infos}
+
+
+def summarise(m: dict, cfg: RunConfig) -> dict:
+    """The headline numbers. train_time_s is the slowest rank's total training time."""
+    infos = m["infos"]
+    all_ranks = next((i["all_ranks"] for i in infos.values() if i.get("all_ranks")), None)
+    times = [a["train_time_s"] for a in all_ranks] if all_ranks else [
+        r["train_time_s"] for r in m["ranks"] if r["train_time_s"] is not None]
+    train_time = max(times)
+    per_epoch: dict = {}
+    for e in m["epochs"]:
+        per_epoch[e["epoch"]] = max(per_epoch.get(e["epoch"], 0.0), e["time_s"])
+    seeds_local = sum(e.get("seed_nodes") or 0 for e in m["epochs"])
+    edges_local = sum(e.get("sampled_edges") or 0 for e in m["epochs"])
+    scale = cfg.world_size / max(1, len(m["ranks"]))  # other nodes' ranks do the same work
+    rank0 = [e for e in m["epochs"] if e["rank"] == min(r["rank"] for r in m["ranks"])]
+    startups = [r["startup_s"] for r in m["ranks"] if r["startup_s"] is not None]
+    return {
+        "train_time_s": round(train_time, 6),
+        "median_epoch_time_s": round(statistics.median(per_epoch.values()), 6),
+        "throughput_seed_nodes_per_s": round(seeds_local * scale / train_time, 3) if train_time else 0.0,
+        "sampled_edges_per_s": round(edges_local * scale / train_time, 3) if train_time else None,
+        "final_val_acc": m["validation"][-1]["accuracy"] if m["validation"] else None,
+        "startup_s": max(startups) if startups else None,
+        "step_breakdown_s": m["breakdown"],
+        "first_loss": rank0[0]["loss"] if rank0 else None,
+        "last_loss": rank0[-1]["loss"] if rank0 else None,
+        "rank_train_times_s": times,
+    }
+
+
+def preflight(cfg: RunConfig, env: dict, graph_meta: dict) -> dict:
+    """Shared-memory and open-files needs of loader workers; warn, never refuse."""
+    warnings = []
+    if cfg.workers > 0:
+        # Each worker keeps up to prefetch_factor (2) batches in flight in shared memory; a
+        # batch carries the features of every sampled node.
+        fan = 1
+        reach = cfg.batch_size
+        for f in cfg.fanouts:
+            fan *= max(f, 1) if f > 0 else 50
+            reach += cfg.batch_size * fan
+        nodes = min(reach, graph_meta.get("num_nodes", reach))
+        batch_bytes = nodes * (graph_meta.get("num_features", 0) * 4 + 16)
+        need_shm = batch_bytes * 2 * cfg.workers * cfg.devices
+        need_fds = 64 * cfg.workers * cfg.devices
+        if env.get("shm_bytes") is not None and need_shm > env["shm_bytes"] * 0.5:
+            warnings.append(f"/dev/shm is {env['shm_bytes'] / 2**20:.0f} MiB; workers may need about "
+                            f"{need_shm / 2**20:.0f} MiB of it (upper estimate)")
+        if env["open_files_limit"] < need_fds:
+            warnings.append(f"open-files limit {env['open_files_limit']} is below an estimated {need_fds} "
+                            "descriptors for shared tensors; raise `ulimit -n`")
+        result = {"shm_bytes": env.get("shm_bytes"), "shm_needed_estimate_bytes": need_shm,
+                  "open_files_limit": env["open_files_limit"], "fds_needed_estimate": need_fds}
+    else:
+        result = {"shm_bytes": env.get("shm_bytes"), "open_files_limit": env["open_files_limit"]}
+    result["warnings"] = warnings
+    for w in warnings:
+        print(f"[gnnscale] pre-flight warning: {w}", flush=True)
+    return result
+
+
+def write_atomic(path: Path, data: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, default=str))
+    os.replace(tmp, path)
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    env = envinfo.collect()
+    try:
+        cfg = config_from_args(args, envinfo.visible_gpu_count(env), env["cpu_cores"])
+        check_environment(cfg, env)
+    except ConfigError as exc:
+        parser.error(str(exc))  # exit 2, before anything runs
+
+    from runners import datasets
+
+    try:
+        graph_path = datasets.prepare(cfg.dataset, root=cfg.data_root)
+        graph = datasets.load(graph_path)
+    except datasets.DatasetError as exc:
+        print(f"error: dataset {cfg.dataset!r}: {exc}", file=sys.stderr)
+        return 2
+    env["dataset_hash"] = graph.content_hash
+    graph_meta = {"num_nodes": graph.num_nodes, "num_edges": graph.num_edges,
+                  "num_features": graph.num_features, "num_classes": graph.num_classes}
+    del graph
+
+    out = Path(cfg.out)
+    if (out / "result.json").exists():
+        (out / "result.json").unlink()  # a rerun must never leave the previous result looking current
+    for sub in ("heartbeats", "logs", "stacks"):
+        (out / sub).mkdir(parents=True, exist_ok=True)
+    if cfg.master_port == 0:
+        cfg.master_port = free_port()
+    config_path = out / "config.json"
+    cfg.save(config_path)
+    rerun = ["python", "-m", "runners.run"] + argv
+    (out / "command.sh").write_text("#!/bin/sh\n# reruns this configuration\ncd " + shlex.quote(
+        str(envinfo.REPO_ROOT)) + " && " + shlex.join(rerun) + "\n")
+    pre = preflight(cfg, env, graph_meta)
+
+    local_ranks = list(range(cfg.node_rank * cfg.devices, (cfg.node_rank + 1) * cfg.devices))
+    child_env = dict(os.environ)
+    child_env.update({
+        "OMP_NUM_THREADS": str(cfg.threads_per_rank), "PYTHONUNBUFFERED": "1",
+        "GNNSCALE_LAUNCH_TIME": repr(time.time()),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(envinfo.REPO_ROOT), os.environ.get("PYTHONPATH")])),
+    })
+    if cfg.device_type == "cpu":
+        child_env["CUDA_VISIBLE_DEVICES"] = ""  # CPU runs must not touch a GPU by accident
+    started_at, launch_t = now_iso(), time.time()
+    child_env["GNNSCALE_LAUNCH_TIME"] = repr(launch_t)
+    cmd = launch_command(cfg, config_path)
+    print(f"[gnnscale] launching {cfg.framework}/{cfg.model} devices={cfg.devices} batch={cfg.batch_size} "
+          f"workers={cfg.workers} dataset={cfg.dataset} epochs={cfg.epochs} -> {out}", flush=True)
+    from runners.watchdog import Outcome, Supervisor
+
+    log = open(out / "logs" / "launcher.log", "w")
+    try:
+        proc = subprocess.Popen(cmd, env=child_env, cwd=str(envinfo.REPO_ROOT), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True, bufsize=1)
+    except OSError as exc:
+        outcome = Outcome("error", {"summary": f"could not launch torchrun: {exc}", "cause": "launch",
+                                    "ranks": [], "evidence": [str(exc)]})
+        proc = None
+    if proc is not None:
+        pump = threading.Thread(target=_pump, args=(proc.stdout, log, sys.stdout), daemon=True)
+        pump.start()
+        try:
+            outcome = Supervisor(cfg, out, proc, local_ranks, launch_t).run()
+        except KeyboardInterrupt:
+            from runners.watchdog import process_tree, stop_tree
+
+            stop_tree(process_tree(proc.pid), cfg.kill_grace_s)
+            raise
+        pump.join(timeout=5)
+    log.close()
+
+    m = collect_measurements(out, local_ranks)
+    codes = {}
+    if outcome.diagnosis:
+        codes = {x["rank"]: x.get("exit_code") for x in outcome.diagnosis.get("ranks", [])}
+    for r in m["ranks"]:
+        r["exit_code"] = codes.get(r["rank"], 0 if outcome.status == "ok" else None)
+    summary = summarise(m, cfg) if outcome.status == "ok" else None
+    first_info = next(iter(m["infos"].values()), {})
+    result = {
+        "schema_version": SCHEMA_VERSION,
+        "run_id": out.name,
+        "status": outcome.status,
+        "started_at": started_at,
+        "finished_at": now_iso(),
+        "wall_time_s": round(time.time() - launch_t, 3),
+        "command": {"argv": rerun, "shell": shlex.join(rerun)},
+        "config": {**cfg.to_json(), "adapter_choices": first_info.get("adapter_choices"),
+                   "lr_effective": first_info.get("lr_effective")},
+        "env": {**env, "rank_env_vars": first_info.get("env_vars")},
+        "seeds": {"base": cfg.seed, "per_rank": m["seeds"],
+                  "rule": "rank: (seed*1000003 + rank*10007) mod 2^31; worker w: that + w + 1"},
+        "ranks": m["ranks"],
+        "epochs": m["epochs"],
+        "validation": m["validation"],
+        "summary": summary,
+        "diagnosis": outcome.diagnosis,
+        "probes": {
+            "nvml": (first_info.get("nvml") or {"available": False,
+                                                 "reason": env["nvml"]["reason"] or "rank never started"}),
+            "cpu": {"available": cfg.probes, "interval_s": cfg.cpu_sample_interval_s,
+                    "cost_s": [r.get("probe_cost_s") for r in m["ranks"]]},
+            "breakdown_synchronised": cfg.device_type == "cuda" and cfg.breakdown,
+        },
+        "preflight": pre,
+        "watchdog": {"returncode": outcome.returncode, "killed_by_watchdog": outcome.killed_by_watchdog,
+                     "orphans_killed": outcome.orphans_killed, "survivors": outcome.survivors,
+                     "detected_after_s": outcome.detected_after_s},
+        "files": {"config": "config.json", "command": "command.sh", "launcher_log": "logs/launcher.log",
+                  "timeline": "heartbeats/timeline.jsonl",
+                  "ranks": {r: {k: f"rank{r}/{k}.csv" for k in ("steps", "epochs", "cpu", "validation")}
+                            for r in local_ranks}},
+    }
+    write_atomic(out / "result.json", result)
+    print_summary(result)
+    return 0
+
+
+def print_summary(result: dict) -> None:
+    c, s = result["config"], result["summary"]
+    head = (f"[gnnscale] {result['status'].upper()} {c['framework']}/{c['model']} devices={c['devices']} "
+            f"batch={c['batch_size']} workers={c['workers']} dataset={c['dataset']}")
+    print(head, flush=True)
+    if s:
+        acc = f"{s['final_val_acc']:.4f}" if s["final_val_acc"] is not None else "n/a"
+        print(f"[gnnscale]   train time (slowest rank) {s['train_time_s']:.2f}s, median epoch "
+              f"{s['median_epoch_time_s']:.3f}s, start-up {s['startup_s']:.1f}s, "
+              f"{s['throughput_seed_nodes_per_s']:.0f} seed nodes/s, val acc {acc}", flush=True)
+    if result["diagnosis"]:
+        print(f"[gnnscale]   {result['diagnosis']['summary']}", flush=True)
+    print(f"[gnnscale]   result: {Path(result['config']['out']) / 'result.json'}", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,456 @@
+"""Supervision of one launched run: progress, hang detection, stacks, tree kill, diagnosis.
+
+The supervisor polls every rank's heartbeat (see runners.probes). A hang is declared when
+some rank shows no progress for longer than `max(stall_floor, stall_factor x the slowest
+step seen so far)` (before the first step: the start-up timeout). It then captures the
+Python stacks of every rank and every loader worker (py-spy, with faulthandler via SIGUSR1
+as a fallback), stops the whole process tree (SIGTERM, then SIGKILL after a grace period)
+and explains what it saw. Every process of the run is tracked from the start, so none is
+left behind whatever the outcome.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from runners.probes import PHASE_BLOCKED_IN, read_heartbeat
+
+COLLECTIVE_PHASES = ("backward", "epoch-sync", "evaluation")
+POLL_S = 0.5
+
+# Known causes: key -> (cause, remedy). The diagnosis names one and lists its evidence.
+CAUSES = {
+    "uneven_batches": (
+        "unequal numbers of batches per rank: a rank that ran out of batches left the others "
+        "waiting in the gradient all-reduce",
+        "give every rank the same number of batches (pad the seed split as DGL's use_ddp=True "
+        "does, or drop the remainder); never use a naive split",
+    ),
+    "stalled_worker": (
+        "a loader worker stopped making progress, so its rank waits for the next mini-batch while "
+        "the other ranks wait for it in the all-reduce",
+        "look at the worker's stack; common roots are fork after CUDA/OpenMP initialisation, a "
+        "full /dev/shm, or too many open file descriptors; try fewer workers, "
+        "multiprocessing start method 'spawn', a larger /dev/shm or a higher `ulimit -n`",
+    ),
+    "dead_worker": (
+        "a loader worker died (killed by a signal, often the out-of-memory killer)",
+        "check memory and /dev/shm size (`df -h /dev/shm`), reduce workers or batch size",
+    ),
+    "stalled_rank": (
+        "one rank stopped making progress outside any collective while the others wait for it "
+        "in the all-reduce",
+        "look at that rank's stack: a straggler, an infinite loop, or a blocking call in the "
+        "training step",
+    ),
+    "dead_rank": (
+        "a rank failed and the remaining ranks were left waiting in a collective",
+        "fix the failing rank's error (see its excerpt); torchrun then stops the others",
+    ),
+    "collective_mismatch": (
+        "every rank is blocked in a collective: the ranks issued collectives that do not match "
+        "(different counts or order)",
+        "make every rank run the same sequence of collectives (same number of steps, evaluation "
+        "on every rank rather than on rank 0 followed by a barrier)",
+    ),
+    "startup_hang": (
+        "the run never reached its first training step (rendezvous, process-group set-up, "
+        "dataset loading or loader start-up)",
+        "check the rendezvous address/port and firewall, that every node started, and the "
+        "dataset path; raise --startup-timeout for very large datasets",
+    ),
+    "shm_exhausted": (
+        "shared memory (/dev/shm) is (nearly) full: loader workers pass batches through it",
+        "enlarge /dev/shm (docker --shm-size), use fewer workers or smaller batches",
+    ),
+    "fd_limit": (
+        "too many open file descriptors for shared tensors",
+        "raise `ulimit -n` or use torch.multiprocessing.set_sharing_strategy('file_system')",
+    ),
+    "crash": ("a rank raised an exception", "see the error excerpt and the rank's log"),
+    "killed": (
+        "a rank was killed by a signal (SIGKILL is what the out-of-memory killer sends)",
+        "check memory use per rank (cpu.csv) and the kernel log (dmesg) for the OOM killer",
+    ),
+    "timeout": (
+        "the run exceeded its overall time limit while still making progress",
+        "raise --time-limit or reduce epochs/dataset size",
+    ),
+}
+
+
+@dataclass
+class RankWatch:
+    rank: int
+    beats: int = -1
+    last_change: float = 0.0
+    last_step_key: tuple = (-1, -1)
+    step_started: float = 0.0
+    heartbeat: dict | None = None
+
+
+@dataclass
+class Outcome:
+    status: str
+    diagnosis: dict | None
+    detected_after_s: float | None = None
+    returncode: int | None = None
+    killed_by_watchdog: bool = False
+    orphans_killed: list = field(default_factory=list)
+    survivors: list = field(default_factory=list)
+
+
+def process_tree(root_pid: int) -> list:
+    try:
+        root = psutil.Process(root_pid)
+        return [root] + root.children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def stop_tree(procs: list, grace_s: float) -> list:
+    """SIGTERM every process, SIGKILL what is left after `grace_s`; return survivors' pids."""
+    alive = []
+    for p in procs:
+        try:
+            p.send_signal(signal.SIGCONT)  # a stopped process cannot act on SIGTERM
+            p.terminate()
+            alive.append(p)
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(alive, timeout=grace_s)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(alive, timeout=5)
+    return [p.pid for p in alive]
+
+
+class Supervisor:
+    """Watches one torchrun process tree until it ends or must be stopped."""
+
+    def __init__(self, cfg, out: Path, proc: subprocess.Popen, local_ranks: list, launch_t: float):
+        self.cfg, self.out, self.proc, self.launch_t = cfg, Path(out), proc, launch_t
+        self.watch = {r: RankWatch(r, last_change=time.time()) for r in local_ranks}
+        self.seen: dict = {}  # pid -> psutil.Process, every process of the run ever seen
+        self.max_step_s = 0.0
+        self.timeline = open(self.out / "heartbeats" / "timeline.jsonl", "a")
+
+    # -- observation ---------------------------------------------------------------------
+    def _track_processes(self) -> None:
+        for p in process_tree(self.proc.pid):
+            self.seen.setdefault(p.pid, p)
+
+    def _poll_heartbeats(self, now: float) -> None:
+        for r, w in self.watch.items():
+            hb = read_heartbeat(self.out / "heartbeats" / f"rank{r}.hb")
+            if hb is None or hb["beats"] == w.beats:
+                continue
+            w.beats, w.last_change, w.heartbeat = hb["beats"], now, hb
+            key = (hb["epoch"], hb["step"])
+            if hb["phase"] in ("loading", "copy", "forward", "backward", "optimizer") and key != w.last_step_key:
+                if w.last_step_key[1] >= 0 and hb["epoch"] == w.last_step_key[0]:
+                    self.max_step_s = max(self.max_step_s, now - w.step_started)
+                w.last_step_key, w.step_started = key, now
+            self.timeline.write(json.dumps({"t": round(now - self.launch_t, 3), "rank": r, **{
+                k: hb[k] for k in ("epoch", "step", "phase")}}) + "\n")
+        self.timeline.flush()
+
+    def threshold(self) -> float:
+        if all(w.heartbeat is None or w.heartbeat["phase"] == "starting" for w in self.watch.values()):
+            return self.cfg.startup_timeout_s
+        return max(self.cfg.stall_floor_s, self.cfg.stall_factor * self.max_step_s)
+
+    def _stalled_rank(self, now: float):
+        """The rank that has gone longest without progress, if past the threshold."""
+        limit = self.threshold()
+        worst = None
+        for w in self.watch.values():
+            phase = w.heartbeat["phase"] if w.heartbeat else "starting"
+            if phase in ("done", "failed"):
+                continue
+            idle = now - w.last_change
+            if idle > limit and (worst is None or idle > worst[1]):
+                worst = (w.rank, idle)
+        return worst
+
+    # -- the loop ------------------------------------------------------------------------
+    def run(self) -> Outcome:
+        while True:
+            now = time.time()
+            self._track_processes()
+            self._poll_heartbeats(now)
+            rc = self.proc.poll()
+            if rc is not None:
+                return self._finish(rc)
+            if now - self.launch_t > self.cfg.time_limit_s:
+                return self._stop("timeout", None, now)
+            stalled = self._stalled_rank(now)
+            if stalled is not None:
+                return self._stop("hang", stalled, now)
+            time.sleep(POLL_S)
+
+    def _finish(self, rc: int) -> Outcome:
+        leftovers = [p for p in self.seen.values() if _alive(p)]
+        survivors = stop_tree(leftovers, self.cfg.kill_grace_s) if leftovers else []
+        status, diagnosis = classify_exit(self.out, rc, sorted(self.watch))
+        self.timeline.close()
+        return Outcome(status, diagnosis, returncode=rc, orphans_killed=[p.pid for p in leftovers],
+                       survivors=survivors)
+
+    def _stop(self, status: str, stalled, now: float) -> Outcome:
+        detected_after = now - self.launch_t
+        self._track_processes()
+        states = process_states(self.seen.values())
+        stacks = capture_stacks(self.out, self.seen.values(), self.watch, native=self.cfg.native_stacks)
+        survivors = stop_tree([p for p in self.seen.values() if _alive(p)], self.cfg.kill_grace_s)
+        try:
+            rc = self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            rc = None
+        self.timeline.close()
+        diagnosis = diagnose_stop(self.out, status, stalled, self.watch, states, stacks,
+                                  self.threshold(), now, self.launch_t)
+        diagnosis["detected_after_s"] = round(detected_after, 2)
+        return Outcome(status, diagnosis, detected_after_s=detected_after, returncode=rc,
+                       killed_by_watchdog=True, survivors=survivors)
+
+
+def _alive(p) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _roles(out: Path, watch: dict) -> dict:
+    """pid -> role label ('rank1', 'rank1-worker0', ...) from heartbeats and worker records."""
+    roles = {}
+    for r, w in watch.items():
+        if w.heartbeat:
+            roles[w.heartbeat["pid"]] = f"rank{r}"
+    for f in (out / "workers").glob("*.json") if (out / "workers").exists() else []:
+        try:
+            rec = json.loads(f.read_text())
+            roles[rec["pid"]] = f"rank{rec['rank']}-worker{rec['worker_id']}"
+        except (OSError, ValueError, KeyError):
+            pass
+    return roles
+
+
+def process_states(procs) -> dict:
+    states = {}
+    for p in procs:
+        try:
+            states[p.pid] = {"status": p.status(), "name": p.name(), "ppid": p.ppid()}
+        except psutil.Error:
+            states[p.pid] = {"status": "gone"}
+    return states
+
+
+def capture_stacks(out: Path, procs, watch: dict, native: bool = False) -> dict:
+    """Dump every thread's stack of every rank and loader worker; return role -> file."""
+    stacks_dir = out / "stacks"
+    stacks_dir.mkdir(exist_ok=True)
+    roles = _roles(out, watch)
+    files = {}
+    py_spy = shutil.which("py-spy") or str(Path(os.sys.executable).parent / "py-spy")
+    have_py_spy = Path(py_spy).exists()
+    for p in procs:
+        if p.pid not in roles or not _alive(p):
+            continue
+        role = roles[p.pid]
+        # Python-level fallback first: it needs nothing but the process's own handler.
+        try:
+            os.kill(p.pid, signal.SIGUSR1)
+        except OSError:
+            pass
+        if have_py_spy:
+            cmd = [py_spy, "dump", "--pid", str(p.pid)] + (["--native"] if native else [])
+            try:
+                res = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+                text = res.stdout if res.returncode == 0 else f"py-spy failed ({res.returncode}): {res.stderr}"
+            except subprocess.TimeoutExpired:
+                text = "py-spy timed out after 30 s"
+        else:
+            text = "py-spy not installed; see the faulthandler-*.txt dumps"
+        path = stacks_dir / f"{role}-pid{p.pid}.txt"
+        path.write_text(text)
+        files[role] = path.name
+    time.sleep(0.5)  # let the faulthandler dumps land
+    return files
+
+
+def top_frames(text: str, n: int = 4) -> list:
+    """The innermost `n` frames of the main thread from a py-spy dump."""
+    frames = []
+    for line in text.splitlines():
+        s = line.strip()
+        if s.startswith("Thread ") and frames:
+            break
+        if s and not s.startswith(("Process ", "Python v", "Thread ")):
+            frames.append(s)
+    return frames[:n]
+
+
+def diagnose_stop(out: Path, status: str, stalled, watch: dict, states: dict, stacks: dict,
+                  threshold: float, now: float, launch_t: float) -> dict:
+    """Explain a hang or a timeout from heartbeats, process states and stacks."""
+    ranks, evidence = [], []
+    infos = {r: _read_json(out / f"rank{r}" / "rank.json") for r in watch}
+    for r, w in sorted(watch.items()):
+        hb = w.heartbeat or {"epoch": -1, "step": -1, "phase": "starting"}
+        stack_file = stacks.get(f"rank{r}")
+        frames = top_frames((out / "stacks" / stack_file).read_text()) if stack_file else []
+        ranks.append({"rank": r, "epoch": hb["epoch"], "step": hb["step"], "phase": hb["phase"],
+                      "blocked_in": PHASE_BLOCKED_IN.get(hb["phase"], hb["phase"]),
+                      "idle_s": round(now - w.last_change, 1), "stack_top": frames,
+                      "steps_per_epoch": (infos.get(r) or {}).get("steps_per_epoch")})
+    workers = []
+    roles = _roles(out, watch)
+    for pid, role in roles.items():
+        if "-worker" in role:
+            st = states.get(pid, {}).get("status", "gone")
+            workers.append({"role": role, "pid": pid, "status": st, "stack_file": stacks.get(role)})
+    counts = next((i.get("steps_per_rank") for i in infos.values() if i and i.get("steps_per_rank")), None)
+    phases = {x["rank"]: x["phase"] for x in ranks}
+    stalled_rank = stalled[0] if stalled else None
+
+    if status == "timeout":
+        key = "timeout"
+    elif all(p == "starting" for p in phases.values()):
+        key = "startup_hang"
+    elif counts and len(set(counts)) > 1:
+        key = "uneven_batches"
+        evidence.append(f"steps per epoch by rank: {counts}")
+    elif any(w["status"] in ("stopped", "gone", "zombie", "disk-sleep") for w in workers) or (
+            stalled_rank is not None and phases.get(stalled_rank) == "loading"):
+        key = "stalled_worker"
+        for w in workers:
+            if w["status"] != "sleeping" and w["status"] != "running":
+                evidence.append(f"loader worker {w['role']} (pid {w['pid']}) is {w['status']}")
+    elif stalled_rank is not None and phases.get(stalled_rank) not in COLLECTIVE_PHASES:
+        key = "stalled_rank"
+    else:
+        key = "collective_mismatch"
+    shm = shm_usage()
+    if shm and shm[1] and shm[0] / shm[1] > 0.95:
+        key = "shm_exhausted"
+        evidence.append(f"/dev/shm {shm[0] / 2**20:.0f} MiB used of {shm[1] / 2**20:.0f} MiB")
+    cause, remedy = CAUSES[key]
+    culprit = stalled_rank
+    if key == "uneven_batches" and counts:
+        culprit = min(range(len(counts)), key=lambda r: counts[r])
+    for x in ranks:
+        evidence.append(f"rank {x['rank']}: epoch {x['epoch']} step {x['step']} phase '{x['phase']}' "
+                        f"({x['blocked_in']}), no progress for {x['idle_s']} s")
+    evidence.append(f"threshold {threshold:.1f} s; detected {now - launch_t:.1f} s after launch")
+    if status == "timeout":
+        summary = f"time limit reached; rank progress: " + ", ".join(
+            f"r{x['rank']} e{x['epoch']} s{x['step']} {x['phase']}" for x in ranks)
+    else:
+        where = phases.get(culprit, "?") if culprit is not None else "?"
+        summary = (f"hang: rank {culprit} made no progress in phase '{where}' while "
+                   + ", ".join(f"rank {x['rank']} waited in '{x['phase']}'" for x in ranks if x["rank"] != culprit)
+                   + f"; cause: {cause.split(':')[0]}")
+    return {"summary": summary, "cause": key, "cause_text": cause, "remedy": remedy, "evidence": evidence,
+            "ranks": ranks, "workers": workers, "culprit_rank": culprit, "stack_files": stacks,
+            "threshold_s": round(threshold, 2)}
+
+
+def shm_usage():
+    try:
+        u = shutil.disk_usage("/dev/shm")
+        return (u.used, u.total)
+    except OSError:
+        return None
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+SIGNAL_RE = re.compile(r"rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", re.S)
+
+
+def torchrun_exit_codes(log_text: str) -> dict:
+    """rank -> exit code from torchrun's failure summary (negative = killed by that signal)."""
+    codes = {}
+    for block in log_text.split("[") + [log_text]:
+        for m in SIGNAL_RE.finditer(block):
+            codes.setdefault(int(m.group(1)), int(m.group(2)))
+    return codes
+
+
+def classify_exit(out: Path, rc: int, local_ranks: list):
+    """Status and diagnosis of a run whose torchrun exited by itself."""
+    infos = {r: _read_json(out / f"rank{r}" / "rank.json") or {} for r in local_ranks}
+    if rc == 0 and all(i.get("finished") for i in infos.values()):
+        return "ok", None
+    errors = {r: e for r in local_ranks if (e := _read_json(out / f"rank{r}" / "error.json"))}
+    log = ""
+    try:
+        log = (out / "logs" / "launcher.log").read_text(errors="replace")
+    except OSError:
+        pass
+    codes = torchrun_exit_codes(log)
+    signalled = {r: c for r, c in codes.items() if c < 0}
+    ranks = []
+    for r in local_ranks:
+        e = errors.get(r)
+        ranks.append({"rank": r, "exit_code": codes.get(r), "phase": "failed" if e else "?",
+                      "blocked_in": "raised an exception" if e else "stopped by torchrun after another rank failed",
+                      "error": f"{e['type']}: {e['message'][:300]}" if e else None,
+                      "epoch": e.get("epoch") if e else None, "step": e.get("step") if e else None})
+    evidence = []
+    if errors:
+        first = min(errors.values(), key=lambda e: e.get("time", 0))
+        msg = f"{first['type']}: {first['message']}"
+        text = msg + first.get("traceback", "")
+        if re.search(r"DataLoader worker .*(killed|exited unexpectedly)", text):
+            key = "dead_worker"
+        elif re.search(r"No space left on device|shm|Bus error", text):
+            key = "shm_exhausted"
+        elif "Too many open files" in text:
+            key = "fd_limit"
+        elif re.search(r"Connection closed by peer|Connection reset|Broken pipe", text) and len(errors) > 1:
+            key = "dead_rank"
+        else:
+            key = "crash"
+        status = "crashed"
+        culprit = first["rank"]
+        evidence.append(f"rank {culprit} raised {msg[:500]}")
+        excerpt = first.get("traceback", "")[-1500:]
+    elif signalled:
+        culprit = sorted(signalled)[0]
+        sig = -signalled[culprit]
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = f"signal {sig}"
+        key, status, excerpt = "killed", "killed", ""
+        evidence.append(f"rank {culprit} exited by {name}")
+    else:
+        key, status, culprit, excerpt = "crash", "crashed", None, log[-1500:]
+        evidence.append(f"torchrun exited with code {rc} and no rank left an error record")
+    cause, remedy = CAUSES[key]
+    for r, c in sorted(codes.items()):
+        evidence.append(f"torchrun: rank {r} exit code {c}")
+    return status, {"summary": f"{status}: rank {culprit}: {evidence[0]}", "cause": key, "cause_text": cause,
+                    "remedy": remedy, "evidence": evidence, "ranks": ranks, "culprit_rank": culprit,
+                    "error_excerpt": excerpt, "detected_after_s": None}

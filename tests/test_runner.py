@@ -1,0 +1,119 @@
+"""Real DDP runs of the runner on the tiny dataset (CPU, gloo): statuses, schema, learning,
+determinism, bad input and a two-agent multi-node job."""
+
+import csv
+import json
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from tests.helpers import REPO, free_port, run_config, steps_losses
+
+SCHEMA = json.loads((REPO / "runners" / "schemas" / "result.schema.json").read_text())
+
+
+def check_ok_result(out: Path, devices: int) -> dict:
+    result = json.loads((out / "result.json").read_text())
+    jsonschema.validate(result, SCHEMA)
+    assert result["status"] == "ok", result.get("diagnosis")
+    s = result["summary"]
+    assert s["train_time_s"] == pytest.approx(max(r["train_time_s"] for r in result["ranks"]))
+    assert s["train_time_s"] > 0 and s["throughput_seed_nodes_per_s"] > 0
+    assert 0.0 <= s["final_val_acc"] <= 1.0
+    assert len(result["ranks"]) == devices
+    # Every rank took the same number of steps in every epoch.
+    for epoch in {e["epoch"] for e in result["epochs"]}:
+        assert len({e["steps"] for e in result["epochs"] if e["epoch"] == epoch}) == 1
+    for r in range(devices):
+        assert (out / f"rank{r}" / "steps.csv").exists()
+        assert (out / f"rank{r}" / "cpu.csv").exists()
+    assert result["probes"]["nvml"]["available"] is False and result["probes"]["nvml"]["reason"]
+    assert result["env"]["pyg_sampler_backend"] in ("pyg-lib", "torch-sparse")
+    assert result["env"]["dataset_hash"]
+    return result
+
+
+GRID = [(fw, model, devices, workers)
+        for fw in ("pyg", "dgl") for model in ("sage", "gat") for devices in (1, 2) for workers in (0, 1)]
+
+
+@pytest.mark.parametrize("framework,model,devices,workers", GRID,
+                         ids=[f"{f}-{m}-d{d}-w{w}" for f, m, d, w in GRID])
+def test_run_trains(tmp_path, framework, model, devices, workers):
+    out = tmp_path / "run"
+    proc = run_config(out, framework=framework, model=model, devices=devices, workers=workers, epochs=3)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    result = check_ok_result(out, devices)
+    assert result["config"]["fanouts"] == [6, 5, 4]
+    assert result["config"]["fanouts_framework"] == ([6, 5, 4] if framework == "pyg" else [4, 5, 6])
+    losses = steps_losses(out / "rank0" / "steps.csv")
+    k = max(2, len(losses) // 4)
+    assert sum(losses[-k:]) / k < sum(losses[:k]) / k, "training loss did not fall"
+    assert "epoch 3/3" in proc.stdout  # one progress line per epoch
+
+
+@pytest.mark.parametrize("framework", ["pyg", "dgl"])
+def test_same_configuration_gives_identical_losses(tmp_path, framework):
+    a = run_config(tmp_path / "a", framework=framework, model="sage", devices=2, workers=0, epochs=2)
+    b = run_config(tmp_path / "b", framework=framework, model="sage", devices=2, workers=0, epochs=2)
+    assert a.returncode == 0 and b.returncode == 0
+    for r in (0, 1):
+        la = steps_losses(tmp_path / "a" / f"rank{r}" / "steps.csv")
+        lb = steps_losses(tmp_path / "b" / f"rank{r}" / "steps.csv")
+        assert la and la == lb
+    c = run_config(tmp_path / "c", framework=framework, model="sage", devices=2, workers=0, epochs=2,
+                   extra=["--seed", "7"])
+    assert steps_losses(tmp_path / "c" / "rank0" / "steps.csv") != steps_losses(
+        tmp_path / "a" / "rank0" / "steps.csv"), "the seed does not reach the run"
+
+
+BAD = [
+    (["--framework", "tensorflow"], "--framework 'tensorflow'"),
+    (["--model", "gcn"], "--model 'gcn'"),
+    (["--dataset", "cora"], "--dataset 'cora'"),
+    (["--devices", "0"], "--devices 0"),
+    (["--batch-size", "0"], "--batch-size 0"),
+    (["--workers", "-1"], "--workers -1"),
+    (["--fanouts", "5,5"], "has 2 hops but the model has 3 layers"),
+    (["--device", "cuda"], "no GPU is visible"),
+    (["--inject", "stall-rank"], "needs --allow-fault-injection"),
+    (["--inject", "hang-worker", "--allow-fault-injection"], "needs --workers >= 1"),
+    (["--inject", "explode", "--allow-fault-injection"], "--inject 'explode' is unknown"),
+]
+
+
+@pytest.mark.parametrize("override,message", BAD, ids=[b[1][:30] for b in BAD])
+def test_bad_input_is_rejected_before_launch(tmp_path, override, message):
+    out = tmp_path / "bad"
+    proc = run_config(out, framework="pyg", model="sage", devices=1, workers=0, epochs=1, extra=override,
+                      timeout=60)
+    assert proc.returncode == 2
+    assert message in proc.stdout
+    assert not (out / "result.json").exists() and not (out / "logs").exists()
+
+
+def test_two_agents_form_one_two_node_job(tmp_path):
+    port = free_port()
+    procs = {}
+
+    def node(rank):
+        procs[rank] = run_config(tmp_path / f"node{rank}", framework="dgl", model="sage", devices=1, workers=0,
+                                 epochs=2, extra=["--nnodes", "2", "--node-rank", str(rank),
+                                                  "--master-port", str(port)])
+
+    threads = [threading.Thread(target=node, args=(r,)) for r in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    r0 = json.loads((tmp_path / "node0" / "result.json").read_text())
+    r1 = json.loads((tmp_path / "node1" / "result.json").read_text())
+    assert r0["status"] == "ok" and r1["status"] == "ok", (procs[0].stdout[-2000:], procs[1].stdout[-2000:])
+    assert [r["rank"] for r in r0["ranks"]] == [0] and [r["rank"] for r in r1["ranks"]] == [1]
+    # Node 0 knows the slowest rank of the whole job, including the one on the other node.
+    assert len(r0["summary"]["rank_train_times_s"]) == 2
+    assert r0["summary"]["train_time_s"] == pytest.approx(max(r0["summary"]["rank_train_times_s"]))
