@@ -152,6 +152,26 @@ class Rank:
         (self.out / "workers" / f"{os.getpid()}.json").write_text(
             json.dumps({"pid": os.getpid(), "rank": self.rank, "worker_id": worker_id, "seed": seed}))
 
+    def dead_workers(self) -> list:
+        """This rank's loader workers that are no longer alive ('pid N (status)')."""
+        import psutil
+
+        dead = []
+        for f in (self.out / "workers").glob("*.json") if (self.out / "workers").exists() else []:
+            try:
+                rec = json.loads(f.read_text())
+            except (OSError, ValueError):
+                continue
+            if rec.get("rank") != self.rank:
+                continue
+            try:
+                status = psutil.Process(rec["pid"]).status()
+            except psutil.Error:
+                status = "gone"
+            if status in ("zombie", "gone", "dead"):
+                dead.append(f"(pid {rec['pid']}, {status})")
+        return dead
+
     # -- the run ------------------------------------------------------------------------
     def run(self) -> None:
         cfg = self.cfg
@@ -245,6 +265,7 @@ class Rank:
         now = time.perf_counter
         train_time = 0.0
         self.mark("training_started")
+        self.write_info()
         for epoch in range(cfg.epochs):
             ddp.train()
             adapter.start_epoch(loader, epoch)
@@ -365,13 +386,29 @@ def main(argv=None) -> int:
     try:
         rank.run()
     except BaseException as exc:
+        # A dead loader worker makes PyTorch's SIGCHLD handler raise again and again; stop it
+        # so the error record gets written, and ask the loader for the worker failure itself.
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        worker_failure = None
+        try:
+            import torch
+
+            torch._C._error_if_any_worker_fails()
+        except Exception as werr:
+            worker_failure = str(werr)
+        dead = rank.dead_workers()
+        if dead and not worker_failure:
+            worker_failure = "DataLoader worker " + ", ".join(dead) + " exited unexpectedly"
         rank.hb.beat("failed")
+        try:
+            tb = traceback.format_exc()[-6000:]
+        except BaseException:
+            tb = repr(exc)
         err = {"rank": rank.rank, "time": time.time(), "type": type(exc).__name__, "message": str(exc)[:2000],
-               "traceback": traceback.format_exc()[-6000:], "epoch": rank.hb.epoch, "step": rank.hb.step}
+               "worker_failure": worker_failure, "traceback": tb, "epoch": rank.hb.epoch, "step": rank.hb.step}
         (rank.dir / "error.json").write_text(json.dumps(err, indent=1))
         rank.write_info()
-        traceback.print_exc()
-        sys.stderr.flush()
+        print(tb, file=sys.stderr, flush=True)
         return 1
     return 0
 

@@ -189,6 +189,21 @@ def preflight(cfg: RunConfig, env: dict, graph_meta: dict) -> dict:
     return result
 
 
+RUN_DIR_ENTRIES = ("result.json", "result.json.tmp", "config.json", "command.sh", "heartbeats", "logs",
+                   "stacks", "workers")
+
+
+def clear_run_dir(out: Path) -> None:
+    """Remove a previous run's files (only the ones a run writes), so nothing stale mixes in."""
+    import shutil
+
+    if not out.exists():
+        return
+    for entry in list(out.iterdir()):
+        if entry.name in RUN_DIR_ENTRIES or (entry.name.startswith("rank") and entry.name[4:].isdigit()):
+            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+
+
 def write_atomic(path: Path, data: dict) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data, indent=1, default=str))
@@ -220,8 +235,7 @@ def main(argv=None) -> int:
     del graph
 
     out = Path(cfg.out)
-    if (out / "result.json").exists():
-        (out / "result.json").unlink()  # a rerun must never leave the previous result looking current
+    clear_run_dir(out)
     for sub in ("heartbeats", "logs", "stacks"):
         (out / sub).mkdir(parents=True, exist_ok=True)
     if cfg.master_port == 0:

@@ -174,17 +174,23 @@ class Supervisor:
         return max(self.cfg.stall_floor_s, self.cfg.stall_factor * self.max_step_s)
 
     def _stalled_rank(self, now: float):
-        """The rank that has gone longest without progress, if past the threshold."""
+        """(rank, idle seconds) of the rank to blame once some rank is past the threshold.
+
+        Ranks waiting in a collective are victims: blame a rank stuck outside collectives
+        (loading, forward, ...) if there is one, else the one idle longest.
+        """
         limit = self.threshold()
-        worst = None
+        idle = []
         for w in self.watch.values():
             phase = w.heartbeat["phase"] if w.heartbeat else "starting"
             if phase in ("done", "failed"):
                 continue
-            idle = now - w.last_change
-            if idle > limit and (worst is None or idle > worst[1]):
-                worst = (w.rank, idle)
-        return worst
+            idle.append((w.rank, now - w.last_change, phase))
+        if not any(t > limit for _, t, _ in idle):
+            return None
+        outside = [x for x in idle if x[2] not in COLLECTIVE_PHASES]
+        rank, t, _ = max(outside or idle, key=lambda x: x[1])
+        return rank, t
 
     # -- the loop ------------------------------------------------------------------------
     def run(self) -> Outcome:
@@ -260,6 +266,22 @@ def process_states(procs) -> dict:
     return states
 
 
+def py_spy_dump(py_spy: str, pid: int, native: bool) -> str:
+    """py-spy's dump of every thread; a stopped process can't be suspended, so retry without."""
+    text = ""
+    for extra in ([], ["--nonblocking"]):
+        cmd = [py_spy, "dump", "--pid", str(pid)] + (["--native"] if native and not extra else []) + extra
+        try:
+            res = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+        except subprocess.TimeoutExpired:
+            text = "py-spy timed out after 30 s"
+            continue
+        if res.returncode == 0:
+            return res.stdout
+        text = f"py-spy failed ({res.returncode}): {res.stderr[-1500:]}"
+    return text
+
+
 def capture_stacks(out: Path, procs, watch: dict, native: bool = False) -> dict:
     """Dump every thread's stack of every rank and loader worker; return role -> file."""
     stacks_dir = out / "stacks"
@@ -278,12 +300,7 @@ def capture_stacks(out: Path, procs, watch: dict, native: bool = False) -> dict:
         except OSError:
             pass
         if have_py_spy:
-            cmd = [py_spy, "dump", "--pid", str(p.pid)] + (["--native"] if native else [])
-            try:
-                res = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
-                text = res.stdout if res.returncode == 0 else f"py-spy failed ({res.returncode}): {res.stderr}"
-            except subprocess.TimeoutExpired:
-                text = "py-spy timed out after 30 s"
+            text = py_spy_dump(py_spy, p.pid, native)
         else:
             text = "py-spy not installed; see the faulthandler-*.txt dumps"
         path = stacks_dir / f"{role}-pid{p.pid}.txt"
@@ -385,6 +402,7 @@ def _read_json(path: Path):
         return None
 
 
+PEER_LOST = re.compile(r"Connection closed by peer|Connection reset|Broken pipe|NCCL communicator was aborted")
 SIGNAL_RE = re.compile(r"rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", re.S)
 
 
@@ -418,23 +436,28 @@ def classify_exit(out: Path, rc: int, local_ranks: list):
                       "error": f"{e['type']}: {e['message'][:300]}" if e else None,
                       "epoch": e.get("epoch") if e else None, "step": e.get("step") if e else None})
     evidence = []
+    counts = next((i.get("steps_per_rank") for i in infos.values() if i.get("steps_per_rank")), None)
     if errors:
-        first = min(errors.values(), key=lambda e: e.get("time", 0))
+        # Ranks that only lost their peer are victims: the first error of another kind is the cause.
+        primary = [e for e in errors.values() if not PEER_LOST.search(e["message"]) or e.get("worker_failure")]
+        first = min(primary or errors.values(), key=lambda e: e.get("time", 0))
         msg = f"{first['type']}: {first['message']}"
-        text = msg + first.get("traceback", "")
+        text = msg + (first.get("worker_failure") or "") + first.get("traceback", "")
+        if first.get("worker_failure"):
+            evidence.append(f"rank {first['rank']}: {first['worker_failure']}")
         if re.search(r"DataLoader worker .*(killed|exited unexpectedly)", text):
             key = "dead_worker"
-        elif re.search(r"No space left on device|shm|Bus error", text):
+        elif re.search(r"No space left on device|/dev/shm|Bus error", text):
             key = "shm_exhausted"
         elif "Too many open files" in text:
             key = "fd_limit"
-        elif re.search(r"Connection closed by peer|Connection reset|Broken pipe", text) and len(errors) > 1:
+        elif not primary:
             key = "dead_rank"
         else:
             key = "crash"
         status = "crashed"
         culprit = first["rank"]
-        evidence.append(f"rank {culprit} raised {msg[:500]}")
+        evidence.insert(0, f"rank {culprit} raised {msg[:500]}")
         excerpt = first.get("traceback", "")[-1500:]
     elif signalled:
         culprit = sorted(signalled)[0]
@@ -443,14 +466,23 @@ def classify_exit(out: Path, rc: int, local_ranks: list):
             name = signal.Signals(sig).name
         except ValueError:
             name = f"signal {sig}"
-        key, status, excerpt = "killed", "killed", ""
+        # SIGKILL/SIGTERM come from outside (OOM killer, scheduler); SIGABRT/SIGSEGV/SIGBUS from the process.
+        external = sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+        key = "killed" if external else ("shm_exhausted" if sig == signal.SIGBUS else "crash")
+        status = "killed" if external else "crashed"
+        excerpt = log[-1500:]
         evidence.append(f"rank {culprit} exited by {name}")
     else:
         key, status, culprit, excerpt = "crash", "crashed", None, log[-1500:]
         evidence.append(f"torchrun exited with code {rc} and no rank left an error record")
+    if counts and len(set(counts)) > 1:
+        key = "uneven_batches"  # whatever the symptom, unequal step counts are the cause
+        evidence.insert(0, f"steps per epoch by rank: {counts}")
+        culprit = min(range(len(counts)), key=lambda r: counts[r])
     cause, remedy = CAUSES[key]
     for r, c in sorted(codes.items()):
         evidence.append(f"torchrun: rank {r} exit code {c}")
-    return status, {"summary": f"{status}: rank {culprit}: {evidence[0]}", "cause": key, "cause_text": cause,
+    summary = f"{status}: rank {culprit}: {cause.split(':')[0]} ({evidence[0][:200]})"
+    return status, {"summary": summary, "cause": key, "cause_text": cause,
                     "remedy": remedy, "evidence": evidence, "ranks": ranks, "culprit_rank": culprit,
                     "error_excerpt": excerpt, "detected_after_s": None}

@@ -1,0 +1,91 @@
+"""Injected faults at 2 ranks on the tiny dataset: the right status, rank and cause, stacks of
+every process, detection within threshold + 30 s, and no process of the run left behind."""
+
+import json
+import time
+
+import psutil
+import pytest
+
+from tests.helpers import run_config
+
+FLOOR = 8.0  # stall floor for these runs: small, so the tests are quick
+
+FAULTS = {
+    # fault: (allowed statuses, cause); the culprit is always the last rank (1).
+    # gloo aborts on the mismatched collective that unequal batch counts cause; NCCL would hang.
+    "uneven-batches": (("crashed", "hang"), "uneven_batches"),
+    "stall-rank": (("hang",), "stalled_rank"),
+    "hang-worker": (("hang",), "stalled_worker"),
+    "crash-rank": (("crashed",), "crash"),
+    "kill-worker": (("crashed",), "dead_worker"),
+}
+
+
+def run_pids(out):
+    """Every rank and loader-worker pid the run recorded."""
+    pids = set()
+    for f in out.glob("rank*/rank.json"):
+        pids.add(json.loads(f.read_text())["pid"])
+    for f in (out / "workers").glob("*.json"):
+        pids.add(json.loads(f.read_text())["pid"])
+    return pids
+
+
+def alive(pid):
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_injected_fault_is_caught_and_explained(tmp_path, fault):
+    statuses, cause = FAULTS[fault]
+    out = tmp_path / fault
+    t0 = time.time()
+    proc = run_config(out, framework="dgl" if fault != "stall-rank" else "pyg", devices=2, workers=1, epochs=2,
+                      extra=["--inject", fault, "--allow-fault-injection", "--stall-floor", str(FLOOR)])
+    elapsed = time.time() - t0
+    assert proc.returncode == 0, proc.stdout[-3000:]  # a recorded failure is a measured outcome
+    result = json.loads((out / "result.json").read_text())
+    assert result["status"] in statuses, result["diagnosis"]
+    d = result["diagnosis"]
+    assert d["cause"] == cause, d
+    assert d["culprit_rank"] == 1, d
+    assert result["config"]["inject"] == fault
+    assert not result["summary"]
+    if result["status"] == "hang":
+        # Detected within the threshold plus 30 s of the last progress, with stacks of every process.
+        culprit = next(r for r in d["ranks"] if r["rank"] == 1)
+        assert d["threshold_s"] <= culprit["idle_s"] <= d["threshold_s"] + 30
+        roles = set(d["stack_files"])
+        assert {"rank0", "rank1"} <= roles
+        assert {"rank0-worker0", "rank1-worker0"} <= roles, roles
+        for name in d["stack_files"].values():
+            assert "Thread" in (out / "stacks" / name).read_text()
+        assert (out / "heartbeats" / "timeline.jsonl").stat().st_size > 0
+    assert elapsed < 180
+    # Nothing of the run survives, loader workers included.
+    pids = run_pids(out)
+    assert len(pids) >= 2
+    assert not [p for p in pids if alive(p)]
+
+
+def test_ok_run_is_not_flagged_with_a_tight_threshold(tmp_path):
+    out = tmp_path / "ok"
+    proc = run_config(out, framework="pyg", devices=2, workers=1, epochs=3,
+                      extra=["--stall-floor", "5", "--stall-factor", "5"])
+    result = json.loads((out / "result.json").read_text())
+    assert result["status"] == "ok", (result["diagnosis"], proc.stdout[-2000:])
+    assert not [p for p in run_pids(out) if alive(p)]
+
+
+def test_time_limit_gives_timeout(tmp_path):
+    out = tmp_path / "slow"
+    run_config(out, framework="dgl", devices=1, workers=0, epochs=200, extra=["--time-limit", "12"])
+    result = json.loads((out / "result.json").read_text())
+    assert result["status"] == "timeout"
+    assert result["diagnosis"]["cause"] == "timeout"
+    # What was measured before the limit is kept.
+    assert result["epochs"], "epochs finished before the time limit were lost"
