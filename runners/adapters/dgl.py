@@ -15,7 +15,6 @@ Measurement choices (recorded in every result):
 from __future__ import annotations
 
 import os
-import warnings
 
 os.environ.setdefault("DGLBACKEND", "pytorch")
 
@@ -25,6 +24,8 @@ import torch.nn.functional as F  # noqa: E402
 from dgl.nn.pytorch import GATConv, SAGEConv  # noqa: E402
 
 from runners.adapters import Adapter, Batch  # noqa: E402
+from runners.adapters.dgl_data import shared_tensor as as_tensor  # noqa: E402
+from runners.adapters.dgl_data import to_dgl_graph  # noqa: E402
 
 
 def require_cuda_build() -> None:
@@ -36,12 +37,6 @@ def require_cuda_build() -> None:
             f"DGL {dgl.__version__} is a CPU-only build; a GPU run needs DGL's CUDA build from "
             "DGL's own wheel index (see README, 'GPU machines')"
         )
-
-
-def as_tensor(array) -> torch.Tensor:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # read-only mmap, never written
-        return torch.from_numpy(array)
 
 
 def add_self_loops(block):
@@ -100,11 +95,7 @@ class DglAdapter(Adapter):
         super().__init__(cfg, graph, rank, world_size, device)
         if device.type == "cuda":
             require_cuda_build()
-        g = dgl.graph(("csc", (as_tensor(graph.indptr), as_tensor(graph.indices), torch.tensor([], dtype=torch.long))),
-                      num_nodes=graph.num_nodes)
-        self.g = g.formats(["csc"])
-        self.g.ndata["feat"] = as_tensor(graph.features)
-        self.g.ndata["label"] = as_tensor(graph.labels)
+        self.g = to_dgl_graph(graph).formats(["csc"])
         self.gat_loops = cfg.model == "gat" and cfg.self_loops
         self.choices = {
             "graph_input": "dgl.graph(('csc', ...)) on the memory-mapped CSC, csc format only",

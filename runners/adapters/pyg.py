@@ -12,12 +12,11 @@ Measurement choices (recorded in every result):
 
 from __future__ import annotations
 
-import warnings
-
 import torch
 import torch.nn.functional as F
 
 from runners.adapters import Adapter, Batch
+from runners.adapters.pyg_data import shared_tensor as as_tensor
 
 
 def sampler_backend() -> str:
@@ -33,14 +32,6 @@ def sampler_backend() -> str:
         "CPU: `make setup` builds torch-scatter and torch-sparse from source; GPU: install "
         "pyg-lib from PyG's wheel index (see README, 'GPU machines')."
     )
-
-
-def as_tensor(array) -> torch.Tensor:
-    """A torch view of a (possibly read-only, memory-mapped) numpy array without copying."""
-    with warnings.catch_warnings():
-        # Read-only mmaps are never written through these tensors; copying would defeat sharing.
-        warnings.simplefilter("ignore", UserWarning)
-        return torch.from_numpy(array)
 
 
 class PygModel(torch.nn.Module):
