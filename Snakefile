@@ -1,0 +1,26 @@
+# gnnscale: PyG vs DGL data-parallel GNN training benchmark.
+#
+# config -> dataset -> one run job per grid point -> aggregate -> report.
+# See docs/workflow.md for profiles, rerunning one configuration and SLURM.
+
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+report: "workflows/report/workflow.rst"
+
+
+include: "workflows/rules/common.smk"
+include: "workflows/rules/dataset.smk"
+include: "workflows/rules/run.smk"
+include: "workflows/rules/analysis.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        "results/report/index.html",

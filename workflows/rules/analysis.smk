@@ -1,0 +1,45 @@
+rule aggregate:
+    """Collect every run directory into one tidy table per level."""
+    input:
+        runs=RUN_RESULTS,
+        # editing analysis code reruns aggregate and report, never the runs
+        code=analysis_sources(),
+    output:
+        runs="results/aggregate/runs.csv",
+        epochs="results/aggregate/epochs.csv",
+        steps="results/aggregate/steps.csv",
+        invalid="results/aggregate/invalid.csv",
+        cpu="results/aggregate/cpu.csv",
+        nvml="results/aggregate/nvml.csv",
+        failures="results/aggregate/failures.json",
+    log:
+        "results/logs/aggregate.log",
+    conda:
+        "../../environment.yml"
+    params:
+        run_dirs=lambda wildcards, input: [os.path.dirname(f) for f in input.runs],
+    shell:
+        "python -m analysis.aggregate --out-dir results/aggregate"
+        " {params.run_dirs} > {log} 2>&1"
+
+
+rule report:
+    """Tables, plots and the deadlock report, as one self-contained page."""
+    input:
+        runs="results/aggregate/runs.csv",
+        epochs="results/aggregate/epochs.csv",
+        steps="results/aggregate/steps.csv",
+        invalid="results/aggregate/invalid.csv",
+        cpu="results/aggregate/cpu.csv",
+        nvml="results/aggregate/nvml.csv",
+        failures="results/aggregate/failures.json",
+        code=analysis_sources(),
+    output:
+        **report_outputs(),
+    log:
+        "results/logs/report.log",
+    conda:
+        "../../environment.yml"
+    shell:
+        "python -m analysis.report --aggregate results/aggregate"
+        " --out {output.html} --assets results/report > {log} 2>&1"

@@ -1,0 +1,295 @@
+"""Config validation, the sweep grid and helpers shared by the rule files.
+
+Everything here runs at parse time, so a bad config fails before any job starts.
+"""
+
+import itertools
+import os
+import shutil
+import subprocess
+
+from snakemake.exceptions import WorkflowError
+from snakemake.utils import validate
+
+# The schema names the offending key and its allowed values; it also fills defaults.
+validate(config, "../schemas/config.schema.yaml")
+
+
+def config_error(key, problem):
+    raise WorkflowError(f"Invalid config: {key}: {problem}")
+
+
+def visible_gpus():
+    """GPUs this process may use (CUDA_VISIBLE_DEVICES first, then nvidia-smi).
+
+    nvidia-smi instead of torch: importing torch at parse time costs seconds.
+    """
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([d for d in visible.split(",") if d.strip() not in ("", "-1")])
+    if shutil.which("nvidia-smi") is None:
+        return 0
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    if out.returncode != 0:
+        return 0
+    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+
+
+def resolve_devices(devices):
+    """Expand devices "all" to 1..N processes per node (see the schema)."""
+    if devices != "all":
+        return sorted(devices)
+    n = config["node_gpus"] or visible_gpus() or config["max_cpu_devices"]
+    return list(range(1, n + 1))
+
+
+GRID = config["grid"]
+DEVICES = resolve_devices(GRID["devices"])
+
+# Cross-field rules the schema cannot express.
+for _model in GRID["models"]:
+    _layers = config["models"][_model]["layers"]
+    if len(config["fanouts"]) != _layers:
+        config_error(
+            "fanouts",
+            f"{config['fanouts']} has {len(config['fanouts'])} entries but "
+            f"models.{_model}.layers is {_layers}; give one fan-out per layer, "
+            "hop nearest the seeds first",
+        )
+
+# Run jobs take every core given to Snakemake, so no other job shares the CPU
+# during a timed run. Cluster executors have no such total (cores is None): there
+# the allocation size comes from set-threads in profiles/slurm.
+MACHINE_THREADS = workflow.resource_settings.cores or 1
+
+
+# Wildcards are restricted so that run ids parse back unambiguously.
+wildcard_constraints:
+    dataset=r"[A-Za-z0-9_.-]+",
+    framework="pyg|dgl",
+    model="sage|gat",
+    devices=r"\d+",
+    batch=r"\d+",
+    workers=r"\d+",
+    repeat=r"\d+",
+
+
+DATASET = config["dataset"]
+RUN_ID = "{framework}-{model}-d{devices}-b{batch}-w{workers}-r{repeat}"
+RUN_DIR = f"results/runs/{{dataset}}/{RUN_ID}"
+
+# One entry per grid point, in a stable order (used for "run i/N" messages).
+RUNS = [
+    dict(
+        dataset=DATASET,
+        framework=framework,
+        model=model,
+        devices=devices,
+        batch=batch,
+        workers=workers,
+        repeat=repeat,
+    )
+    for framework, model, devices, batch, workers, repeat in itertools.product(
+        GRID["frameworks"],
+        GRID["models"],
+        DEVICES,
+        sorted(GRID["batch_sizes"]),
+        sorted(GRID["workers"]),
+        range(GRID["repeats"]),
+    )
+]
+RUN_DIRS = [RUN_DIR.format(**run) for run in RUNS]
+RUN_RESULTS = [os.path.join(d, "result.json") for d in RUN_DIRS]
+
+
+class RunNumber:
+    """Formats a run's result path as "i/N" (its place in the grid).
+
+    The run jobs' message formats "{RUN_NUMBER:{output.result}}": messages see
+    the workflow's globals, and the position must not be a param, or growing the
+    grid would invalidate every finished run.
+    """
+
+    def __init__(self, results):
+        self.index = {path: i for i, path in enumerate(results, start=1)}
+
+    def __format__(self, path):
+        return f"{self.index.get(path, '?')}/{len(self.index)}"
+
+
+RUN_NUMBER = RunNumber(RUN_RESULTS)
+
+
+def dataset_source(wildcards):
+    """Where a converted dataset's raw files come from (ignored for synthetic ones)."""
+    flags = []
+    if config["raw_dir"]:
+        flags.append(f"--raw-dir {config['raw_dir']}")
+    if config["download"]:
+        flags.append("--download")
+    return " ".join(flags)
+
+
+def run_settings(wildcards):
+    """Runner flags that come from the config (model, optimiser, limits).
+
+    Only configuration goes here: as a param it is a rerun trigger, so changing
+    a setting reruns the affected runs, and nothing else does.
+    """
+    model = config["models"][wildcards.model]
+    opt = config["optimizer"]
+    flags = [
+        f"--epochs {config['epochs']}",
+        "--fanouts " + ",".join(str(f) for f in config["fanouts"]),
+        f"--seed {config['seed']}",
+        f"--hidden {model['hidden']}",
+        f"--layers {model['layers']}",
+        f"--dropout {model['dropout']}",
+    ]
+    if "heads" in model:
+        flags.append(f"--heads {model['heads']}")
+    flags += [
+        f"--lr {opt['lr']}",
+        f"--weight-decay {opt['weight_decay']}",
+        f"--lr-scaling {opt['lr_scaling']}",
+        f"--warmup-epochs {opt['warmup_epochs']}",
+        f"--device {config['device']}",
+        f"--eval-every {config['eval_every']}",
+        f"--max-steps-per-epoch {config['max_steps_per_epoch']}",
+        f"--time-limit {config['time_limit_s']}",
+        f"--stall-floor {config['stall_floor_s']}",
+        f"--stall-factor {config['stall_factor']}",
+    ]
+    sampling = config["sampling"]
+    if not sampling["self_loops"]:
+        flags.append("--no-self-loops")
+    if sampling["replace"]:
+        flags.append("--replace")
+    if sampling["pyg_trim"]:
+        flags.append("--pyg-trim")
+    if config["nodes"] > 1:
+        flags.append(f"--nnodes {config['nodes']}")
+    return " ".join(flags)
+
+
+def run_resources():
+    """Resources of a run job.
+
+    bench=1 against the global limit bench=1 in profiles/default keeps timed runs
+    from overlapping; everything else is read by the SLURM executor only.
+    """
+    res = dict(
+        bench=1,
+        # the runner's own limit plus start-up and teardown, in minutes
+        runtime=int(config["time_limit_s"] // 60) + 15,
+    )
+    if config["request_gpus"]:
+        # tasks_per_gpu=0: one task per node, torchrun starts the per-GPU ranks
+        res["tasks_per_gpu"] = 0
+        if config["nodes"] == 1:
+            res["gpu"] = lambda wildcards: int(wildcards.devices)
+        else:
+            res["gres"] = lambda wildcards: f"gpu:{wildcards.devices}"
+    if config["nodes"] > 1:
+        # "mpi" makes the executor run the job script as is (not inside
+        # srun -n1), so that launcher() can start one runner per node.
+        res.update(nodes=config["nodes"], tasks=config["nodes"], mpi="srun")
+    return res
+
+
+def launcher(wildcards):
+    """Command prefix that starts the runner.
+
+    Nothing on one node. On several, srun starts one runner per node of the
+    SLURM allocation; each adds its node rank and the first node as torchrun's
+    master address (static rendezvous, see docs/workflow.md).
+    """
+    if config["nodes"] == 1:
+        return ""
+    head = 'scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1'
+    return (
+        ': "${SLURM_JOB_NODELIST:?config nodes > 1 needs a SLURM allocation: '
+        'use --workflow-profile profiles/slurm}"; '
+        f"srun --nodes={config['nodes']} --ntasks-per-node=1 bash -c "
+        f'\'"$@" --node-rank "$SLURM_NODEID" '
+        f"--master-addr \"$({head})\" --master-port {config['master_port']}' -- "
+    )
+
+
+# `python -m runners.run` must import the project even when --directory points
+# elsewhere (tests run in a scratch directory); jobs inherit this environment.
+os.environ.update(
+    PYTHONPATH=os.pathsep.join(
+        p for p in [workflow.basedir, os.environ.get("PYTHONPATH")] if p
+    )
+)
+
+
+# Files analysis.report writes beside index.html (its ASSETS; tests/test_workflow.py
+# checks that both lists agree): name -> report category (and caption for plots).
+REPORT_TABLES = {
+    "table2": "Timing",
+    "paper_comparison": "Timing",
+    "scaling": "Timing",
+    "breakdown": "Timing",
+    "throughput": "Timing",
+    "accuracy": "Accuracy",
+    "deadlocks": "Hangs and failures",
+    "environment": "Setup",
+    "fairness": "Setup",
+    "runs": "Runs",
+    "invalid": "Runs",
+}
+REPORT_PLOTS = {
+    "status_map": ("Hangs and failures", "status_map"),
+    "runtime_vs_devices": ("Timing", "runtime_vs_devices"),
+    "speedup": ("Timing", "speedup"),
+    "breakdown": ("Timing", "breakdown_plot"),
+    "throughput": ("Timing", "throughput_plot"),
+    "resources": ("Resources", "resources"),
+}
+
+
+def report_outputs():
+    """Outputs of the report job; CSV tables and PNG plots go into `snakemake --report`."""
+    out = dict(
+        html=report(
+            "results/report/index.html",
+            caption="../report/index.rst",
+            category="Report",
+        )
+    )
+    for name, category in REPORT_TABLES.items():
+        out[f"{name}_csv"] = report(
+            f"results/report/{name}.csv",
+            caption=f"../report/{name}.rst",
+            category=category,
+            subcategory="Tables",
+        )
+        out[f"{name}_html"] = f"results/report/{name}.html"
+    for name, (category, caption) in REPORT_PLOTS.items():
+        out[f"{name}_png"] = report(
+            f"results/report/{name}.png",
+            caption=f"../report/{caption}.rst",
+            category=category,
+            subcategory="Plots",
+        )
+    return out
+
+
+def analysis_sources():
+    """Analysis code, templates and reference data, as input of aggregate/report:
+    editing them reruns only those two jobs, never a training run."""
+    root = os.path.join(workflow.basedir, "analysis")
+    return sorted(
+        os.path.join(d, f)
+        for d, dirs, files in os.walk(root)
+        if "__pycache__" not in d
+        for f in files
+        if not f.endswith(".pyc")
+    )

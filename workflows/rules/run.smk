@@ -1,0 +1,40 @@
+rule run:
+    """One training run of one grid point.
+
+    The runner owns the run directory, writes result.json atomically and exits 0
+    for every recorded outcome (hangs and timeouts included), so a bad
+    configuration never stops the sweep. Only configuration is a param: editing
+    code (analysis, or this rule) never invalidates a finished result.
+    """
+    input:
+        # ancient: re-preparing the same dataset (e.g. after changing raw_dir or
+        # download) must not invalidate finished runs; each result records the
+        # dataset's content hash instead.
+        dataset=ancient("results/datasets/{dataset}/meta.json"),
+    output:
+        result="results/runs/{dataset}/{framework}-{model}-d{devices}-b{batch}-w{workers}-r{repeat}/result.json",
+    log:
+        "results/logs/run/{dataset}/{framework}-{model}-d{devices}-b{batch}-w{workers}-r{repeat}.log",
+    conda:
+        "../../environment.yml"
+    # The whole machine: timings must not share the CPU with another job, and
+    # bench=1 (a global limit in profiles/default) keeps runs from overlapping.
+    threads: MACHINE_THREADS
+    resources:
+        **run_resources(),
+    params:
+        out=lambda wildcards, output: os.path.dirname(output.result),
+        settings=run_settings,
+        launch=launcher,
+    message:
+        "run {RUN_NUMBER:{output.result}}: {wildcards.framework} {wildcards.model}"
+        " devices={wildcards.devices} batch={wildcards.batch}"
+        " workers={wildcards.workers} repeat={wildcards.repeat}"
+        " dataset={wildcards.dataset}"
+    shell:
+        "{params.launch}python -m runners.run"
+        " --framework {wildcards.framework} --model {wildcards.model}"
+        " --devices {wildcards.devices} --batch-size {wildcards.batch}"
+        " --workers {wildcards.workers} --repeat {wildcards.repeat}"
+        " --dataset {wildcards.dataset} --data-root results/datasets"
+        " {params.settings} --out {params.out} 2>&1 | tee {log}"
