@@ -1,0 +1,60 @@
+"""Analysis of gnnscale result directories: aggregate -> tables, plots, deadlock report -> HTML.
+
+Pipeline: `python -m analysis.aggregate` turns run directories into a tidy table set;
+`python -m analysis.report` turns that into tables, plots and one self-contained HTML page.
+The names below are shared by every module so labels and colours agree everywhere.
+"""
+
+from __future__ import annotations
+
+STATUSES = ("ok", "hang", "timeout", "crashed", "killed", "error")
+
+# Colours of the status map and of status cells; "not run" is a grid point with no result.
+STATUS_COLOURS = {
+    "ok": "#2ca25f",
+    "hang": "#fd8d3c",
+    "timeout": "#756bb1",
+    "crashed": "#de2d26",
+    "killed": "#8c510a",
+    "error": "#636363",
+    "not run": "#eeeeee",
+}
+
+# Most severe first: a cell with mixed repeats is coloured by its worst outcome.
+STATUS_SEVERITY = ("error", "crashed", "killed", "timeout", "hang", "ok")
+
+FRAMEWORK_LABELS = {"pyg": "PyG", "dgl": "DGL"}
+FRAMEWORK_COLOURS = {"pyg": "#3b75af", "dgl": "#ef8636"}
+MODEL_LABELS = {"sage": "GraphSAGE", "gat": "GAT"}
+
+PHASES = ("load_wait_s", "copy_s", "forward_s", "backward_s", "optimizer_s")
+PHASE_LABELS = {
+    "load_wait_s": "waiting for loader",
+    "copy_s": "host-to-device copy",
+    "forward_s": "forward",
+    "backward_s": "backward + all-reduce",
+    "optimizer_s": "optimizer",
+}
+
+# The swept axes of one grid point (repeats of the same point are averaged).
+GRID_KEYS = ("framework", "model", "devices", "batch_size", "workers")
+
+# Settings that define an "experiment": runs differing in any of these are never mixed in
+# one table cell. Keys absent from a result (older runners) are simply ignored.
+EXPERIMENT_KEYS = (
+    "dataset", "device_type", "nodes", "epochs", "fanouts", "layers", "hidden", "heads",
+    "dropout", "lr", "lr_scaling", "warmup_epochs", "weight_decay", "self_loops", "replace",
+    "pyg_trim", "breakdown", "probes", "uneven_batches", "inject", "max_steps_per_epoch",
+)
+
+# Settings whose defaults differ per model (the seed study's Table 1): they only split
+# experiments when they differ between runs of the SAME model.
+MODEL_KEYS = ("layers", "hidden", "heads", "dropout")
+
+
+def framework_label(name) -> str:
+    return FRAMEWORK_LABELS.get(str(name), str(name))
+
+
+def model_label(name) -> str:
+    return MODEL_LABELS.get(str(name), str(name))

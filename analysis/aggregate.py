@@ -1,0 +1,332 @@
+"""Collect run directories into one tidy table set.
+
+    python -m analysis.aggregate --out-dir results/aggregate RUN_DIR [RUN_DIR ...]
+
+A RUN_DIR is a run directory or any directory above run directories (searched for
+result.json). Writes into --out-dir:
+
+- runs.csv      one row per valid run: config axes, status, summary metrics, environment
+                essentials, diagnosis headline and the command that reruns it;
+- epochs.csv    per epoch per rank (with that epoch's validation accuracy);
+- steps.csv     every rank's steps.csv with run_id and rank columns;
+- cpu.csv       every rank's cpu.csv (CPU/memory samples) with run_id and rank;
+- nvml.csv      nvml.csv of GPU runs with run_id;
+- failures.json diagnosis and condensed stacks of every run that did not end "ok";
+- invalid.csv   every result that could not be used, with the reason (never silently dropped).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jsonschema
+import pandas as pd
+
+from analysis import PHASES
+from analysis import deadlocks
+
+SCHEMA_PATH = Path(__file__).resolve().parent.parent / "runners" / "schemas" / "result.schema.json"
+
+CONFIG_COLUMNS = (
+    "framework", "model", "devices", "nodes", "batch_size", "workers", "dataset", "epochs",
+    "fanouts", "fanouts_framework", "repeat", "seed", "device_type", "backend", "lr",
+    "lr_scaling", "weight_decay", "layers", "hidden", "heads", "dropout", "self_loops",
+    "replace", "pyg_trim", "breakdown", "probes", "uneven_batches", "inject", "threads_per_rank",
+    # Written by the current runner but not required by the schema.
+    "warmup_epochs", "max_steps_per_epoch", "eval_every", "lr_effective", "inject_rank",
+    "time_limit_s", "stall_floor_s", "stall_factor",
+)
+SUMMARY_COLUMNS = (
+    "train_time_s", "median_epoch_time_s", "throughput_seed_nodes_per_s", "sampled_edges_per_s",
+    "final_val_acc", "startup_s", "first_loss", "last_loss",
+)
+STEP_COLUMNS = tuple(f"step_{p}" for p in PHASES) + ("step_s",)
+ENV_COLUMNS = (
+    "python", "torch", "torch_geometric", "dgl", "pyg_lib", "torch_sparse", "numpy",
+    "pyg_sampler_backend", "dgl_cuda", "gpus", "cpu_model", "cpu_cores", "memory_bytes",
+    "shm_bytes", "open_files_limit", "hostname", "platform", "git_commit", "git_dirty",
+    "dataset_hash", "omp_num_threads",
+)
+RUN_COLUMNS = (
+    ("run_id", "status") + CONFIG_COLUMNS + ("world_size",) + SUMMARY_COLUMNS + STEP_COLUMNS
+    + ("wall_time_s", "started_at", "finished_at", "epochs_completed", "steps_per_epoch",
+       "seed_base", "adapter_choices", "nvml_available", "nvml_reason", "preflight_warnings",
+       "diag_cause", "diag_summary", "diag_remedy", "detected_after_s")
+    + tuple(f"env_{k}" for k in ENV_COLUMNS)
+    + ("command", "run_dir", "result_path")
+)
+EPOCH_COLUMNS = ("run_id", "epoch", "rank", "time_s", "steps", "loss", "seed_nodes",
+                 "sampled_nodes", "sampled_edges") + PHASES + ("val_accuracy",)
+INVALID_COLUMNS = ("path", "run_id", "reason")
+
+# Per-rank CSV files copied into the aggregate, with the columns the contract promises.
+RANK_FILES = {
+    "steps": ("epoch", "step", "seed_nodes", "sampled_nodes", "sampled_edges") + PHASES
+             + ("step_s", "loss"),
+    "cpu": ("t_s", "pid", "role", "cpu_percent", "rss_bytes", "uss_bytes"),
+}
+NVML_COLUMNS = ("t_s", "gpu", "util_percent", "mem_used_bytes", "power_w", "sm_clock_mhz")
+
+
+@dataclass
+class Aggregate:
+    """The tidy table set (in memory); `write`/`load` move it to and from a directory."""
+
+    runs: pd.DataFrame
+    epochs: pd.DataFrame
+    steps: pd.DataFrame
+    cpu: pd.DataFrame
+    nvml: pd.DataFrame
+    invalid: pd.DataFrame
+    failures: list = field(default_factory=list)
+
+    FILES = {"runs": RUN_COLUMNS, "epochs": EPOCH_COLUMNS,
+             "steps": ("run_id", "rank") + RANK_FILES["steps"],
+             "cpu": ("run_id", "rank") + RANK_FILES["cpu"],
+             "nvml": ("run_id",) + NVML_COLUMNS, "invalid": INVALID_COLUMNS}
+
+    def write(self, out_dir: Path) -> None:
+        out_dir = Path(out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for name in self.FILES:
+            getattr(self, name).to_csv(out_dir / f"{name}.csv", index=False)
+        (out_dir / "failures.json").write_text(json.dumps(self.failures, indent=1, default=str))
+
+    @classmethod
+    def load(cls, out_dir: Path) -> "Aggregate":
+        out_dir = Path(out_dir)
+        frames = {}
+        for name, columns in cls.FILES.items():
+            path = out_dir / f"{name}.csv"
+            frames[name] = _read_csv(path, columns)
+        failures_path = out_dir / "failures.json"
+        failures = json.loads(failures_path.read_text()) if failures_path.exists() else []
+        return cls(failures=failures, **frames)
+
+
+def _read_csv(path: Path, columns) -> pd.DataFrame:
+    """A CSV as a frame with at least `columns` (empty frame when the file is missing/empty)."""
+    try:
+        df = pd.read_csv(path, low_memory=False)
+    except (FileNotFoundError, pd.errors.EmptyDataError):
+        df = pd.DataFrame()
+    for c in columns:
+        if c not in df.columns:
+            df[c] = pd.Series(dtype="object")
+    return df
+
+
+def _frame(rows, columns) -> pd.DataFrame:
+    df = pd.DataFrame(list(rows))
+    return df.reindex(columns=list(columns))
+
+
+# -- finding result files -------------------------------------------------------------------
+
+def _looks_like_run_dir(d: Path) -> bool:
+    """A directory the runner started writing (it writes these before launching anything)."""
+    return (d / "command.sh").exists() or (d / "config.json").exists() or (d / "heartbeats").is_dir()
+
+
+def find_results(paths) -> tuple[list, list]:
+    """result.json files under `paths`, and invalid rows for places that should have one."""
+    found, invalid = [], []
+    for p in (Path(x).resolve() for x in paths):
+        if p.is_file() and p.name == "result.json":
+            found.append(p.resolve())
+            continue
+        if not p.is_dir():
+            invalid.append({"path": str(p), "run_id": None, "reason": "no such run directory"})
+            continue
+        hits = sorted(p.rglob("result.json"))
+        found += [h.resolve() for h in hits]
+        with_result = {h.parent for h in hits}
+        candidates = [p] + [d for d in p.rglob("*") if d.is_dir()]
+        for d in candidates:
+            if d not in with_result and _looks_like_run_dir(d):
+                invalid.append({"path": str(d), "run_id": d.name,
+                                "reason": "run directory without result.json (the run never "
+                                          "finished writing its result)"})
+        if not hits and not _looks_like_run_dir(p):
+            invalid.append({"path": str(p), "run_id": None, "reason": "no result.json found below"})
+    unique = list(dict.fromkeys(found))  # the same run reached through two arguments
+    return unique, invalid
+
+
+# -- validation -----------------------------------------------------------------------------
+
+def _validator():
+    schema = json.loads(SCHEMA_PATH.read_text())
+    return jsonschema.Draft202012Validator(schema)
+
+
+def problems(data, validator) -> list:
+    """Why a parsed result.json cannot be used (empty list: usable)."""
+    errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
+    out = []
+    for e in errors[:3]:
+        where = ".".join(str(x) for x in e.absolute_path) or "(top level)"
+        out.append(f"{where}: {e.message[:200]}")
+    if len(errors) > 3:
+        out.append(f"... and {len(errors) - 3} more schema errors")
+    if not out and data["status"] == "ok" and data["summary"] is None:
+        out.append("status is 'ok' but summary is null")
+    return out
+
+
+def read_result(path: Path, validator):
+    """(result dict, None) or (None, reason)."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as exc:
+        return None, f"unreadable: {exc}"
+    except ValueError as exc:
+        return None, f"not valid JSON: {exc}"
+    reasons = problems(data, validator)
+    if reasons:
+        return None, "schema: " + "; ".join(reasons)
+    return data, None
+
+
+# -- flattening -----------------------------------------------------------------------------
+
+def _scalar(v):
+    """A CSV-friendly value: lists joined by commas, dicts as JSON, None kept."""
+    if isinstance(v, (list, tuple)):
+        return ",".join(str(x) for x in v)
+    if isinstance(v, dict):
+        return json.dumps(v, sort_keys=True)
+    return v
+
+
+def run_row(data: dict, result_path: Path) -> dict:
+    """One runs.csv row."""
+    cfg, env = data["config"], data["env"]
+    summary = data.get("summary") or {}
+    breakdown = summary.get("step_breakdown_s") or {}
+    diag = data.get("diagnosis") or {}
+    row = {"run_id": data["run_id"], "status": data["status"]}
+    row.update({k: _scalar(cfg.get(k)) for k in CONFIG_COLUMNS})
+    row["world_size"] = cfg["devices"] * cfg["nodes"]
+    row.update({k: summary.get(k) for k in SUMMARY_COLUMNS})
+    row.update({f"step_{p}": breakdown.get(p) for p in PHASES})
+    row["step_s"] = breakdown.get("step_s")
+    per_rank_epochs = {}
+    for e in data["epochs"]:
+        per_rank_epochs[e["rank"]] = max(per_rank_epochs.get(e["rank"], 0), e["epoch"] + 1)
+    steps = [r.get("steps_per_epoch") for r in data["ranks"] if r.get("steps_per_epoch") is not None]
+    rank_env = env.get("rank_env_vars") or {}
+    probes = data.get("probes") or {}
+    row.update({
+        "wall_time_s": data["wall_time_s"], "started_at": data["started_at"],
+        "finished_at": data["finished_at"],
+        # The least advanced rank is how far the run as a whole got.
+        "epochs_completed": min(per_rank_epochs.values()) if per_rank_epochs else 0,
+        "steps_per_epoch": max(steps) if steps else None,
+        "seed_base": data["seeds"]["base"],
+        "adapter_choices": _scalar(cfg.get("adapter_choices")),
+        "nvml_available": (probes.get("nvml") or {}).get("available"),
+        "nvml_reason": (probes.get("nvml") or {}).get("reason"),
+        "preflight_warnings": " | ".join((data.get("preflight") or {}).get("warnings") or []) or None,
+        "diag_cause": diag.get("cause"), "diag_summary": diag.get("summary"),
+        "diag_remedy": diag.get("remedy"), "detected_after_s": diag.get("detected_after_s"),
+        "command": data["command"]["shell"], "run_dir": str(result_path.parent),
+        "result_path": str(result_path),
+    })
+    for k in ENV_COLUMNS:
+        row[f"env_{k}"] = _scalar(env.get(k))
+    row["env_gpus"] = ", ".join(str(g.get("name", g)) if isinstance(g, dict) else str(g)
+                                for g in env.get("gpus") or []) or None
+    row["env_omp_num_threads"] = rank_env.get("OMP_NUM_THREADS")
+    return row
+
+
+def epoch_rows(data: dict) -> list:
+    acc = {v["epoch"]: v["accuracy"] for v in data["validation"]}
+    rows = []
+    for e in data["epochs"]:
+        row = {k: e.get(k) for k in EPOCH_COLUMNS if k not in ("run_id", "val_accuracy")}
+        row["run_id"] = data["run_id"]
+        row["val_accuracy"] = acc.get(e["epoch"])
+        rows.append(row)
+    return rows
+
+
+def rank_csvs(run_dir: Path, run_id: str, name: str) -> list:
+    """rank*/NAME.csv of one run, each with run_id and rank columns (missing files skipped)."""
+    frames = []
+    for d in sorted(run_dir.glob("rank*")):
+        path = d / f"{name}.csv"
+        if not d.is_dir() or not d.name[4:].isdigit() or not path.exists():
+            continue
+        df = _read_csv(path, RANK_FILES[name])
+        if df.empty:
+            continue
+        df.insert(0, "rank", int(d.name[4:]))
+        df.insert(0, "run_id", run_id)
+        frames.append(df)
+    return frames
+
+
+def aggregate(paths) -> Aggregate:
+    """Read, validate and flatten every result under `paths`."""
+    files, invalid = find_results(paths)
+    validator = _validator()
+    runs, epochs, steps, cpu, nvml, failures = [], [], [], [], [], []
+    seen = {}
+    for path in files:
+        data, reason = read_result(path, validator)
+        if data is None:
+            invalid.append({"path": str(path), "run_id": path.parent.name, "reason": reason})
+            continue
+        rid = data["run_id"]
+        if rid in seen:
+            invalid.append({"path": str(path), "run_id": rid,
+                            "reason": f"duplicate run_id (already read from {seen[rid]})"})
+            continue
+        seen[rid] = path
+        run_dir = path.parent
+        runs.append(run_row(data, path))
+        epochs += epoch_rows(data)
+        steps += rank_csvs(run_dir, rid, "steps")
+        cpu += rank_csvs(run_dir, rid, "cpu")
+        if (run_dir / "nvml.csv").exists():
+            df = _read_csv(run_dir / "nvml.csv", NVML_COLUMNS)
+            df.insert(0, "run_id", rid)
+            nvml.append(df)
+        if data["status"] != "ok":
+            failures.append(deadlocks.failure_record(data, run_dir))
+
+    def concat(frames, columns):
+        return pd.concat(frames, ignore_index=True) if frames else _frame([], columns)
+
+    return Aggregate(
+        runs=_frame(runs, RUN_COLUMNS), epochs=_frame(epochs, EPOCH_COLUMNS),
+        steps=concat(steps, Aggregate.FILES["steps"]), cpu=concat(cpu, Aggregate.FILES["cpu"]),
+        nvml=concat(nvml, Aggregate.FILES["nvml"]), invalid=_frame(invalid, INVALID_COLUMNS),
+        failures=deadlocks.sort_failures(failures),
+    )
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m analysis.aggregate", description=__doc__.split("\n")[0])
+    p.add_argument("--out-dir", required=True, help="directory for runs.csv, epochs.csv, ...")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
+                   help="run directories, or directories to search for result.json")
+    args = p.parse_args(argv)
+    agg = aggregate(args.run_dirs)
+    agg.write(Path(args.out_dir))
+    counts = agg.runs["status"].value_counts().to_dict()
+    print(f"[analysis] {len(agg.runs)} runs ({', '.join(f'{k}: {v}' for k, v in counts.items()) or 'none'}), "
+          f"{len(agg.invalid)} invalid -> {args.out_dir}")
+    for row in agg.invalid.itertuples():
+        print(f"[analysis]   invalid: {row.path}: {row.reason}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

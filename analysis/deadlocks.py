@@ -1,0 +1,270 @@
+"""The deadlock and failure report: what every non-ok run was doing when it stopped.
+
+For each run that did not end "ok": its configuration, status, the runner's diagnosis (summary,
+cause, remedy, evidence, where each rank was blocked), a condensed view of the captured stacks
+(top frames per rank and loader worker) and the command that reproduces it.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from pathlib import Path
+
+import pandas as pd
+
+from analysis import STATUS_SEVERITY, framework_label, model_label
+
+TOP_FRAMES = 6
+# py-spy files are <role>-pid<N>.txt; the faulthandler fallback adds a "faulthandler-" prefix.
+STACK_FILE_RE = re.compile(r"^(?P<fh>faulthandler-)?(?P<role>rank\d+(?:-worker\d+)?)-pid(?P<pid>\d+)\.txt$")
+PYSPY_THREAD_RE = re.compile(r'^Thread\s+(?P<id>\S+)\s+\((?P<state>[^)]*)\):\s*"?(?P<name>[^"]*)"?')
+PYSPY_FRAME_RE = re.compile(r"^\s+(?P<func>\S.*?) \((?P<file>[^()]*?):(?P<line>\d+)\)\s*$")
+FH_THREAD_RE = re.compile(r"^(?P<current>Current thread|Thread) (?P<id>0x[0-9a-f]+)")
+FH_FRAME_RE = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
+# Where our own code lives; the first such frame says what the rank was doing.
+OWN_CODE = ("runners/",)
+
+
+def short_path(path: str) -> str:
+    """Library-relative file path: site-packages/torch/x.py -> torch/x.py."""
+    for marker in ("site-packages/", "dist-packages/"):
+        if marker in path:
+            return path.split(marker, 1)[1]
+    m = re.search(r"/lib/python3\.\d+/(.*)", path)
+    if m:
+        return m.group(1)
+    for own in OWN_CODE:
+        if "/" + own in path:
+            return own + path.split("/" + own, 1)[1]
+    return path
+
+
+def parse_stack_text(text: str) -> list:
+    """Threads of a py-spy dump or a faulthandler dump: [{name, state, frames}], innermost first."""
+    threads = []
+    for line in text.splitlines():
+        m = PYSPY_THREAD_RE.match(line)
+        if m and not line.startswith("Thread 0x"):
+            threads.append({"name": m.group("name") or m.group("id"), "state": m.group("state"),
+                            "frames": []})
+            continue
+        m = FH_THREAD_RE.match(line)
+        if m:
+            name = "current thread" if m.group("current").startswith("Current") else m.group("id")
+            threads.append({"name": name, "state": "", "frames": []})
+            continue
+        if not threads:
+            continue
+        m = PYSPY_FRAME_RE.match(line) or FH_FRAME_RE.match(line)
+        if m:
+            threads[-1]["frames"].append(f"{m.group('func')} ({short_path(m.group('file'))}:{m.group('line')})")
+    return threads
+
+
+def _main_first(threads: list) -> list:
+    """The thread that runs the training loop first (py-spy: MainThread; faulthandler: the last
+    listed thread is usually the main one, since it dumps the signal-handling thread first)."""
+    main = [t for t in threads if t["name"] == "MainThread"]
+    if not main and threads:
+        main = [t for t in threads if t["name"] == "current thread"] or threads[-1:]
+    return main + [t for t in threads if t not in main]
+
+
+def read_stacks(run_dir: Path, top: int = TOP_FRAMES) -> list:
+    """Condensed stacks of every captured process: [{role, pid, source, threads, note}].
+
+    py-spy dumps are preferred; a faulthandler dump is used for a role whose py-spy dump is
+    missing or failed (e.g. py-spy not installed or not permitted)."""
+    stacks_dir = Path(run_dir) / "stacks"
+    found = {}
+    for path in sorted(stacks_dir.glob("*.txt")) if stacks_dir.is_dir() else []:
+        m = STACK_FILE_RE.match(path.name)
+        if not m:
+            continue
+        try:
+            text = path.read_text(errors="replace")
+        except OSError:
+            continue
+        threads = parse_stack_text(text)
+        source = "faulthandler" if m.group("fh") else "py-spy"
+        if not threads and source == "faulthandler":
+            continue  # every rank registers a dump file; most stay empty
+        entry = {"role": m.group("role"), "pid": int(m.group("pid")), "source": source,
+                 "file": f"stacks/{path.name}",
+                 "threads": [{"name": t["name"], "state": t["state"], "frames": t["frames"][:top],
+                              "own_frame": _own_frame(t["frames"])}
+                             for t in _main_first(threads)],
+                 "note": None if threads else (text.strip().splitlines() or ["(empty dump)"])[0][:300]}
+        key = entry["role"]
+        # py-spy (names threads, shows their state) wins over faulthandler unless it produced nothing.
+        if key not in found or _preference(entry) > _preference(found[key]):
+            found[key] = entry
+    return sorted(found.values(), key=lambda e: _role_order(e["role"]))
+
+
+def _preference(entry: dict) -> tuple:
+    return (bool(entry["threads"]), entry["source"] == "py-spy")
+
+
+def _own_frame(frames: list):
+    """The innermost frame in our own code: what the rank was doing in the training loop."""
+    return next((f for f in frames if any(f"({own}" in f for own in OWN_CODE)), None)
+
+
+def _role_order(role: str):
+    nums = [int(x) for x in re.findall(r"\d+", role)]
+    return (nums[0] if nums else 0, len(nums), nums[1:] or [0])
+
+
+CONFIG_SHOWN = ("framework", "model", "devices", "nodes", "batch_size", "workers", "dataset",
+                "epochs", "repeat", "device_type", "inject", "uneven_batches", "fanouts")
+
+
+def failure_record(data: dict, run_dir: Path) -> dict:
+    """Everything the report shows about one non-ok run (kept in failures.json)."""
+    cfg = data["config"]
+    diag = data.get("diagnosis") or {}
+    return {
+        "run_id": data["run_id"], "status": data["status"],
+        "config": {k: cfg.get(k) for k in CONFIG_SHOWN},
+        "command": data["command"]["shell"], "run_dir": str(run_dir),
+        "wall_time_s": data.get("wall_time_s"),
+        "diagnosis": {
+            "summary": diag.get("summary") or f"{data['status']} (the runner left no diagnosis)",
+            "cause": diag.get("cause"), "cause_text": diag.get("cause_text"),
+            "remedy": diag.get("remedy"), "evidence": diag.get("evidence") or [],
+            "ranks": diag.get("ranks") or [], "workers": diag.get("workers") or [],
+            "culprit_rank": diag.get("culprit_rank"),
+            "detected_after_s": diag.get("detected_after_s"),
+            "error_excerpt": diag.get("error_excerpt"),
+        },
+        "stacks": read_stacks(run_dir),
+    }
+
+
+def sort_failures(failures: list) -> list:
+    """Real failures before injected ones, most severe status first, look-alikes together."""
+    def key(f):
+        c = f["config"]
+        return (bool(c.get("inject")), STATUS_SEVERITY.index(f["status"]) if f["status"] in STATUS_SEVERITY else 9,
+                str(f["diagnosis"].get("cause")), str(c.get("dataset")), str(c.get("framework")), str(c.get("model")),
+                c.get("devices") or 0, c.get("batch_size") or 0, c.get("workers") or 0, c.get("repeat") or 0)
+    return sorted(failures, key=key)
+
+
+# -- outputs --------------------------------------------------------------------------------
+
+def failures_frame(failures: list) -> pd.DataFrame:
+    """One row per failed run (deadlocks.csv)."""
+    rows = []
+    for f in failures:
+        d, c = f["diagnosis"], f["config"]
+        rows.append({"run_id": f["run_id"], "status": f["status"], **c, "cause": d["cause"],
+                     "culprit_rank": d["culprit_rank"], "detected_after_s": d["detected_after_s"],
+                     "summary": d["summary"], "remedy": d["remedy"], "command": f["command"]})
+    return pd.DataFrame(rows, columns=["run_id", "status", *CONFIG_SHOWN, "cause", "culprit_rank",
+                                       "detected_after_s", "summary", "remedy", "command"])
+
+
+def config_line(c: dict) -> str:
+    parts = [framework_label(c.get("framework")), model_label(c.get("model")),
+             f"{c.get('devices')} device(s)" + (f" x {c['nodes']} nodes" if (c.get("nodes") or 1) > 1 else ""),
+             f"batch {c.get('batch_size')}", f"{c.get('workers')} worker(s)", f"dataset {c.get('dataset')}",
+             f"repeat {c.get('repeat')}"]
+    if c.get("inject"):
+        parts.append(f"injected fault: {c['inject']}")
+    elif c.get("uneven_batches"):
+        parts.append("uneven batches")
+    return " · ".join(str(p) for p in parts)
+
+
+def _e(x) -> str:
+    return html.escape("" if x is None else str(x))
+
+
+def _rank_table(ranks: list, culprit) -> str:
+    if not ranks:
+        return "<p class='muted'>No per-rank progress was recorded.</p>"
+    cols = [("rank", "rank"), ("epoch", "epoch"), ("step", "step"), ("phase", "phase"),
+            ("blocked_in", "blocked in"), ("idle_s", "idle (s)"), ("exit_code", "exit code"),
+            ("error", "error")]
+    cols = [c for c in cols if any(r.get(c[0]) is not None for r in ranks)]
+    head = "".join(f"<th>{_e(label)}</th>" for _, label in cols)
+    body = []
+    for r in ranks:
+        cls = " class='culprit'" if culprit is not None and r.get("rank") == culprit else ""
+        body.append(f"<tr{cls}>" + "".join(f"<td>{_e(r.get(k))}</td>" for k, _ in cols) + "</tr>")
+    return f"<table class='grid compact'><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def _stack_lines(s: dict) -> list:
+    """Main thread's top frames in full, other threads by their innermost frame."""
+    lines = []
+    for i, t in enumerate(s["threads"]):
+        if i == 0:
+            lines.append(f"thread {t['name']}" + (f" ({t['state']})" if t["state"] else ""))
+            lines += [f"  {'→' if j == 0 else ' '} {fr}" for j, fr in enumerate(t["frames"])]
+            if t["own_frame"] and t["own_frame"] not in t["frames"]:
+                lines.append(f"    … {t['own_frame']}")
+        else:
+            lines.append(f"thread {t['name']}: {t['frames'][0] if t['frames'] else '(no frames)'}")
+    if s["note"]:
+        lines.append(s["note"])
+    return lines
+
+
+def _stacks_html(stacks: list) -> str:
+    """One box per distinct stack; processes blocked in the same place share a box."""
+    if not stacks:
+        return ("<p class='muted'>No stacks were captured (the watchdog takes them only when it stops a "
+                "hung or timed-out run).</p>")
+    groups = {}
+    for s in stacks:
+        groups.setdefault("\n".join(_stack_lines(s)), []).append(s)
+    out = []
+    for text, members in groups.items():
+        roles = ", ".join(m["role"] for m in members)
+        if len(members) == 1:
+            m = members[0]
+            meta = f"pid {m['pid']}, {m['source']}, {m['file']}"
+        else:
+            meta = f"{len(members)} processes with identical stacks ({members[0]['source']})"
+        out.append(f"<div class='stack'><div class='stack-head'>{_e(roles)} <span class='muted'>{_e(meta)}</span></div>"
+                   f"<pre>{_e(text)}</pre></div>")
+    return "<div class='stacks'>" + "".join(out) + "</div>"
+
+
+def render_html(failures: list) -> str:
+    """The deadlock report as an HTML fragment (one card per non-ok run)."""
+    if not failures:
+        return "<p>Every run ended <span class='status status-ok'>ok</span>: nothing to diagnose.</p>"
+    cards, seen = [], set()
+    for f in failures:
+        d = f["diagnosis"]
+        # The first run of each kind of failure is shown open; its look-alikes start folded.
+        kind = (f["status"], d.get("cause"), bool(f["config"].get("inject")))
+        is_open = " open" if kind not in seen else ""
+        seen.add(kind)
+        evidence = "".join(f"<li>{_e(x)}</li>" for x in d["evidence"])
+        excerpt = f"<details><summary>error excerpt</summary><pre>{_e(d['error_excerpt'])}</pre></details>" \
+            if d.get("error_excerpt") else ""
+        detected = f", detected after {d['detected_after_s']:.0f} s" if d.get("detected_after_s") is not None else ""
+        cards.append(f"""
+<details class="card" id="fail-{_e(f['run_id'])}"{is_open}>
+  <summary><h3><span class="status status-{_e(f['status'])}">{_e(f['status'])}</span> {_e(config_line(f['config']))}</h3></summary>
+  <p class="diag-summary">{_e(d['summary'])}</p>
+  <dl class="kv">
+    <dt>known cause</dt><dd>{_e(d.get('cause_text') or d.get('cause') or 'unknown')}{f" <code>{_e(d['cause'])}</code>" if d.get('cause') else ''}</dd>
+    <dt>remedy</dt><dd>{_e(d.get('remedy') or '—')}</dd>
+    <dt>run</dt><dd><code>{_e(f['run_id'])}</code>{_e(detected)}</dd>
+    <dt>reproduce</dt><dd><code class="cmd">{_e(f['command'])}</code></dd>
+  </dl>
+  <h4>Where each rank was</h4>
+  {_rank_table(d['ranks'], d.get('culprit_rank'))}
+  {f"<h4>Evidence</h4><ul class='evidence'>{evidence}</ul>" if evidence else ''}
+  {excerpt}
+  <h4>Stacks (innermost frame first)</h4>
+  {_stacks_html(f['stacks'])}
+</details>""")
+    return "\n".join(cards)

@@ -1,0 +1,455 @@
+"""The HTML report: findings in words, tables, plots, deadlock report, environment and fairness.
+
+    python -m analysis.report --aggregate results/aggregate --out results/report/index.html \
+        [--assets results/report]
+
+The page is self-contained (inline CSS, images as data URIs, no script, nothing fetched), so it
+opens offline and can be mailed. Every table (CSV + HTML fragment) and plot (PNG) is also
+written to --assets under the fixed names in ASSETS, for Snakemake to declare and caption.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import datetime as dt
+import json
+import numbers
+import sys
+from collections import Counter
+from pathlib import Path
+
+import jinja2
+import pandas as pd
+
+from analysis import GRID_KEYS, STATUS_COLOURS, framework_label, model_label
+from analysis import deadlocks, plots, tables
+from analysis.aggregate import Aggregate
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+TABLE_NAMES = ("table2", "paper_comparison", "scaling", "breakdown", "throughput", "accuracy",
+               "deadlocks", "environment", "fairness", "runs", "invalid")
+PLOT_NAMES = ("status_map", "runtime_vs_devices", "speedup", "breakdown", "throughput", "resources")
+# Every file the report writes beside index.html (Snakemake declares these as outputs).
+ASSETS = tuple(f"{t}.{ext}" for t in TABLE_NAMES for ext in ("csv", "html")) + tuple(f"{p}.png" for p in PLOT_NAMES)
+
+
+# -- findings -------------------------------------------------------------------------------
+
+def _describe(p) -> str:
+    """'GraphSAGE, 2 devices, batch 512, 0 workers'."""
+    return (f"{model_label(p['model'])}, {p['devices']} device{'s' if p['devices'] != 1 else ''}, "
+            f"batch {p['batch_size']}, {p['workers']} worker{'s' if p['workers'] != 1 else ''}")
+
+
+def framework_pairs(points: pd.DataFrame, value: str) -> pd.DataFrame:
+    """PyG and DGL side by side for every grid point where both have an ok mean of `value`."""
+    keys = ["experiment", "model", "devices", "batch_size", "workers"]
+    ok = points[(points["n_ok"] > 0) & points[f"{value}_mean"].notna()]
+    pyg = ok[ok["framework"] == "pyg"].set_index(keys)[f"{value}_mean"]
+    dgl = ok[ok["framework"] == "dgl"].set_index(keys)[f"{value}_mean"]
+    both = pd.concat({"pyg": pyg, "dgl": dgl}, axis=1).dropna()
+    return both.reset_index()
+
+
+def _wins_by(pairs: pd.DataFrame, key: str, label) -> str:
+    parts = []
+    for v, g in pairs.groupby(key):
+        wins = {"DGL": int((g["dgl"] < g["pyg"]).sum()), "PyG": int((g["pyg"] < g["dgl"]).sum())}
+        lead = ", ".join(f"{f} {n}" for f, n in sorted(wins.items(), key=lambda x: -x[1]) if n)
+        parts.append(f"{label(v)}: {lead or 'ties'} of {len(g)}")
+    return "; ".join(parts)
+
+
+def speed_findings(points: pd.DataFrame) -> list:
+    """Which framework is faster, where and by how much (one experiment)."""
+    g = framework_pairs(points, "train_time_s")
+    if g.empty:
+        return ["No configuration has an ok run of both frameworks, so their speed cannot be compared."]
+    out = []
+    sentences = []
+    for fast, slow in (("dgl", "pyg"), ("pyg", "dgl")):
+        won = g[g[fast] < g[slow]]
+        if won.empty:
+            continue
+        ratio = won[slow] / won[fast]
+        top = won.loc[ratio.idxmax()]
+        sentences.append(
+            f"{framework_label(fast)} is faster in {len(won)} of {len(g)} configurations run by both "
+            f"(median {ratio.median():.2f}×, most in {_describe(top)}: {ratio.max():.2f}×)")
+    out.append("; ".join(sentences) + ".")
+    if g["devices"].nunique() > 1:
+        out.append("Faster framework by device count — "
+                   + _wins_by(g, "devices", lambda d: f"{d} device{'s' if d != 1 else ''}") + ".")
+    if g["batch_size"].nunique() > 1:
+        out.append("By batch size — " + _wins_by(g, "batch_size", lambda b: f"batch {b}") + ".")
+    return out
+
+
+def scaling_findings(scaling: pd.DataFrame) -> list:
+    """How far each framework scales, and where efficiency drops below the threshold."""
+    g = scaling[(scaling["devices"] > scaling["base_devices"]) & scaling["efficiency"].notna()]
+    if g.empty:
+        return ["Scaling cannot be judged: no configuration has ok runs at two device counts."]
+    per = [f"{framework_label(fw)} on {d} devices {s['speedup'].median():.2f}× "
+           f"({100 * s['efficiency'].median():.0f}% efficiency)"
+           for (fw, d), s in tables.paper_order(g, ["framework", "devices"]).groupby(["framework", "devices"], sort=False)]
+    out = ["Median speed-up over the fewest devices: " + "; ".join(per) + "."]
+    superlinear = g[g["efficiency"] > tables.SUPERLINEAR_WARN]
+    if len(superlinear):
+        out.append(f"{len(superlinear)} configuration{'s' if len(superlinear) != 1 else ''} scale better than "
+                   f"ideal (efficiency up to {100 * superlinear['efficiency'].max():.0f}%): usually the run with "
+                   f"fewer devices was disturbed (other load on the machine, oversubscribed CPU threads); "
+                   f"rerun those alone before trusting the speed-up.")
+    low = g[g["efficiency"] < tables.EFFICIENCY_WARN]
+    warn = f"{100 * tables.EFFICIENCY_WARN:.0f}%"
+    if low.empty:
+        out.append(f"Parallel efficiency stays at or above {warn} in every multi-device configuration measured.")
+    else:
+        first = low.sort_values("devices").groupby(["framework", "model", "batch_size", "series_workers"]).head(1)
+        examples = "; ".join(f"{framework_label(r['framework'])} {_describe(r)} ({100 * r['efficiency']:.0f}%)"
+                             for r in first.head(4).to_dict("records"))
+        more = f"; and {len(first) - 4} more series" if len(first) > 4 else ""
+        out.append(f"Scaling stops paying off (efficiency below {warn}) in {len(low)} of {len(g)} multi-device "
+                   f"configurations, first at: {examples}{more}.")
+    return out
+
+
+def _values(series) -> str:
+    vals = sorted(set(series), key=lambda v: (str(type(v)), v))
+    return ", ".join(str(v) for v in vals)
+
+
+def _where(g: pd.DataFrame) -> str:
+    """The configurations of a group of runs: listed when few, else the values of each axis."""
+    configs = g.drop_duplicates(list(GRID_KEYS))
+    if len(configs) <= 3:
+        return "; ".join(f"{framework_label(r['framework'])} {_describe(r)}" for r in configs.to_dict("records"))
+    labels = {"framework": framework_label, "model": model_label}
+    return "; ".join(f"{k.replace('_', ' ')} {_values(g[k].map(labels[k]) if k in labels else g[k])}"
+                     for k in GRID_KEYS)
+
+
+def failure_findings(runs: pd.DataFrame) -> list:
+    """Which settings hang or fail, with the diagnosed cause; injected faults said apart."""
+    bad = runs[runs["status"] != "ok"]
+    if bad.empty:
+        return [f"All {len(runs)} runs ended ok: no hang, crash or timeout."] if len(runs) else []
+    injected = ~bad["inject"].map(lambda v: pd.isna(v) or str(v) in ("", "None", "none"))
+    out = []
+    for (inj, status, cause), g in bad.groupby([injected, "status", bad["diag_cause"].fillna("unknown")], sort=False):
+        n = f"{len(g)} run{'s' if len(g) != 1 else ''}"
+        if inj:
+            text = (f"{n} with a deliberately injected fault ({_values(g['inject'])}) ended '{status}', "
+                    f"diagnosed as {cause}: {_where(g)}")
+        else:
+            text = f"{n} ended '{status}' (diagnosed cause: {cause}): {_where(g)}"
+            remedy = g["diag_remedy"].dropna()
+            if len(remedy):
+                text += f". Remedy: {remedy.iloc[0]}"
+        out.append(text + ".")
+    return out
+
+
+def accuracy_findings(points: pd.DataFrame) -> list:
+    pairs = framework_pairs(points, "final_val_acc")
+    if pairs.empty:
+        return []
+    gap = (pairs["pyg"] - pairs["dgl"]).abs()
+    warn = f"{100 * tables.ACCURACY_GAP_WARN:.0f} points"
+    text = (f"Accuracy parity: final validation accuracy of the two frameworks differs by "
+            f"{100 * gap.median():.1f} points at the median and {100 * gap.max():.1f} at most "
+            f"({len(pairs)} configurations)")
+    wide = pairs[gap > tables.ACCURACY_GAP_WARN]
+    if len(wide):
+        worst = pairs.loc[gap.idxmax()]
+        text += (f"; {len(wide)} differ by more than {warn} (largest: {_describe(worst)}, "
+                 f"PyG {100 * worst['pyg']:.1f}% vs DGL {100 * worst['dgl']:.1f}%)")
+    else:
+        text += f", within {warn} everywhere"
+    return [text + "."]
+
+
+def loader_findings(points: pd.DataFrame) -> list:
+    ok = points[(points["n_ok"] > 0) & points["step_s_mean"].notna() & (points["step_s_mean"] > 0)]
+    if ok.empty:
+        return []
+    share = ok["step_load_wait_s_mean"] / ok["step_s_mean"]
+    top = ok.loc[share.idxmax()]
+    by_fw = "; ".join(f"{framework_label(f)} {100 * share[ok['framework'] == f].median():.0f}%"
+                      for f in tables.FRAMEWORK_ORDER if (ok["framework"] == f).any())
+    return [f"Waiting for the data loader takes a median {100 * share.median():.0f}% of a training step "
+            f"({by_fw}); the most is {100 * share.max():.0f}% ({framework_label(top['framework'])} {_describe(top)})."]
+
+
+def paper_findings(comparison: pd.DataFrame) -> list:
+    d = comparison.dropna(subset=["paper_s", "ours_s"])
+    if d.empty:
+        return []
+    keys = ["model", "devices", "workers", "batch_size"]
+    wide = d.pivot_table(index=keys, columns="framework", values=["paper_s", "ours_s"]).dropna()
+    if wide.empty:
+        return []
+    paper_dgl = wide[("paper_s", "dgl")] < wide[("paper_s", "pyg")]
+    ours_dgl = wide[("ours_s", "dgl")] < wide[("ours_s", "pyg")]
+    agree = int((paper_dgl == ours_dgl).sum())
+    return [f"Against the seed study's Table 2: the faster framework agrees in {agree} of {len(wide)} "
+            f"configurations measured by both."]
+
+
+def findings(runs, points, scaling, comparison, invalid) -> list:
+    """Sentences computed from the data, grouped: [{title, items}] (overall, then per experiment)."""
+    counts = Counter(runs["status"])
+    n_exp = runs["experiment"].nunique()
+    overall = [f"{len(runs)} valid run{'s' if len(runs) != 1 else ''} in {n_exp} experiment{'s' if n_exp != 1 else ''}: "
+               + (", ".join(f"{n} {s}" for s, n in counts.most_common()) or "none") + "."]
+    if len(invalid):
+        overall.append(f"{len(invalid)} result{'s' if len(invalid) != 1 else ''} could not be used "
+                       f"(malformed or missing; see 'Malformed results').")
+    overall += failure_findings(runs)
+    groups = [{"title": "Overall", "items": overall}]
+    for exp in dict.fromkeys(points["experiment"]):
+        p = points[points["experiment"] == exp]
+        items = speed_findings(p) + scaling_findings(scaling[scaling["experiment"] == exp]) + loader_findings(p) \
+            + accuracy_findings(p) + paper_findings(comparison[comparison["experiment"] == exp])
+        groups.append({"title": exp, "items": items})
+    return groups
+
+
+# -- environment, fairness and run list -----------------------------------------------------
+
+def _distinct(series) -> str:
+    """Distinct values, with counts when they differ between runs."""
+    vals = series.dropna().astype(str)
+    vals = vals[vals != ""]
+    if vals.empty:
+        return "—"
+    c = Counter(vals)
+    if len(c) == 1:
+        return next(iter(c))
+    return "; ".join(f"{v} ({n} runs)" for v, n in c.most_common())
+
+
+ENV_ROWS = (
+    ("hosts", "env_hostname"), ("CPU", "env_cpu_model"), ("CPU cores", "env_cpu_cores"),
+    ("GPUs", "env_gpus"), ("device type", "device_type"), ("process-group backend", "backend"),
+    ("NVML probe", "nvml_reason"), ("Python", "env_python"), ("torch", "env_torch"),
+    ("torch_geometric", "env_torch_geometric"), ("PyG sampler backend", "env_pyg_sampler_backend"),
+    ("pyg-lib", "env_pyg_lib"), ("torch-sparse", "env_torch_sparse"), ("DGL", "env_dgl"),
+    ("DGL CUDA build", "env_dgl_cuda"), ("numpy", "env_numpy"), ("OMP_NUM_THREADS", "env_omp_num_threads"),
+    ("/dev/shm size", "env_shm_bytes"), ("memory", "env_memory_bytes"), ("open-files limit", "env_open_files_limit"),
+    ("git commit", "env_git_commit"), ("uncommitted changes", "env_git_dirty"),
+    ("pre-flight warnings", "preflight_warnings"),
+)
+
+
+def _gib(v):
+    return None if pd.isna(v) else f"{float(v) / 2**30:.1f} GiB"
+
+
+def environment_frame(runs: pd.DataFrame) -> pd.DataFrame:
+    rows = []
+    for label, col in ENV_ROWS:
+        values = runs[col] if col in runs else pd.Series(dtype=object)
+        if col in ("env_shm_bytes", "env_memory_bytes"):
+            values = values.map(_gib)
+        rows.append({"setting": label, "value": _distinct(values)})
+    for ds, g in runs.groupby("dataset"):
+        rows.append({"setting": f"dataset {ds} content hash", "value": _distinct(g["env_dataset_hash"])})
+    return pd.DataFrame(rows, columns=["setting", "value"])
+
+
+def _choices(runs, key) -> pd.Series:
+    def get(text):
+        try:
+            return json.loads(text).get(key)
+        except (TypeError, ValueError, AttributeError):
+            return None
+    return runs["adapter_choices"].map(get)
+
+
+FAIRNESS_ROWS = (
+    ("fan-outs as given (hop nearest the seeds first)", lambda r: r["fanouts"]),
+    ("fan-outs as passed to the framework's sampler", lambda r: r["fanouts_framework"]),
+    ("sampler", lambda r: _choices(r, "sampler")),
+    ("PyG sampler backend (recorded per run)", lambda r: r["env_pyg_sampler_backend"].where(r["framework"] == "pyg")),
+    ("GAT self-loops", lambda r: r["self_loops"].where(r["model"] == "gat")),
+    ("GAT self-loop implementation", lambda r: _choices(r, "self_loops").where(r["model"] == "gat")),
+    ("sampling with replacement", lambda r: r["replace"]),
+    ("PyG layer trimming", lambda r: r["pyg_trim"].where(r["framework"] == "pyg")),
+    ("layer computation", lambda r: _choices(r, "layer_compute")),
+    ("seed split across ranks", lambda r: _choices(r, "seed_split")),
+    ("uneven batches (naive split)", lambda r: r["uneven_batches"]),
+    ("graph input", lambda r: _choices(r, "graph_input")),
+    ("learning rate", lambda r: r["lr"]),
+    ("LR scaling with processes", lambda r: r["lr_scaling"]),
+    ("effective LR", lambda r: r["lr_effective"]),
+    ("weight decay", lambda r: r["weight_decay"]),
+    ("GraphSAGE layers / hidden / dropout", lambda r: _model_arch(r, "sage")),
+    ("GAT layers / hidden / heads / dropout", lambda r: _model_arch(r, "gat")),
+    ("threads per rank (by devices)", lambda r: r["devices"].astype(str) + " dev: " + r["threads_per_rank"].astype(str)),
+    ("base seeds", lambda r: r["seed_base"]),
+    ("per-phase step timing", lambda r: r["breakdown"]),
+    ("probes (CPU/NVML samplers)", lambda r: r["probes"]),
+)
+
+
+def _model_arch(runs, model):
+    m = runs["model"] == model
+    parts = runs["layers"].astype(str) + " / " + runs["hidden"].astype(str)
+    if model == "gat":
+        parts = parts + " / " + runs["heads"].astype(str)
+    return (parts + " / " + runs["dropout"].astype(str)).where(m)
+
+
+def fairness_frame(runs: pd.DataFrame) -> pd.DataFrame:
+    """Setting -> values per framework, so differences between the frameworks are visible."""
+    fws = [f for f in tables.FRAMEWORK_ORDER if f in set(runs["framework"])]
+    rows = []
+    for label, fn in FAIRNESS_ROWS:
+        try:
+            values = fn(runs)
+        except (KeyError, TypeError, AttributeError):
+            continue
+        row = {"setting": label}
+        for f in fws:
+            row[framework_label(f)] = _distinct(values[runs["framework"] == f])
+        rows.append(row)
+    return pd.DataFrame(rows, columns=["setting"] + [framework_label(f) for f in fws])
+
+
+def frame_table(df: pd.DataFrame, name: str, title: str, description: str, code_cols=(), status_col=None,
+                empty_text="Nothing to list.") -> tables.TableSet:
+    """A plain frame as a TableSet (one grid, columns as they are)."""
+    if df.empty:
+        return tables.TableSet(name, title, description, df, [], empty_text=empty_text)
+    header = [[(c, 1) for c in df.columns]]
+    rows = []
+    for rec in df.to_dict("records"):
+        cells = []
+        for c in df.columns:
+            v = rec[c]
+            text = "—" if v is None or (isinstance(v, float) and pd.isna(v)) else (
+                tables.fmt_num(v) if isinstance(v, float) else str(v))
+            css = "code" if c in code_cols else ("" if isinstance(v, numbers.Number) and not isinstance(v, bool) else "text")
+            if c == status_col:
+                css = f"status status-{v}"
+            cells.append(tables.Cell(text, css=css))
+        rows.append(cells)
+    return tables.TableSet(name, title, description, df, [tables.GridTable("", header, rows, n_index=0)])
+
+
+def runs_frame(runs: pd.DataFrame) -> pd.DataFrame:
+    cols = {"experiment": "experiment", "framework": "framework", "model": "model", "devices": "devices",
+            "batch_size": "batch", "workers": "workers", "repeat": "repeat", "status": "status",
+            "train_time_s": "train time (s)", "final_val_acc": "val acc", "command": "rerun command"}
+    df = tables.paper_order(runs, ["experiment", "model", "framework", "devices", "batch_size", "workers", "repeat"])
+    df = df[list(cols)].rename(columns=cols)
+    df["framework"] = df["framework"].map(framework_label)
+    df["model"] = df["model"].map(model_label)
+    return df
+
+
+# -- assembling -----------------------------------------------------------------------------
+
+def png_data_uri(path: Path) -> str:
+    return "data:image/png;base64," + base64.b64encode(Path(path).read_bytes()).decode()
+
+
+def build_tables(agg: Aggregate, runs: pd.DataFrame) -> dict:
+    out = tables.all_tables(runs)
+    out["deadlocks"] = tables.TableSet(
+        "deadlocks", "Deadlock and failure report", "Every run that did not end ok.",
+        deadlocks.failures_frame(agg.failures), body=deadlocks.render_html(agg.failures))
+    out["environment"] = frame_table(environment_frame(runs), "environment", "Environment",
+                                     "What the runs ran on (distinct values; counts when they differ).")
+    out["fairness"] = frame_table(fairness_frame(runs), "fairness", "Fairness settings",
+                                  "What each framework was given; a value that differs between the "
+                                  "columns is a deliberate, recorded framework difference.")
+    out["runs"] = frame_table(runs_frame(runs), "runs", "All runs",
+                              "Every valid run with the command that reruns it.",
+                              code_cols=("rerun command",), status_col="status", empty_text="No valid runs.")
+    out["invalid"] = frame_table(agg.invalid.reindex(columns=["path", "run_id", "reason"]), "invalid",
+                                 "Malformed results", "Results that could not be used, and why.",
+                                 code_cols=("path",), empty_text="Every result file was valid.")
+    return out
+
+
+def build_figures(agg: Aggregate, runs: pd.DataFrame, points: pd.DataFrame, scaling: pd.DataFrame) -> dict:
+    """name -> (figure factory, caption). Factories so each figure is closed right after saving."""
+    selected = plots.select_resource_runs(runs, agg.cpu, agg.nvml)
+    return {
+        "status_map": (lambda: plots.status_map(runs),
+                       "Outcome of every configuration, including fault-injection demonstrations; the "
+                       "colour is the worst outcome over repeats."),
+        "runtime_vs_devices": (lambda: plots.runtime_vs_devices(points),
+                               "Training time (slowest rank) against devices, one panel per model and batch "
+                               "size, like the seed study's Figure 1. An X marks a configuration without an ok run."),
+        "speedup": (lambda: plots.speedup_vs_devices(scaling),
+                    "Speed-up over the fewest devices; the dashed line is ideal linear scaling."),
+        "breakdown": (lambda: plots.breakdown_bars(points),
+                      "Mean time per training step split into phases (backward includes the all-reduce)."),
+        "throughput": (lambda: plots.throughput_vs_batch(points),
+                       "Training seed nodes per second (all processes) against the per-process batch size."),
+        "resources": (lambda: plots.resources_over_time(runs, agg.cpu, agg.nvml, selected),
+                      "CPU use (100% = one core) and resident memory of each rank (solid) and its loader "
+                      "workers (dashed, summed) for selected runs: per framework its largest ok "
+                      "configuration, then failed runs." + (" GPU utilisation from NVML." if not agg.nvml.empty else "")),
+    }
+
+
+def render(agg: Aggregate, out: Path, assets: Path, source: str = "") -> Path:
+    """Write every asset and the self-contained page; return the page's path."""
+    out, assets = Path(out), Path(assets)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    assets.mkdir(parents=True, exist_ok=True)
+    runs = tables.add_experiment(agg.runs)
+    points = tables.performance_points(runs)
+    scaling = tables.scaling_data(points)
+    tabs = build_tables(agg, runs)
+    for t in tabs.values():
+        t.write(assets)
+    figures = {}
+    for name, (factory, caption) in build_figures(agg, runs, points, scaling).items():
+        fig = factory()
+        path = assets / f"{name}.png"
+        fig.savefig(path, dpi=100, bbox_inches="tight")
+        plots.plt.close(fig)
+        note = getattr(fig, "gnnscale_note", None)  # an empty figure: say why in words too
+        figures[name] = {"src": png_data_uri(path), "caption": f"{note} {caption}" if note else caption,
+                         "file": path.name}
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
+                             undefined=jinja2.StrictUndefined)
+    page = env.get_template("report.html.j2").render(
+        generated=dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
+        source=source, counts=Counter(runs["status"]), n_runs=len(runs), n_invalid=len(agg.invalid),
+        status_colours=STATUS_COLOURS,
+        findings=findings(runs, points, scaling, tabs["paper_comparison"].data, agg.invalid),
+        tables={k: {"title": t.title, "description": t.description, "html": t.html()} for k, t in tabs.items()},
+        figures=figures, n_failures=len(agg.failures),
+        experiments=list(dict.fromkeys(runs["experiment"])),
+        excluded_faults=int(len(runs) - len(tables.performance_runs(runs))),
+    )
+    out.write_text(page)
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m analysis.report", description=__doc__.split("\n")[0])
+    p.add_argument("--aggregate", required=True, help="directory written by analysis.aggregate")
+    p.add_argument("--out", required=True, help="the HTML page to write (e.g. results/report/index.html)")
+    p.add_argument("--assets", default=None, help="directory for table CSV/HTML and plot PNG files "
+                   "(default: the page's directory)")
+    args = p.parse_args(argv)
+    agg_dir = Path(args.aggregate)
+    if not (agg_dir / "runs.csv").exists():
+        p.error(f"--aggregate {agg_dir}: no runs.csv there; run `python -m analysis.aggregate --out-dir "
+                f"{agg_dir} RUN_DIR...` first")
+    out = Path(args.out)
+    page = render(Aggregate.load(agg_dir), out, Path(args.assets) if args.assets else out.parent, source=str(agg_dir))
+    print(f"[analysis] report: {page} ({page.stat().st_size / 1024:.0f} KiB)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

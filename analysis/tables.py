@@ -1,0 +1,566 @@
+"""Tables computed from the aggregate: the seed study's Table 2 layout, scaling, step
+breakdown, throughput, accuracy and the side-by-side comparison with the seed study.
+
+Every table is a `TableSet`: a tidy numeric frame (written as CSV) and one display grid per
+experiment (written as an HTML fragment). Repeats of one grid point are averaged with a 95%
+confidence interval (t-distribution); a grid point without an ok run shows its status.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+from scipy import stats
+
+from analysis import (EXPERIMENT_KEYS, GRID_KEYS, MODEL_KEYS, PHASE_LABELS, PHASES,
+                      STATUS_SEVERITY, framework_label, model_label)
+
+PAPER_CSV = Path(__file__).resolve().parent / "paper_table2.csv"
+PAPER_EPOCHS = 50
+PAPER_SETUP = "Reddit, 50 epochs, 1/2/4 NVIDIA T4 GPUs on a Google Cloud N1 machine"
+PAPER_DATASET = "reddit"
+EFFICIENCY_WARN = 0.5   # parallel efficiency below this: scaling has stopped paying off
+SUPERLINEAR_WARN = 1.2  # above this the baseline was probably disturbed, not the scaling superb
+ACCURACY_GAP_WARN = 0.02  # accuracy difference between frameworks worth flagging (2 points)
+MODEL_ORDER = ("sage", "gat")
+FRAMEWORK_ORDER = ("pyg", "dgl")
+
+
+# -- display primitives ---------------------------------------------------------------------
+
+@dataclass
+class Cell:
+    text: str
+    css: str = ""
+    title: str = ""
+    span: int = 1  # columns this cell covers (a status across all value columns)
+
+
+@dataclass
+class GridTable:
+    """One rendered table: header rows of (label, colspan) and body rows of cells."""
+
+    caption: str
+    header: list
+    rows: list
+    n_index: int
+
+    def to_html(self) -> str:
+        e = html.escape
+        head = ""
+        depth = len(self.header)
+        for r, hrow in enumerate(self.header):
+            ths = []
+            for i, (label, span) in enumerate(hrow):
+                if i < self.n_index and depth > 1:
+                    if r == 0:  # index headers span every header row
+                        ths.append(f"<th rowspan='{depth}'>{e(str(label))}</th>")
+                    continue
+                ths.append(f"<th colspan='{span}'>{e(str(label))}</th>" if span > 1 else f"<th>{e(str(label))}</th>")
+            head += "<tr>" + "".join(ths) + "</tr>"
+        body = []
+        for row in self.rows:
+            tds = []
+            for i, c in enumerate(row):
+                kind = "idx" if i < self.n_index else ("" if "text" in c.css or "code" in c.css else "num")
+                classes = " ".join(x for x in (c.css, kind) if x)
+                title = f" title='{e(c.title)}'" if c.title else ""
+                span = f" colspan='{c.span}'" if c.span > 1 else ""
+                tds.append(f"<td class='{classes}'{title}{span}>{e(c.text)}</td>")
+            body.append("<tr>" + "".join(tds) + "</tr>")
+        cap = f"<caption>{e(self.caption)}</caption>" if self.caption else ""
+        return (f"<table class='grid'>{cap}<thead>{head}</thead>"
+                f"<tbody>{''.join(body)}</tbody></table>")
+
+
+@dataclass
+class TableSet:
+    """A named table: tidy numbers for the CSV, display grids for the HTML fragment."""
+
+    name: str
+    title: str
+    description: str
+    data: pd.DataFrame
+    grids: list = field(default_factory=list)
+    empty_text: str = "No data for this table."
+    body: str | None = None  # a ready-made fragment instead of grids (the deadlock report)
+
+    def html(self) -> str:
+        if self.body is not None:
+            return self.body
+        if not self.grids:
+            return f"<p class='muted'>{html.escape(self.empty_text)}</p>"
+        return "\n".join(f"<div class='table-wrap'>{g.to_html()}</div>" for g in self.grids)
+
+    def write(self, out_dir: Path) -> list:
+        out_dir = Path(out_dir)
+        self.data.to_csv(out_dir / f"{self.name}.csv", index=False)
+        (out_dir / f"{self.name}.html").write_text(
+            f"<h3>{html.escape(self.title)}</h3>\n<p>{html.escape(self.description)}</p>\n{self.html()}\n")
+        return [out_dir / f"{self.name}.csv", out_dir / f"{self.name}.html"]
+
+
+def fmt_num(v, ref=None) -> str:
+    """Three significant-ish digits, the precision chosen from `ref` (default: v itself)."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "n/a"
+    r = abs(ref if ref is not None else v)
+    if r >= 100:
+        return f"{v:,.0f}"
+    if r >= 10:
+        return f"{v:.1f}"
+    if r >= 1:
+        return f"{v:.2f}"
+    return f"{v:.3f}"
+
+
+def fmt_si(v) -> str:
+    """Large rates: 1.2k, 3.4M."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "n/a"
+    for div, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(v) >= div:
+            return f"{v / div:.3g}{unit}"
+    return f"{v:.3g}"
+
+
+def fmt_pct(v) -> str:
+    return "n/a" if v is None or pd.isna(v) else f"{100 * v:.1f}%"
+
+
+# -- experiments and grid-point statistics --------------------------------------------------
+
+def _key_text(v) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "none"
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    return str(v)
+
+
+def add_experiment(runs: pd.DataFrame) -> pd.DataFrame:
+    """Label every run with its experiment: the settings outside the swept grid axes.
+
+    The label always names dataset, device type and epochs, plus any other setting that
+    differs between experiments, so two tables are never silently mixed."""
+    runs = runs.copy()
+    keys = [k for k in EXPERIMENT_KEYS if k in runs.columns]
+    if runs.empty:
+        runs["experiment"] = pd.Series(dtype="object")
+        return runs
+    texts = runs[keys].map(_key_text)
+    varying = [k for k in keys if (texts.groupby(runs["model"])[k].nunique().max()
+                                   if k in MODEL_KEYS else texts[k].nunique()) > 1]
+    labels = []
+    for _, t in texts.iterrows():
+        parts = [f"dataset {t['dataset']}", t["device_type"], f"{t['epochs']} epochs"]
+        if t.get("inject", "none") != "none":
+            parts.append(f"fault injection: {t['inject']}")
+        for k in varying:
+            if k in ("dataset", "device_type", "epochs", "inject"):
+                continue
+            if t[k] in ("True", "False"):  # a switch reads as its name when on, nothing when off
+                parts += [k.replace("_", " ")] if t[k] == "True" else []
+            else:
+                parts.append(f"{k}={t[k]}")
+        labels.append(" · ".join(parts))
+    runs["experiment"] = labels
+    # Performance experiments first, fault-injection demonstrations last.
+    order = sorted(set(labels), key=lambda x: ("fault injection" in x, x))
+    runs["experiment"] = pd.Categorical(labels, categories=order, ordered=True)
+    return runs.sort_values("experiment", kind="stable").assign(experiment=lambda d: d["experiment"].astype(str))
+
+
+def performance_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    """Runs that measure performance: fault-injection demonstrations are left out."""
+    if "inject" not in runs.columns:
+        return runs
+    return runs[runs["inject"].isna() | (runs["inject"].astype(str).isin(["", "None", "none"]))]
+
+
+def mean_ci(values) -> tuple:
+    """(mean, 95% CI half-width by the t-distribution; NaN for fewer than 2 values)."""
+    vals = [float(v) for v in values if v is not None and not pd.isna(v)]
+    if not vals:
+        return float("nan"), float("nan")
+    m = sum(vals) / len(vals)
+    if len(vals) < 2:
+        return m, float("nan")
+    sd = pd.Series(vals).std(ddof=1)
+    return m, float(stats.t.ppf(0.975, len(vals) - 1) * sd / math.sqrt(len(vals)))
+
+
+def status_text(statuses: Counter) -> str:
+    """'hang', 'hang ×2', 'hang ×2, crashed' (most severe first)."""
+    order = sorted(statuses, key=lambda s: STATUS_SEVERITY.index(s) if s in STATUS_SEVERITY else -1)
+    return ", ".join(s if statuses[s] == 1 else f"{s} ×{statuses[s]}" for s in order)
+
+
+def worst_status(statuses) -> str:
+    present = [s for s in STATUS_SEVERITY if s in statuses]
+    return present[0] if present else "ok"
+
+
+CARRIED = ("dataset", "epochs", "device_type")
+
+
+def grid_points(runs: pd.DataFrame, values) -> pd.DataFrame:
+    """One row per experiment and grid point: counts, statuses, mean and CI of each value."""
+    cols = ["experiment", *GRID_KEYS]
+    rows = []
+    if runs.empty:
+        return pd.DataFrame(columns=cols + list(CARRIED) + ["n_runs", "n_ok", "statuses", "worst_status", "run_ids",
+                                            "command"] + [f"{v}_{s}" for v in values for s in ("mean", "ci95", "n")])
+    for key, g in runs.groupby(cols, sort=False, dropna=False):
+        ok = g[g["status"] == "ok"]
+        statuses = Counter(g["status"])
+        row = dict(zip(cols, key))
+        # Constant within an experiment; carried along for tables that need them.
+        row.update({k: g[k].iloc[0] for k in CARRIED if k in g})
+        row.update({"n_runs": len(g), "n_ok": len(ok), "statuses": status_text(statuses),
+                    "worst_status": worst_status(statuses),
+                    "run_ids": " ".join(g["run_id"]), "command": g.sort_values("repeat")["command"].iloc[0]})
+        for v in values:
+            m, ci = mean_ci(ok[v]) if v in ok else (float("nan"), float("nan"))
+            row.update({f"{v}_mean": m, f"{v}_ci95": ci, f"{v}_n": int(ok[v].notna().sum()) if v in ok else 0})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def paper_order(df: pd.DataFrame, keys) -> pd.DataFrame:
+    """Paper order: GraphSAGE before GAT, PyG before DGL, numbers ascending."""
+    order = {"model": MODEL_ORDER, "framework": FRAMEWORK_ORDER}
+    def keyfunc(col):
+        if col.name in order:
+            return col.map(lambda x: order[col.name].index(x) if x in order[col.name] else 99)
+        return col
+    return df.sort_values(list(keys), key=keyfunc, kind="stable")
+
+
+def value_cell(p, value: str, fmt=fmt_num, scale: float = 1.0) -> Cell:
+    """A grid point's mean ± CI, or its status when no repeat ended ok."""
+    title = f"rerun: {p['command']}" if p.get("command") else ""
+    if p["n_ok"] == 0:
+        return Cell(p["statuses"], css=f"status status-{p['worst_status']}", title=title)
+    m, ci = p[f"{value}_mean"] * scale, p[f"{value}_ci95"] * scale
+    text = fmt(m)
+    if not pd.isna(ci):
+        text += f" ± {fmt(ci) if fmt is not fmt_num else fmt_num(ci, ref=m)}"
+    if p["n_ok"] < p["n_runs"]:
+        text += f" ({p['n_runs'] - p['n_ok']} of {p['n_runs']} not ok)"
+    return Cell(text, title=title)
+
+
+def _index_cells(values, previous) -> list:
+    """Index cells, blanking leading values repeated from the row above (paper style)."""
+    cells, same = [], True
+    for v, prev in zip(values, previous or [None] * len(values)):
+        same = same and previous is not None and v == prev
+        cells.append(Cell("" if same else v, css="idx-cont" if same else ""))
+    return cells
+
+
+# -- Table 2 layout -------------------------------------------------------------------------
+
+def table2_grids(points: pd.DataFrame, value: str, fmt=fmt_num, scale=1.0, best=None,
+                 gap_warn=None) -> list:
+    """Seed study layout per experiment: rows model x devices x workers, columns batch size x
+    framework. `best` ("min"/"max") bolds the better framework; `gap_warn` flags pairs whose
+    difference exceeds it."""
+    grids = []
+    for exp, g in points.groupby("experiment", sort=False):
+        batches = sorted(g["batch_size"].unique())
+        fws = [f for f in FRAMEWORK_ORDER if f in set(g["framework"])] + sorted(set(g["framework"]) - set(FRAMEWORK_ORDER))
+        header = [[("Model", 1), ("Devices", 1), ("Workers", 1)] + [(f"Batch size {b}", len(fws)) for b in batches],
+                  [("", 1)] * 3 + [(framework_label(f), 1) for b in batches for f in fws]]
+        idx = {(r.model, r.devices, r.workers, r.batch_size, r.framework): r for r in g.itertuples()}
+        rows, prev = [], None
+        row_keys = paper_order(g[["model", "devices", "workers"]].drop_duplicates(), ["model", "devices", "workers"])
+        for rk in row_keys.itertuples(index=False):
+            labels = [model_label(rk.model), str(rk.devices), str(rk.workers)]
+            cells = _index_cells(labels, prev)
+            prev = labels
+            for b in batches:
+                pts = {f: idx.get((rk.model, rk.devices, rk.workers, b, f)) for f in fws}
+                group = []
+                for f in fws:
+                    p = pts[f]
+                    group.append(Cell("—", css="missing", title="not in the grid") if p is None
+                                 else value_cell(p._asdict(), value, fmt, scale))
+                means = {f: getattr(pts[f], f"{value}_mean") for f in fws
+                         if pts[f] is not None and pts[f].n_ok > 0 and not pd.isna(getattr(pts[f], f"{value}_mean"))}
+                if best and len(means) >= 2:
+                    pick = (min if best == "min" else max)(means, key=means.get)
+                    if list(means.values()).count(means[pick]) == 1:
+                        group[fws.index(pick)].css += " best"
+                if gap_warn is not None and len(means) >= 2 and max(means.values()) - min(means.values()) > gap_warn:
+                    for f in means:
+                        group[fws.index(f)].css += " warn"
+                cells += group
+            rows.append(cells)
+        grids.append(GridTable(exp, header, rows, n_index=3))
+    return grids
+
+
+def training_time_table(points: pd.DataFrame) -> TableSet:
+    data = points[["experiment", *GRID_KEYS, "n_runs", "n_ok", "statuses", "train_time_s_mean",
+                   "train_time_s_ci95", "command"]] if not points.empty else points
+    return TableSet(
+        "table2", "Training time (seed study's Table 2 layout)",
+        "Slowest rank's total training time in seconds (summary.train_time_s), mean ± 95% CI "
+        "over repeats. Batch size is per process. The faster framework of each pair is bold; "
+        "a cell without any ok run shows its status instead.",
+        data, table2_grids(points, "train_time_s", best="min"))
+
+
+def accuracy_table(points: pd.DataFrame) -> TableSet:
+    data = points[["experiment", *GRID_KEYS, "n_ok", "final_val_acc_mean", "final_val_acc_ci95"]] \
+        if not points.empty else points
+    return TableSet(
+        "accuracy", "Final validation accuracy",
+        f"Validation accuracy after the last epoch (%, mean ± 95% CI). Pairs whose frameworks "
+        f"differ by more than {100 * ACCURACY_GAP_WARN:.0f} points are highlighted.",
+        data, table2_grids(points, "final_val_acc", fmt=lambda v: f"{v:.1f}", scale=100,
+                           gap_warn=100 * ACCURACY_GAP_WARN))
+
+
+# -- scaling --------------------------------------------------------------------------------
+
+def series_workers(points: pd.DataFrame) -> pd.Series:
+    """The loader-worker label of the scaling series each grid point belongs to.
+
+    Usually its worker count. When a grid ties workers to the device count (the seed study
+    used 8 workers on 1-2 GPUs and 1 on 4), the tied points form ONE series labelled by
+    device order, e.g. '8/8/1', so they are still compared with the 1-device run."""
+    out = points["workers"].astype(str)
+    for _, g in points.groupby(["experiment", "framework", "model", "batch_size"], sort=False):
+        if g["workers"].nunique() > 1 and g.groupby("devices")["workers"].nunique().max() == 1:
+            out[g.index] = "/".join(str(w) for w in g.sort_values("devices")["workers"])
+    return out
+
+
+def scaling_data(points: pd.DataFrame) -> pd.DataFrame:
+    """Speed-up and parallel efficiency against the fewest devices of each series."""
+    series = ["experiment", "framework", "model", "batch_size", "series_workers"]
+    cols = [*series, "workers", "devices", "base_devices", "train_time_s", "base_train_time_s", "speedup",
+            "ideal_speedup", "efficiency", "n_ok", "statuses", "worst_status", "base_status", "command"]
+    if points.empty:
+        return pd.DataFrame(columns=cols)
+    points = points.assign(series_workers=series_workers(points))
+    out = []
+    for _, g in points.groupby(series, sort=False):
+        g = g.sort_values("devices")
+        base = g.iloc[0]
+        for p in g.itertuples():
+            ok = p.n_ok > 0 and base.n_ok > 0
+            speedup = base.train_time_s_mean / p.train_time_s_mean if ok else float("nan")
+            ideal = p.devices / base.devices
+            out.append({**{k: getattr(p, k) for k in series}, "workers": p.workers, "devices": p.devices,
+                        "base_devices": base.devices, "train_time_s": p.train_time_s_mean,
+                        "base_train_time_s": base.train_time_s_mean, "speedup": speedup,
+                        "ideal_speedup": ideal, "efficiency": speedup / ideal if ok else float("nan"),
+                        "n_ok": p.n_ok, "statuses": p.statuses, "worst_status": p.worst_status,
+                        "base_status": base.statuses, "command": p.command})
+    return pd.DataFrame(out, columns=cols)
+
+
+def scaling_table(points: pd.DataFrame) -> TableSet:
+    data = scaling_data(points)
+    grids = []
+    for exp, g in data.groupby("experiment", sort=False):
+        devices = sorted(g["devices"].unique())
+        header = [[("Model", 1), ("Framework", 1), ("Batch size", 1), ("Workers", 1)]
+                  + [(f"{d} device{'s' if d > 1 else ''}", 1) for d in devices]]
+        rows, prev = [], None
+        for key, s in paper_order(g, ["model", "framework", "batch_size", "series_workers", "devices"]).groupby(
+                ["model", "framework", "batch_size", "series_workers"], sort=False):
+            labels = [model_label(key[0]), framework_label(key[1]), str(key[2]), str(key[3])]
+            cells = _index_cells(labels, prev)
+            prev = labels
+            by_dev = {r.devices: r for r in s.itertuples()}
+            for d in devices:
+                r = by_dev.get(d)
+                if r is None:
+                    cells.append(Cell("—", css="missing"))
+                elif r.n_ok == 0:
+                    cells.append(Cell(r.statuses, css=f"status status-{r.worst_status}", title=f"rerun: {r.command}"))
+                elif pd.isna(r.speedup):
+                    cells.append(Cell(f"no baseline ({r.base_status})", css="muted"))
+                elif d == r.base_devices:
+                    cells.append(Cell("1.00× (baseline)", css="muted", title=f"rerun: {r.command}"))
+                else:
+                    cells.append(Cell(f"{r.speedup:.2f}× · {100 * r.efficiency:.0f}%",
+                                      css="warn" if r.efficiency < EFFICIENCY_WARN else "",
+                                      title=f"rerun: {r.command}"))
+            rows.append(cells)
+        grids.append(GridTable(exp, header, rows, n_index=4))
+    return TableSet(
+        "scaling", "Scaling with devices",
+        f"Speed-up of the training time over the fewest devices measured (usually 1) and parallel "
+        f"efficiency (speed-up / device ratio). Efficiency below {100 * EFFICIENCY_WARN:.0f}% is "
+        f"highlighted: adding devices no longer pays off there.",
+        data, grids)
+
+
+# -- flat tables: breakdown and throughput --------------------------------------------------
+
+def flat_grids(points: pd.DataFrame, columns: list) -> list:
+    """Rows model x framework x devices x batch x workers; `columns` = [(label, fn(point)->Cell)]."""
+    grids = []
+    for exp, g in points.groupby("experiment", sort=False):
+        header = [[("Model", 1), ("Framework", 1), ("Devices", 1), ("Batch size", 1), ("Workers", 1)]
+                  + [(label, 1) for label, _ in columns]]
+        rows, prev = [], None
+        for p in paper_order(g, ["model", "framework", "devices", "batch_size", "workers"]).to_dict("records"):
+            labels = [model_label(p["model"]), framework_label(p["framework"]), str(p["devices"]),
+                      str(p["batch_size"]), str(p["workers"])]
+            cells = _index_cells(labels, prev)
+            prev = labels
+            if p["n_ok"] > 0:
+                cells += [fn(p) for _, fn in columns]
+            else:
+                cells.append(Cell(p["statuses"], css=f"status status-{p['worst_status']}",
+                                  title=f"rerun: {p['command']}", span=len(columns)))
+            rows.append(cells)
+        grids.append(GridTable(exp, header, rows, n_index=5))
+    return grids
+
+
+def breakdown_table(points: pd.DataFrame) -> TableSet:
+    phase_cols = [f"step_{p}" for p in PHASES]
+    def ms(col):
+        return lambda p: Cell(fmt_num(1000 * p[f"{col}_mean"]) if not pd.isna(p[f"{col}_mean"]) else "n/a")
+    def share(p):
+        total = p["step_s_mean"]
+        return Cell(fmt_pct(p["step_load_wait_s_mean"] / total) if total and not pd.isna(total) else "n/a")
+    columns = [(f"{PHASE_LABELS[ph]} (ms)", ms(f"step_{ph}")) for ph in PHASES]
+    columns += [("whole step (ms)", ms("step_s")), ("loader share", share)]
+    keep = ["experiment", *GRID_KEYS, "n_ok"] + [f"{c}_mean" for c in phase_cols + ["step_s"]]
+    return TableSet(
+        "breakdown", "Where a training step's time goes",
+        "Mean time per training step (milliseconds, averaged over all steps of all ranks, then over "
+        "repeats) split into phases. The backward phase includes DDP's gradient all-reduce. "
+        "Loader share = time waiting for the next mini-batch / whole step.",
+        points[keep] if not points.empty else points, flat_grids(points, columns))
+
+
+def throughput_table(points: pd.DataFrame) -> TableSet:
+    def rate(col):
+        def cell(p):
+            m, ci = p[f"{col}_mean"], p[f"{col}_ci95"]
+            return Cell(fmt_si(m) + ("" if pd.isna(ci) else f" ± {fmt_si(ci)}"))
+        return cell
+    columns = [("seed nodes / s", rate("throughput_seed_nodes_per_s")),
+               ("sampled edges / s", rate("sampled_edges_per_s")),
+               ("median epoch (s)", lambda p: Cell(fmt_num(p["median_epoch_time_s_mean"]))),
+               ("start-up (s)", lambda p: Cell(fmt_num(p["startup_s_mean"])))]
+    keep = ["experiment", *GRID_KEYS, "n_ok"] + [f"{c}_{s}" for c in (
+        "throughput_seed_nodes_per_s", "sampled_edges_per_s", "median_epoch_time_s", "startup_s")
+        for s in ("mean", "ci95")]
+    return TableSet(
+        "throughput", "Throughput",
+        "Training seed nodes and sampled edges processed per second by all processes together "
+        "(mean ± 95% CI over repeats), the median epoch time of the slowest rank and the start-up "
+        "time before the first step (not part of the training time).",
+        points[keep] if not points.empty else points, flat_grids(points, columns))
+
+
+# -- the seed study, side by side ------------------------------------------------------------
+
+def load_paper(path: Path = PAPER_CSV) -> pd.DataFrame:
+    return pd.read_csv(path)
+
+
+def paper_comparison(points: pd.DataFrame, paper: pd.DataFrame) -> TableSet:
+    """Our Table 2 on the seed study's dataset next to the published numbers."""
+    ours = points[points["dataset"] == PAPER_DATASET]
+    cols = ["experiment", "model", "devices", "workers", "batch_size", "framework", "paper_s",
+            "ours_s", "ours_ci95", "ours_status", "paper_per_epoch_s", "ours_per_epoch_s", "ours_epochs"]
+    if ours.empty:
+        published = paper.rename(columns={"gpus": "devices"}).assign(
+            experiment=f"Seed study, published: {PAPER_SETUP}", n_ok=1, n_runs=1, statuses="ok",
+            worst_status="ok", command="", train_time_s_mean=paper["seconds"], train_time_s_ci95=float("nan"))
+        return TableSet("paper_comparison", "The seed study's Table 2",
+                        f"No runs on the seed study's dataset ({PAPER_DATASET}) yet: run the paper profile to put "
+                        f"ours beside it. Its published numbers (seconds, faster framework bold):",
+                        pd.DataFrame(columns=cols), table2_grids(published, "train_time_s", best="min"))
+    rows, grids = [], []
+    paper = paper.rename(columns={"gpus": "devices", "seconds": "paper_s"})
+    keys = ["model", "devices", "workers", "batch_size", "framework"]
+    for exp, g in ours.groupby("experiment", sort=False):
+        epochs = int(g["epochs"].iloc[0])
+        merged = paper.merge(g, on=keys, how="outer")
+        exp_rows = []
+        for r in merged.itertuples():
+            ok = not pd.isna(r.n_ok) and r.n_ok > 0
+            exp_rows.append({"experiment": exp, **{k: getattr(r, k) for k in keys}, "paper_s": r.paper_s,
+                         "ours_s": r.train_time_s_mean if ok else float("nan"),
+                         "ours_ci95": r.train_time_s_ci95 if ok else float("nan"),
+                         "ours_status": "not run" if pd.isna(r.n_ok) else ("ok" if ok else r.statuses),
+                         "paper_per_epoch_s": r.paper_s / PAPER_EPOCHS,
+                         "ours_per_epoch_s": r.train_time_s_mean / epochs if ok else float("nan"),
+                         "ours_epochs": epochs})
+        rows += exp_rows
+        d = pd.DataFrame(exp_rows)
+        batches = sorted(d["batch_size"].unique())
+        header = [[("Model", 1), ("Devices", 1), ("Workers", 1)] + [(f"Batch size {b}", 4) for b in batches],
+                  [("", 1)] * 3 + [(framework_label(f), 2) for b in batches for f in FRAMEWORK_ORDER],
+                  [("", 1)] * 3 + [(s, 1) for b in batches for f in FRAMEWORK_ORDER
+                                   for s in ("paper", f"ours ({epochs} ep.)")]]
+        body, prev = [], None
+        for rk in paper_order(d[["model", "devices", "workers"]].drop_duplicates(), ["model", "devices", "workers"]).itertuples(index=False):
+            labels = [model_label(rk.model), str(rk.devices), str(rk.workers)]
+            cells = _index_cells(labels, prev)
+            prev = labels
+            for b in batches:
+                sel = d[(d.model == rk.model) & (d.devices == rk.devices) & (d.workers == rk.workers) & (d.batch_size == b)]
+                by_fw = {r.framework: r for r in sel.itertuples()}
+                group = {}
+                for src in ("paper_s", "ours_s"):
+                    vals = {f: getattr(by_fw[f], src) for f in FRAMEWORK_ORDER if f in by_fw and not pd.isna(getattr(by_fw[f], src))}
+                    winner = min(vals, key=vals.get) if len(vals) == 2 and len(set(vals.values())) == 2 else None
+                    for f in FRAMEWORK_ORDER:
+                        r = by_fw.get(f)
+                        if r is None or (src == "paper_s" and pd.isna(r.paper_s)):
+                            group[(f, src)] = Cell("—", css="missing")
+                        elif src == "ours_s" and pd.isna(r.ours_s):
+                            st = r.ours_status  # most severe status first
+                            group[(f, src)] = Cell(st, css="missing" if st == "not run" else f"status status-{st.split()[0].rstrip(',')}")
+                        else:
+                            v = getattr(r, src)
+                            text = fmt_num(v) + ("" if src == "paper_s" or pd.isna(r.ours_ci95) else f" ± {fmt_num(r.ours_ci95, ref=v)}")
+                            group[(f, src)] = Cell(text, css=("best" if winner == f else "") + (" paper" if src == "paper_s" else ""))
+                cells += [group[(f, src)] for f in FRAMEWORK_ORDER for src in ("paper_s", "ours_s")]
+            body.append(cells)
+        grids.append(GridTable(exp, header, body, n_index=3))
+    return TableSet(
+        "paper_comparison", "Our Table 2 beside the seed study's",
+        f"Seed study: {PAPER_SETUP} (published Table 2, seconds). Ours: the same layout from our "
+        f"runs on {PAPER_DATASET}; absolute times differ with hardware and epochs, so compare which "
+        f"framework is faster (bold, per source) and the trends. The CSV also has per-epoch times.",
+        pd.DataFrame(rows, columns=cols), grids)
+
+
+# -- all tables -----------------------------------------------------------------------------
+
+POINT_VALUES = ("train_time_s", "median_epoch_time_s", "throughput_seed_nodes_per_s",
+                "sampled_edges_per_s", "final_val_acc", "startup_s", "step_s") + tuple(f"step_{p}" for p in PHASES)
+
+
+def performance_points(runs: pd.DataFrame) -> pd.DataFrame:
+    """Grid-point statistics of the performance runs (runs must carry `experiment`)."""
+    return grid_points(performance_runs(runs), POINT_VALUES)
+
+
+def all_tables(runs: pd.DataFrame, paper: pd.DataFrame | None = None) -> dict:
+    """name -> TableSet for every table of the report (runs must carry `experiment`)."""
+    points = performance_points(runs)
+    tables = [training_time_table(points), scaling_table(points), breakdown_table(points),
+              throughput_table(points), accuracy_table(points),
+              paper_comparison(points, load_paper() if paper is None else paper)]
+    return {t.name: t for t in tables}

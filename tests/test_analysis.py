@@ -1,0 +1,297 @@
+"""Aggregation, tables, deadlock report and HTML report, checked against REAL result
+directories (tests/_runs.py runs a small real grid once per session)."""
+
+import csv
+import html
+import json
+import re
+import shutil
+
+import pandas as pd
+import pytest
+
+from analysis import aggregate, deadlocks, report, tables
+from analysis.aggregate import Aggregate
+from tests import _runs
+
+
+@pytest.fixture(scope="session")
+def runs_dir(tmp_path_factory):
+    return _runs.real_runs(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def agg_dir(tmp_path_factory):
+    return _runs.aggregate_dir(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def page(tmp_path_factory):
+    return _runs.report_page(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def results(runs_dir):
+    return {rid: json.loads((runs_dir / rid / "result.json").read_text()) for rid in _runs.GRID}
+
+
+@pytest.fixture(scope="session")
+def agg(agg_dir):
+    return Aggregate.load(agg_dir)
+
+
+@pytest.fixture(scope="session")
+def all_tables(agg):
+    return tables.all_tables(tables.add_experiment(agg.runs))
+
+
+def text_of(page_html: str) -> str:
+    return html.unescape(re.sub(r"<[^>]+>", " ", page_html))
+
+
+# -- aggregation ----------------------------------------------------------------------------
+
+def test_grid_produced_the_expected_statuses(results):
+    assert {rid: r["status"] for rid, r in results.items()} == {
+        **{rid: "ok" for rid in _runs.OK_RUNS},
+        "pyg-sage-d2-uneven": results["pyg-sage-d2-uneven"]["status"],
+        "pyg-sage-d2-stall": "hang",
+    }
+    assert results["pyg-sage-d2-uneven"]["status"] in ("hang", "crashed")
+
+
+def test_runs_csv_has_one_row_per_run_with_result_values(agg, results):
+    runs = agg.runs.set_index("run_id")
+    assert sorted(runs.index) == sorted(results)
+    assert agg.invalid.empty
+    for rid, r in results.items():
+        row = runs.loc[rid]
+        assert row["status"] == r["status"]
+        for key in ("framework", "model", "devices", "batch_size", "workers", "dataset", "epochs", "repeat"):
+            assert row[key] == r["config"][key], (rid, key)
+        assert row["fanouts"] == ",".join(map(str, r["config"]["fanouts"]))
+        assert row["fanouts_framework"] == ",".join(map(str, r["config"]["fanouts_framework"]))
+        assert row["command"] == r["command"]["shell"]
+        assert row["env_dgl"] == r["env"]["dgl"] and row["env_dataset_hash"] == r["env"]["dataset_hash"]
+        assert row["env_pyg_sampler_backend"] == r["env"]["pyg_sampler_backend"]
+        assert row["env_hostname"] == r["env"]["hostname"] and row["env_git_commit"] == r["env"]["git_commit"]
+        if r["status"] == "ok":
+            s = r["summary"]
+            for key in ("train_time_s", "median_epoch_time_s", "throughput_seed_nodes_per_s", "final_val_acc"):
+                assert row[key] == pytest.approx(s[key]), (rid, key)
+            for phase, v in s["step_breakdown_s"].items():
+                assert row[f"step_{phase}" if phase != "step_s" else "step_s"] == pytest.approx(v)
+        else:
+            assert pd.isna(row["train_time_s"])
+            assert row["diag_cause"] == r["diagnosis"]["cause"]
+
+
+def test_epochs_and_steps_tables(agg, results, runs_dir):
+    for rid, r in results.items():
+        ep = agg.epochs[agg.epochs["run_id"] == rid]
+        assert len(ep) == len(r["epochs"])
+        if r["validation"]:
+            acc = {v["epoch"]: v["accuracy"] for v in r["validation"]}
+            for e in ep.itertuples():
+                assert e.val_accuracy == pytest.approx(acc[e.epoch])
+        for rank in range(r["config"]["devices"]):
+            path = runs_dir / rid / f"rank{rank}" / "steps.csv"
+            with open(path, newline="") as fh:
+                n = sum(1 for _ in csv.DictReader(fh))
+            got = agg.steps[(agg.steps["run_id"] == rid) & (agg.steps["rank"] == rank)]
+            assert len(got) == n, (rid, rank)
+    assert {"t_s", "cpu_percent", "rss_bytes", "role"} <= set(agg.cpu.columns) and not agg.cpu.empty
+
+
+def test_failures_json_has_diagnosis_and_real_stacks(agg, results):
+    by_id = {f["run_id"]: f for f in agg.failures}
+    assert set(by_id) == {rid for rid, r in results.items() if r["status"] != "ok"}
+    stall = by_id["pyg-sage-d2-stall"]
+    assert stall["diagnosis"]["cause"] == results["pyg-sage-d2-stall"]["diagnosis"]["cause"]
+    roles = {s["role"] for s in stall["stacks"]}
+    assert roles == {"rank0", "rank1"}
+    frames = [fr for s in stall["stacks"] for t in s["threads"] for fr in t["frames"]]
+    assert any("runners/harness.py" in fr for fr in frames)  # the real training loop's frames
+    assert all(len(t["frames"]) <= deadlocks.TOP_FRAMES for s in stall["stacks"] for t in s["threads"])
+
+
+def test_malformed_results_are_listed_not_dropped(runs_dir, tmp_path):
+    root = tmp_path / "runs"
+    shutil.copytree(runs_dir / "dgl-sage-d1", root / "good")
+    shutil.copytree(runs_dir / "dgl-sage-d1", root / "broken")
+    (root / "broken" / "result.json").write_text('{"schema_version": 1, "run_id": ')
+    shutil.copytree(runs_dir / "dgl-sage-d1", root / "bad-schema")
+    data = json.loads((root / "bad-schema" / "result.json").read_text())
+    data["run_id"] = "bad-schema"
+    data["status"] = "exploded"
+    del data["config"]["framework"]
+    (root / "bad-schema" / "result.json").write_text(json.dumps(data))
+    shutil.copytree(runs_dir / "dgl-sage-d1", root / "unfinished")
+    (root / "unfinished" / "result.json").unlink()
+
+    agg = aggregate.aggregate([root])
+    assert list(agg.runs["run_id"]) == ["dgl-sage-d1"]
+    reasons = {r.run_id: r.reason for r in agg.invalid.itertuples()}
+    assert set(reasons) == {"broken", "bad-schema", "unfinished"}
+    assert reasons["broken"].startswith("not valid JSON")
+    assert "status" in reasons["bad-schema"] and "framework" in reasons["bad-schema"]
+    assert "without result.json" in reasons["unfinished"]
+
+    out = tmp_path / "report" / "index.html"
+    report.render(agg, out, out.parent)
+    text = text_of(out.read_text())
+    assert "3 results could not be used" in text
+    for rid in ("broken", "bad-schema", "unfinished"):
+        assert str(root / rid) in text
+    assert (out.parent / "invalid.csv").read_text().count("\n") == 4
+
+
+# -- tables ---------------------------------------------------------------------------------
+
+def perf_experiment(all_tables, name):
+    data = all_tables[name].data
+    return data[~data["experiment"].str.contains("uneven")]
+
+
+def test_table2_values_and_faster_framework(all_tables, results):
+    t = all_tables["table2"]
+    data = perf_experiment(all_tables, "table2").set_index(["framework", "devices"])
+    for rid in _runs.OK_RUNS:
+        c = results[rid]["config"]
+        assert data.loc[(c["framework"], c["devices"]), "train_time_s_mean"] == pytest.approx(
+            results[rid]["summary"]["train_time_s"])
+    grid_html = next(g for g in t.grids if "uneven" not in g.caption).to_html()
+    for devices in (1, 2):
+        times = {fw: results[f"{fw}-sage-d{devices}"]["summary"]["train_time_s"] for fw in ("pyg", "dgl")}
+        fast = min(times, key=times.get)
+        shown = tables.fmt_num(times[fast])
+        assert re.search(rf"class='[^']*best[^']*'[^>]*>{re.escape(shown)}<", grid_html), (devices, shown)
+    # The fault-injected hang is a demonstration, not a measurement: it is not in Table 2.
+    assert not t.data["experiment"].str.contains("fault injection").any()
+
+
+def test_non_ok_cell_shows_status(all_tables, results):
+    status = results["pyg-sage-d2-uneven"]["status"]
+    grid = next(g for g in all_tables["table2"].grids if "uneven" in g.caption)
+    assert f"status-{status}" in grid.to_html() and f">{status}<" in grid.to_html()
+
+
+def test_scaling_matches_result_ratios(all_tables, results):
+    data = perf_experiment(all_tables, "scaling").set_index(["framework", "devices"])
+    for fw in ("pyg", "dgl"):
+        t1 = results[f"{fw}-sage-d1"]["summary"]["train_time_s"]
+        t2 = results[f"{fw}-sage-d2"]["summary"]["train_time_s"]
+        assert data.loc[(fw, 2), "speedup"] == pytest.approx(t1 / t2)
+        assert data.loc[(fw, 2), "efficiency"] == pytest.approx(t1 / t2 / 2)
+        assert data.loc[(fw, 1), "speedup"] == pytest.approx(1.0)
+
+
+def test_breakdown_throughput_and_accuracy_match_summary(all_tables, results):
+    br = perf_experiment(all_tables, "breakdown").set_index(["framework", "devices"])
+    th = perf_experiment(all_tables, "throughput").set_index(["framework", "devices"])
+    acc = perf_experiment(all_tables, "accuracy").set_index(["framework", "devices"])
+    for rid in _runs.OK_RUNS:
+        s, c = results[rid]["summary"], results[rid]["config"]
+        key = (c["framework"], c["devices"])
+        for phase in ("load_wait_s", "copy_s", "forward_s", "backward_s", "optimizer_s"):
+            assert br.loc[key, f"step_{phase}_mean"] == pytest.approx(s["step_breakdown_s"][phase])
+        assert th.loc[key, "throughput_seed_nodes_per_s_mean"] == pytest.approx(s["throughput_seed_nodes_per_s"])
+        assert th.loc[key, "sampled_edges_per_s_mean"] == pytest.approx(s["sampled_edges_per_s"])
+        assert acc.loc[key, "final_val_acc_mean"] == pytest.approx(s["final_val_acc"])
+        shown = tables.fmt_num(1000 * s["step_breakdown_s"]["forward_s"])
+        assert f">{shown}<" in all_tables["breakdown"].html()
+
+
+def test_mean_and_t_confidence_interval():
+    m, ci = tables.mean_ci([1.0, 2.0, 3.0])
+    assert m == 2.0 and ci == pytest.approx(4.302653 * 1.0 / 3 ** 0.5, rel=1e-5)
+    m, ci = tables.mean_ci([5.0])
+    assert m == 5.0 and pd.isna(ci)
+
+
+def test_repeats_are_averaged_with_ci(agg):
+    runs = tables.add_experiment(agg.runs)
+    ok = runs[runs["run_id"] == "dgl-sage-d1"]
+    twice = pd.concat([ok, ok.assign(run_id="dgl-sage-d1-again", repeat=1,
+                                     train_time_s=ok["train_time_s"] * 1.1)], ignore_index=True)
+    p = tables.grid_points(twice, ["train_time_s"]).iloc[0]
+    assert p["n_ok"] == 2
+    m, ci = tables.mean_ci([ok["train_time_s"].iloc[0], 1.1 * ok["train_time_s"].iloc[0]])
+    assert p["train_time_s_mean"] == pytest.approx(m) and p["train_time_s_ci95"] == pytest.approx(ci)
+    assert "±" in tables.value_cell(p, "train_time_s").text
+
+
+def test_paper_table_is_the_seed_studys():
+    paper = tables.load_paper()
+    assert len(paper) == 36 and set(paper["framework"]) == {"pyg", "dgl"}
+    cell = paper.set_index(["model", "gpus", "workers", "batch_size", "framework"])["seconds"]
+    assert cell[("sage", 1, 8, 512, "pyg")] == 4758 and cell[("gat", 4, 1, 2048, "dgl")] == 2054
+    assert cell[("sage", 2, 8, 1024, "dgl")] == 2866 and cell[("gat", 2, 8, 512, "pyg")] == 2624
+
+
+def test_paper_comparison_side_by_side(agg):
+    # Our runs relabelled as the seed study's dataset: the layout must carry both sources.
+    runs = tables.add_experiment(agg.runs.assign(dataset="reddit"))
+    points = tables.performance_points(runs)
+    t = tables.paper_comparison(points, tables.load_paper())
+    assert not t.data.empty and t.grids
+    text = text_of(t.html())
+    assert "4,758" in text and "paper" in text
+    ours = t.data.dropna(subset=["ours_s"])
+    assert len(ours) == len(_runs.OK_RUNS)
+    empty = tables.paper_comparison(tables.performance_points(tables.add_experiment(agg.runs)), tables.load_paper())
+    assert empty.data.empty and "No runs on the seed study's dataset" in empty.description
+    assert "4,758" in text_of(empty.html())  # the published table is still shown
+
+
+# -- the report -----------------------------------------------------------------------------
+
+def test_report_is_self_contained_with_all_assets(page):
+    text = page.read_text()
+    assert "<script" not in text.lower()
+    assert not re.search(r"""(src|href)\s*=\s*["'](?!data:|#)""", text)
+    assert text.count("data:image/png;base64,") == len(report.PLOT_NAMES)
+    for name in report.ASSETS:
+        assert (page.parent / name).exists(), name
+
+
+def test_report_findings_environment_and_rerun_commands(page, results):
+    text = text_of(page.read_text())
+    times = {fw: results[f"{fw}-sage-d1"]["summary"]["train_time_s"] for fw in ("pyg", "dgl")}
+    faster = "DGL" if times["dgl"] < times["pyg"] else "PyG"
+    assert f"{faster} is faster in" in text
+    assert "Median speed-up over the fewest devices" in text
+    assert "deliberately injected fault (stall-rank)" in text
+    for r in results.values():
+        assert r["command"]["shell"] in text  # next to its row in "All runs"
+    env = results["dgl-sage-d1"]["env"]
+    for value in (env["dgl"], env["torch"], env["torch_geometric"], env["pyg_sampler_backend"], env["dataset_hash"]):
+        assert value in text
+    assert "6,5,4" in text and "4,5,6" in text  # fan-outs as given and as DGL received them
+
+
+def test_deadlock_section(page, results):
+    section = re.search(r'<section id="deadlocks">(.*?)</section>', page.read_text(), re.S).group(1)
+    text = text_of(section)
+    for rid in ("pyg-sage-d2-stall", "pyg-sage-d2-uneven"):
+        d = results[rid]["diagnosis"]
+        assert d["summary"] in text and d["remedy"] in text and d["cause"] in text
+        assert results[rid]["command"]["shell"] in text
+        for rank in d["ranks"]:
+            assert rank["blocked_in"] in text
+    assert "Faults.at (runners/harness.py" in text or "at (runners/harness.py" in text  # the stalled rank's stack
+    assert "class='culprit'" in section
+
+
+@pytest.mark.parametrize("subset", ["single", "all_failed"])
+def test_report_works_with_one_run_or_only_failures(runs_dir, tmp_path, subset):
+    picked = ["dgl-sage-d1"] if subset == "single" else ["pyg-sage-d2-uneven", "pyg-sage-d2-stall"]
+    agg = aggregate.aggregate([runs_dir / rid for rid in picked])
+    out = report.render(agg, tmp_path / "index.html", tmp_path)
+    text = text_of(out.read_text())
+    assert f"{len(picked)} valid run" in text
+    if subset == "all_failed":
+        assert "No configuration finished ok" in text
+        assert "Every run ended" not in text
+    else:
+        assert "nothing to diagnose" in text
