@@ -271,13 +271,17 @@ def config_from_args(args: argparse.Namespace, visible_gpus: int, cpu_cores: int
         breakdown = False
 
     threads = args.threads_per_rank or max(1, cpu_cores // args.devices)
+    out = Path(args.out).resolve()
+    if args.nnodes > 1 and args.node_rank > 0:
+        # Nodes may share a file system: node 0 owns result.json, the others write beside it.
+        out = out / f"node{args.node_rank}"
     framework_fanouts = list(reversed(fanouts)) if args.framework == "dgl" else list(fanouts)
     uneven = bool(args.uneven_batches or args.inject == "uneven-batches")
 
     return RunConfig(
         framework=args.framework, model=args.model, devices=args.devices,
         batch_size=args.batch_size, workers=args.workers, dataset=args.dataset,
-        epochs=args.epochs, out=str(Path(args.out).resolve()), fanouts=fanouts,
+        epochs=args.epochs, out=str(out), fanouts=fanouts,
         fanouts_framework=framework_fanouts, repeat=args.repeat, seed=args.seed,
         data_root=str(Path(args.data_root).resolve()), device_type=device,
         backend="nccl" if device == "cuda" else "gloo", nodes=args.nnodes,

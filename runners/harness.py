@@ -352,8 +352,10 @@ class Rank:
         self.info["all_ranks"] = gathered
         self.info["finished"] = True
         self.write_info()
-        self.hb.beat("done")
+        # DDP's reducer and the loader hold on to the process group: release them before it goes.
+        del ddp, model, optimizer, loader
         dist.destroy_process_group()
+        self.hb.beat("done")
 
     def evaluate(self, adapter, model, graph, device) -> float:
         """Validation accuracy over all ranks' shares of the validation split (not timed)."""
@@ -410,7 +412,11 @@ def main(argv=None) -> int:
         rank.write_info()
         print(tb, file=sys.stderr, flush=True)
         return 1
-    return 0
+    # Everything is on disk. Skip interpreter teardown: destructors of the process group and
+    # loader threads have been seen to block a finished rank forever (gloo, 2 ranks).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

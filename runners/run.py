@@ -320,7 +320,7 @@ def main(argv=None) -> int:
         "preflight": pre,
         "watchdog": {"returncode": outcome.returncode, "killed_by_watchdog": outcome.killed_by_watchdog,
                      "orphans_killed": outcome.orphans_killed, "survivors": outcome.survivors,
-                     "detected_after_s": outcome.detected_after_s},
+                     "detected_after_s": outcome.detected_after_s, "note": outcome.note},
         "files": {"config": "config.json", "command": "command.sh", "launcher_log": "logs/launcher.log",
                   "timeline": "heartbeats/timeline.jsonl",
                   "ranks": {r: {k: f"rank{r}/{k}.csv" for k in ("steps", "epochs", "cpu", "validation")}

@@ -27,6 +27,7 @@ from runners.probes import PHASE_BLOCKED_IN, read_heartbeat
 
 COLLECTIVE_PHASES = ("backward", "epoch-sync", "evaluation")
 POLL_S = 0.5
+EXIT_GRACE_S = 30.0  # after every rank reported 'done'
 
 # Known causes: key -> (cause, remedy). The diagnosis names one and lists its evidence.
 CAUSES = {
@@ -108,6 +109,7 @@ class Outcome:
     killed_by_watchdog: bool = False
     orphans_killed: list = field(default_factory=list)
     survivors: list = field(default_factory=list)
+    note: str | None = None
 
 
 def process_tree(root_pid: int) -> list:
@@ -203,10 +205,32 @@ class Supervisor:
                 return self._finish(rc)
             if now - self.launch_t > self.cfg.time_limit_s:
                 return self._stop("timeout", None, now)
+            if self._finished_but_lingering(now):
+                return self._stop_lingering()
             stalled = self._stalled_rank(now)
             if stalled is not None:
                 return self._stop("hang", stalled, now)
             time.sleep(POLL_S)
+
+    def _finished_but_lingering(self, now: float) -> bool:
+        """Every rank reported 'done' yet the launcher is still running after a grace period."""
+        beats = [w.heartbeat for w in self.watch.values()]
+        if not all(b and b["phase"] == "done" for b in beats):
+            return False
+        return now - max(w.last_change for w in self.watch.values()) > EXIT_GRACE_S
+
+    def _stop_lingering(self) -> Outcome:
+        """All measurements are on disk; stop the processes that failed to exit and keep the result."""
+        survivors = stop_tree([p for p in self.seen.values() if _alive(p)], self.cfg.kill_grace_s)
+        try:
+            rc = self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            rc = None
+        status, diagnosis = classify_exit(self.out, 0, sorted(self.watch))
+        self.timeline.close()
+        outcome = Outcome(status, diagnosis, returncode=rc, killed_by_watchdog=True, survivors=survivors)
+        outcome.note = f"every rank finished but the process tree had not exited after {EXIT_GRACE_S:.0f} s; stopped it"
+        return outcome
 
     def _finish(self, rc: int) -> Outcome:
         leftovers = [p for p in self.seen.values() if _alive(p)]

@@ -101,7 +101,7 @@ def test_two_agents_form_one_two_node_job(tmp_path):
     procs = {}
 
     def node(rank):
-        procs[rank] = run_config(tmp_path / f"node{rank}", framework="dgl", model="sage", devices=1, workers=0,
+        procs[rank] = run_config(tmp_path / "job", framework="dgl", model="sage", devices=1, workers=0,
                                  epochs=2, extra=["--nnodes", "2", "--node-rank", str(rank),
                                                   "--master-port", str(port)])
 
@@ -110,8 +110,9 @@ def test_two_agents_form_one_two_node_job(tmp_path):
         t.start()
     for t in threads:
         t.join()
-    r0 = json.loads((tmp_path / "node0" / "result.json").read_text())
-    r1 = json.loads((tmp_path / "node1" / "result.json").read_text())
+    # One --out for the job: node 0 owns result.json, node 1 writes into its node1/ subdirectory.
+    r0 = json.loads((tmp_path / "job" / "result.json").read_text())
+    r1 = json.loads((tmp_path / "job" / "node1" / "result.json").read_text())
     assert r0["status"] == "ok" and r1["status"] == "ok", (procs[0].stdout[-2000:], procs[1].stdout[-2000:])
     assert [r["rank"] for r in r0["ranks"]] == [0] and [r["rank"] for r in r1["ranks"]] == [1]
     # Node 0 knows the slowest rank of the whole job, including the one on the other node.

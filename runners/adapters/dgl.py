@@ -101,6 +101,7 @@ class DglAdapter(Adapter):
             "graph_input": "dgl.graph(('csc', ...)) on the memory-mapped CSC, csc format only",
             "sampler": "dgl.dataloading.NeighborSampler + DataLoader",
             "layer_compute": "blocks shrink layer by layer",
+            "neighbourhoods": "sampled afresh for every destination node of every layer",
             "seed_split": "harness naive split" if cfg.uneven_batches else "DGL use_ddp=True (padded)",
             "self_loops": "one self-loop per destination added to each block" if self.gat_loops else "none",
         }

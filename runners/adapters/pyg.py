@@ -98,6 +98,7 @@ class PygAdapter(Adapter):
             "sampler": f"torch_geometric.loader.NeighborLoader ({self.backend})",
             "layer_compute": "trim_to_layer" if cfg.pyg_trim else "all sampled nodes every layer",
             "seed_split": "harness: equal padded share per rank",
+            "neighbourhoods": "sampled once per node (hop k samples only the nodes new at hop k-1)",
             "self_loops": "GATConv(add_self_loops=True)" if cfg.self_loops else "none",
         }
 
