@@ -2,6 +2,8 @@
 # Both set up the pinned environment first; that step does nothing when it is already current.
 VENV ?= .venv
 PY := $(VENV)/bin/python
+# Jobs and tools started by snakemake/pytest find the venv first.
+export PATH := $(abspath $(VENV))/bin:$(PATH)
 CORES ?= all
 
 .PHONY: setup report test doctor lock browser clean-results

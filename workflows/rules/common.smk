@@ -5,8 +5,10 @@ Everything here runs at parse time, so a bad config fails before any job starts.
 
 import itertools
 import os
+import shlex
 import shutil
 import subprocess
+import sys
 
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
@@ -220,6 +222,10 @@ def launcher(wildcards):
         f"--master-addr \"$({head})\" --master-port {config['master_port']}' -- "
     )
 
+
+# Jobs run with the interpreter that runs Snakemake (the project's venv), even when the
+# venv is not activated and `python` on PATH is another one.
+PYTHON = shlex.quote(sys.executable)
 
 # `python -m runners.run` must import the project even when --directory points
 # elsewhere (tests run in a scratch directory); jobs inherit this environment.

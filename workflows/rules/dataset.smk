@@ -9,5 +9,5 @@ rule dataset:
     params:
         source=dataset_source,
     shell:
-        "python -m runners.datasets prepare {wildcards.dataset}"
+        "{PYTHON} -m runners.datasets prepare {wildcards.dataset}"
         " --root results/datasets {params.source} > {log} 2>&1"
