@@ -62,6 +62,22 @@ class Adapter:
         """Seed the framework's own random generators (beyond torch/numpy/random)."""
 
 
+def layer_shapes(model: str, in_dim: int, hidden: int, out_dim: int, layers: int, heads: int) -> list:
+    """(in, out, heads) of every layer; both frameworks' models are built from this list."""
+    width = hidden * (heads if model == "gat" else 1)  # GAT concatenates its heads
+    dims = [in_dim] + [width] * (layers - 1)
+    return [(dims[i], out_dim if i == layers - 1 else hidden, 1 if i == layers - 1 else heads)
+            for i in range(layers)]
+
+
+def between_layers(x, model: str, dropout: float, training: bool):
+    """Activation and dropout between two layers, the same code for both frameworks."""
+    import torch.nn.functional as F
+
+    x = F.relu(x) if model == "sage" else F.elu(x)
+    return F.dropout(x, p=dropout, training=training)
+
+
 def init_canonical(params, seed: int) -> None:
     """Initialise a model's parameters identically in both frameworks.
 

@@ -20,10 +20,9 @@ os.environ.setdefault("DGLBACKEND", "pytorch")
 
 import dgl  # noqa: E402
 import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
 from dgl.nn.pytorch import GATConv, SAGEConv  # noqa: E402
 
-from runners.adapters import Adapter, Batch  # noqa: E402
+from runners.adapters import Adapter, Batch, between_layers, layer_shapes  # noqa: E402
 from runners.adapters.dgl_data import shared_tensor as as_tensor  # noqa: E402
 from runners.adapters.dgl_data import to_dgl_graph  # noqa: E402
 
@@ -55,15 +54,11 @@ class DglModel(torch.nn.Module):
         super().__init__()
         self.kind, self.dropout = model, dropout
         self.convs = torch.nn.ModuleList()
-        dims = [in_dim] + [hidden * (heads if model == "gat" else 1)] * (layers - 1)
-        for i in range(layers):
-            last = i == layers - 1
-            out = out_dim if last else hidden
+        for d_in, d_out, h in layer_shapes(model, in_dim, hidden, out_dim, layers, heads):
             if model == "sage":
-                self.convs.append(SAGEConv(dims[i], out, "mean"))
+                self.convs.append(SAGEConv(d_in, d_out, "mean"))
             else:
-                self.convs.append(GATConv(dims[i], out, num_heads=1 if last else heads,
-                                          attn_drop=dropout, allow_zero_in_degree=True))
+                self.convs.append(GATConv(d_in, d_out, num_heads=h, attn_drop=dropout, allow_zero_in_degree=True))
 
     def canonical_parameters(self) -> list:
         """(role, tensor) in the framework-independent order of adapters.init_canonical."""
@@ -83,8 +78,7 @@ class DglModel(torch.nn.Module):
             if self.kind == "gat":
                 x = x.flatten(1)
             if i < len(self.convs) - 1:
-                x = F.relu(x) if self.kind == "sage" else F.elu(x)
-                x = F.dropout(x, p=self.dropout, training=self.training)
+                x = between_layers(x, self.kind, self.dropout, self.training)
         return x
 
 

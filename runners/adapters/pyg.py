@@ -13,9 +13,8 @@ Measurement choices (recorded in every result):
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
-from runners.adapters import Adapter, Batch
+from runners.adapters import Adapter, Batch, between_layers, layer_shapes
 from runners.adapters.pyg_data import shared_tensor as as_tensor
 
 
@@ -44,15 +43,12 @@ class PygModel(torch.nn.Module):
 
         self.kind, self.dropout, self.trim = model, dropout, trim
         self.convs = torch.nn.ModuleList()
-        dims = [in_dim] + [hidden * (heads if model == "gat" else 1)] * (layers - 1)
-        for i in range(layers):
-            last = i == layers - 1
-            out = out_dim if last else hidden
+        for d_in, d_out, h in layer_shapes(model, in_dim, hidden, out_dim, layers, heads):
             if model == "sage":
-                self.convs.append(SAGEConv(dims[i], out, aggr="mean"))
+                self.convs.append(SAGEConv(d_in, d_out, aggr="mean"))
             else:
-                self.convs.append(GATConv(dims[i], out, heads=1 if last else heads, concat=True,
-                                          dropout=dropout, add_self_loops=self_loops))
+                self.convs.append(GATConv(d_in, d_out, heads=h, concat=True, dropout=dropout,
+                                          add_self_loops=self_loops))
 
     def canonical_parameters(self) -> list:
         """(role, tensor) in the framework-independent order of adapters.init_canonical."""
@@ -73,8 +69,7 @@ class PygModel(torch.nn.Module):
                 x, edge_index, _ = trim_to_layer(i, num_sampled_nodes, num_sampled_edges, x, edge_index)
             x = conv(x, edge_index)
             if i < len(self.convs) - 1:
-                x = F.relu(x) if self.kind == "sage" else F.elu(x)
-                x = F.dropout(x, p=self.dropout, training=self.training)
+                x = between_layers(x, self.kind, self.dropout, self.training)
         return x
 
 
