@@ -55,7 +55,7 @@ RUN_COLUMNS = (
     ("run_id", "status") + CONFIG_COLUMNS + ("world_size",) + SUMMARY_COLUMNS + STEP_COLUMNS
     + ("wall_time_s", "started_at", "finished_at", "epochs_completed", "steps_per_epoch",
        "seed_base", "adapter_choices", "nvml_available", "nvml_reason", "preflight_warnings",
-       "diag_cause", "diag_summary", "diag_remedy", "detected_after_s")
+       "diag_cause", "diag_summary", "diag_remedy", "detected_after_s", "cpu_busy_before")
     + tuple(f"env_{k}" for k in ENV_COLUMNS)
     + ("command", "run_dir", "result_path")
 )
@@ -223,6 +223,7 @@ def run_row(data: dict, result_path: Path) -> dict:
     probes = data.get("probes") or {}
     row.update({
         "wall_time_s": data["wall_time_s"], "started_at": data["started_at"],
+        "cpu_busy_before": (data.get("machine_load") or {}).get("cpu_busy_percent_before"),
         "finished_at": data["finished_at"],
         # The least advanced rank is how far the run as a whole got.
         "epochs_completed": min(per_rank_epochs.values()) if per_rank_epochs else 0,

@@ -197,6 +197,9 @@ def paper_findings(comparison: pd.DataFrame) -> list:
             f"configurations measured by both."]
 
 
+BUSY_WARN_PERCENT = 25  # CPU use by other work just before a run's launch (runners.run measures it)
+
+
 def findings(runs, points, scaling, comparison, invalid) -> list:
     """Sentences computed from the data, grouped: [{title, items}] (overall, then per experiment)."""
     counts = Counter(runs["status"])
@@ -207,6 +210,12 @@ def findings(runs, points, scaling, comparison, invalid) -> list:
         overall.append(f"{len(invalid)} result{'s' if len(invalid) != 1 else ''} could not be used "
                        f"(malformed or missing; see 'Malformed results').")
     overall += failure_findings(runs)
+    busy = runs[pd.to_numeric(runs.get("cpu_busy_before"), errors="coerce") > BUSY_WARN_PERCENT] \
+        if "cpu_busy_before" in runs else runs.iloc[0:0]
+    if len(busy):
+        overall.append(f"{len(busy)} run{'s' if len(busy) != 1 else ''} started while the CPUs were more than "
+                       f"{BUSY_WARN_PERCENT}% busy with other work: their timings are not trustworthy "
+                       f"({', '.join(busy['run_id'].head(5))}{', ...' if len(busy) > 5 else ''}).")
     groups = [{"title": "Overall", "items": overall}]
     for exp in dict.fromkeys(points["experiment"]):
         p = points[points["experiment"] == exp]

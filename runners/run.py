@@ -256,6 +256,15 @@ def main(argv=None) -> int:
     })
     if cfg.device_type == "cpu":
         child_env["CUDA_VISIBLE_DEVICES"] = ""  # CPU runs must not touch a GPU by accident
+    import psutil
+
+    # Oversubscribed cores slow multi-threaded ranks many-fold (OpenMP threads wait for each
+    # other): a run on a busy machine measures the load, not the framework. The load average
+    # still remembers the previous run of a sweep, so look at what the CPUs do right now.
+    busy_before = psutil.cpu_percent(interval=0.5)
+    if busy_before > 25:
+        print(f"[gnnscale] warning: the CPUs were {busy_before:.0f}% busy before launch; other work on "
+              "this machine will distort the timings", flush=True)
     started_at, launch_t = now_iso(), time.time()
     child_env["GNNSCALE_LAUNCH_TIME"] = repr(launch_t)
     cmd = launch_command(cfg, config_path)
@@ -318,6 +327,8 @@ def main(argv=None) -> int:
             "breakdown_synchronised": cfg.device_type == "cuda" and cfg.breakdown,
         },
         "preflight": pre,
+        "machine_load": {"cpu_busy_percent_before": busy_before, "loadavg_after": list(os.getloadavg()),
+                         "cpu_cores": env["cpu_cores"]},
         "watchdog": {"returncode": outcome.returncode, "killed_by_watchdog": outcome.killed_by_watchdog,
                      "orphans_killed": outcome.orphans_killed, "survivors": outcome.survivors,
                      "detected_after_s": outcome.detected_after_s, "note": outcome.note},
