@@ -352,9 +352,10 @@ class Rank:
         self.info["all_ranks"] = gathered
         self.info["finished"] = True
         self.write_info()
-        # DDP's reducer and the loader hold on to the process group: release them before it goes.
-        del ddp, model, optimizer, loader
-        dist.destroy_process_group()
+        # No destroy_process_group(): gloo's destructor joins its worker thread while holding
+        # the GIL, and that thread may need the GIL to free a finished collective's tensors, a
+        # deadlock seen here (py-spy: ~ProcessGroupGloo -> thread::join). main() leaves with
+        # os._exit once everything is written; the collective above has completed on every rank.
         self.hb.beat("done")
 
     def evaluate(self, adapter, model, graph, device) -> float:
