@@ -184,6 +184,8 @@ class Rank:
         from runners.adapters import get_adapter_class
 
         adapter_cls = get_adapter_class(cfg.framework)
+        import torch._dynamo  # noqa: F401  (the first optimiser imports it: ~1 s that belongs to imports)
+
         self.mark("imports_done")
         self.info["env_vars"] = {k: os.environ.get(k) for k in RECORDED_ENV_VARS}
         torch.set_num_threads(cfg.threads_per_rank)
@@ -334,11 +336,11 @@ class Rank:
                 print(f"[gnnscale] epoch {epoch + 1}/{cfg.epochs} rank0 {epoch_s:.3f}s steps {len(rows)} "
                       f"loss {mean_loss if mean_loss is not None else float('nan'):.4f}{acc_text}", flush=True)
         self.info["train_time_s"] = train_time
-        self.info["probe_cost_s"] = {"cpu": cpu.cost_s if cpu else 0.0, "nvml": nvml.cost_s if nvml else 0.0,
-                                     "cpu_samples": cpu.samples if cpu else 0}
         for sampler in (cpu, nvml):
             if sampler:
                 sampler.stop()
+        self.info["probe_cost_s"] = {"cpu": cpu.cost_s if cpu else 0.0, "nvml": nvml.cost_s if nvml else 0.0,
+                                     "cpu_samples": cpu.samples if cpu else 0}
         if cpu:
             cpu_csv.write(cpu.drain())
         if nvml:

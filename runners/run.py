@@ -261,7 +261,7 @@ def main(argv=None) -> int:
     # Oversubscribed cores slow multi-threaded ranks many-fold (OpenMP threads wait for each
     # other): a run on a busy machine measures the load, not the framework. The load average
     # still remembers the previous run of a sweep, so look at what the CPUs do right now.
-    busy_before = psutil.cpu_percent(interval=0.5)
+    busy_before = psutil.cpu_percent(interval=0.2)
     if busy_before > 25:
         print(f"[gnnscale] warning: the CPUs were {busy_before:.0f}% busy before launch; other work on "
               "this machine will distort the timings", flush=True)

@@ -4,6 +4,8 @@ Measurement choices (recorded in every result):
 - The graph reaches NeighborLoader as a transposed `SparseTensor` (`adj_t`) built directly
   on the memory-mapped CSC arrays, so ranks on one machine share one copy of the graph
   instead of each converting an edge list; sampling is the same `neighbor_sample` call.
+  With loader workers, PyG's sampler calls `share_memory_()` on the adjacency, which copies
+  it into /dev/shm once per rank: that is PyG's behaviour and is measured as such.
 - Every layer runs on all sampled nodes and the seed rows are sliced at the end, as in
   PyG's own DDP example (`--pyg-trim` switches to trimming layer by layer).
 - Seeds are split across ranks by the harness into equal shares (padded), as PyG's
@@ -89,7 +91,8 @@ class PygAdapter(Adapter):
         self.data = Data(x=as_tensor(graph.features), y=as_tensor(graph.labels), adj_t=adj_t,
                          num_nodes=n)
         self.choices = {
-            "graph_input": "adj_t SparseTensor on the memory-mapped CSC (zero-copy)",
+            "graph_input": "adj_t SparseTensor on the memory-mapped CSC (zero-copy"
+                           + ("; PyG copies it to shared memory for its workers)" if cfg.workers else ")"),
             "sampler": f"torch_geometric.loader.NeighborLoader ({self.backend})",
             "layer_compute": "trim_to_layer" if cfg.pyg_trim else "all sampled nodes every layer",
             "seed_split": "harness: equal padded share per rank",

@@ -19,7 +19,7 @@ rule aggregate:
     params:
         run_dirs=lambda wildcards, input: [os.path.dirname(f) for f in input.runs],
     shell:
-        "{PYTHON} -m analysis.aggregate --out-dir results/aggregate"
+        "python -m analysis.aggregate --out-dir results/aggregate"
         " {params.run_dirs} > {log} 2>&1"
 
 
@@ -41,5 +41,5 @@ rule report:
     conda:
         "../../environment.yml"
     shell:
-        "{PYTHON} -m analysis.report --aggregate results/aggregate"
+        "python -m analysis.report --aggregate results/aggregate"
         " --out {output.html} --assets results/report > {log} 2>&1"

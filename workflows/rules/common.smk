@@ -5,7 +5,6 @@ Everything here runs at parse time, so a bad config fails before any job starts.
 
 import itertools
 import os
-import shlex
 import shutil
 import subprocess
 import sys
@@ -223,16 +222,15 @@ def launcher(wildcards):
     )
 
 
-# Jobs run with the interpreter that runs Snakemake (the project's venv), even when the
-# venv is not activated and `python` on PATH is another one.
-PYTHON = shlex.quote(sys.executable)
-
 # `python -m runners.run` must import the project even when --directory points
-# elsewhere (tests run in a scratch directory); jobs inherit this environment.
+# elsewhere (tests run in a scratch directory), and `python` in a job must be the
+# interpreter running Snakemake (the project's venv) even when the venv is not
+# activated; jobs inherit this environment.
 os.environ.update(
     PYTHONPATH=os.pathsep.join(
         p for p in [workflow.basedir, os.environ.get("PYTHONPATH")] if p
-    )
+    ),
+    PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]),
 )
 
 

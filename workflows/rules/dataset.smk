@@ -9,5 +9,5 @@ rule dataset:
     params:
         source=dataset_source,
     shell:
-        "{PYTHON} -m runners.datasets prepare {wildcards.dataset}"
+        "python -m runners.datasets prepare {wildcards.dataset}"
         " --root results/datasets {params.source} > {log} 2>&1"

@@ -32,7 +32,7 @@ rule run:
         " workers={wildcards.workers} repeat={wildcards.repeat}"
         " dataset={wildcards.dataset}"
     shell:
-        "{params.launch}{PYTHON} -m runners.run"
+        "{params.launch}python -m runners.run"
         " --framework {wildcards.framework} --model {wildcards.model}"
         " --devices {wildcards.devices} --batch-size {wildcards.batch}"
         " --workers {wildcards.workers} --repeat {wildcards.repeat}"
