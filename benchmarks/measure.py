@@ -1,0 +1,424 @@
+"""Does the suite measure the frameworks, or itself? Numbers, side by side, in one run (issue 7).
+
+    python -m benchmarks.measure [--quick] [--dataset small] [--repeats 5] [--with-sweep]
+
+Prints one markdown table (measurement, figure, target, verdict, detail) and writes it to
+`results/benchmarks/measure.md` with every raw number in `measure.json`:
+
+1. probe overhead  the runner with probes on vs `--no-probes`: median step time.
+2. fidelity        the runner vs a minimal DDP loop in the style of each framework's own
+                   multi-GPU example (benchmarks/reference_{pyg,dgl}.py): median epoch time
+                   of the slowest rank.
+3. memory          PSS summed over ranks of the graph as the runner's adapters hold it,
+                   2 ranks vs 1 (benchmarks/memory_probe.py), on a synthetic graph large
+                   enough to dominate.
+4. start-up        launch to first step of the runner, and its split (result.json marks).
+5. sweep           wall time of the default Snakemake sweep in a clean copy of the repo,
+                   and of a no-op rerun (only with --with-sweep).
+6. variation       coefficient of variation of the runner's epoch time over repeats.
+
+The configurations of 1, 2, 4 and 6 run interleaved (repeat i runs every variant once, in an
+order rotated by i) so that drift of a shared machine hits all variants alike; each figure
+is the median over repeats of a per-repeat ratio. Runner runs go through `python -m
+runners.run`, exactly what users run. This is a benchmark, not a test: verdicts are
+reported, never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from runners import datasets, envinfo
+from runners.config import build_parser as runner_parser
+from runners.config import config_from_args
+
+REPO = Path(__file__).resolve().parent.parent
+PY = sys.executable
+FRAMEWORKS = ("pyg", "dgl")
+VARIANTS = ("probes-on", "probes-off", "reference")
+
+# (key prefix, measurement, target as text, limit): a figure passes when figure <= limit.
+TARGETS = {
+    "probe": ("probe overhead", "<= 1% of step time", 0.01),
+    "fidelity": ("fidelity: runner / reference epoch", "<= 1.03", 1.03),
+    "memory": ("memory: PSS 2 ranks / 1 rank", "<= 1.3x", 1.3),
+    "startup": ("start-up: command to first step", "<= 10 s", 10.0),
+    "sweep": ("sweep wall time", "<= 600 s", 600.0),
+    "noop": ("sweep wall time", "<= 5 s", 5.0),
+    "cv": ("variation: CV of epoch time", "<= 5%", 0.05),
+}
+
+
+@dataclass
+class Settings:
+    dataset: str = "small"
+    data_root: str = "results/datasets"
+    repeats: int = 5
+    epochs: int = 5
+    devices: int = 2
+    batch_size: int = 512
+    workers: int = 0
+    fanouts: str = "10,10,10"
+    models: list = field(default_factory=lambda: ["sage"])
+    memory_graph: list = field(default_factory=lambda: [200_000, 10_000_000, 256])  # nodes, edges, features
+    memory_root: str = "/tmp/gnnscale-bench/datasets"
+    with_sweep: bool = False
+    out_dir: str = "results/benchmarks"
+
+
+QUICK = {"dataset": "tiny", "repeats": 2, "epochs": 2, "batch_size": 128, "fanouts": "6,5,4",
+         "memory_graph": [50_000, 2_000_000, 128]}
+
+
+class MeasureError(RuntimeError):
+    pass
+
+
+def log(msg: str) -> None:
+    print(f"[measure] {msg}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------------------
+# Launching: one helper for runner configurations, one for torchrun scripts.
+# ---------------------------------------------------------------------------------------
+
+def execute(argv: list, log_path: Path, env: dict | None = None, cwd: Path = REPO) -> float:
+    """Run a command to completion, output to log_path; its wall time in seconds."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+    t0 = time.perf_counter()
+    with open(log_path, "w") as fh:
+        proc = subprocess.run(argv, cwd=cwd, env=full_env, stdout=fh, stderr=subprocess.STDOUT)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise MeasureError(f"`{' '.join(map(str, argv[:6]))} ...` exited {proc.returncode}; see {log_path}")
+    return wall
+
+
+def runner_argv(s: Settings, framework: str, model: str, out: Path, probes: bool = True) -> list:
+    argv = ["--framework", framework, "--model", model, "--devices", str(s.devices),
+            "--batch-size", str(s.batch_size), "--workers", str(s.workers), "--dataset", s.dataset,
+            "--epochs", str(s.epochs), "--fanouts", s.fanouts, "--data-root", s.data_root, "--out", str(out)]
+    return argv + ([] if probes else ["--no-probes"])
+
+
+def run_runner(s: Settings, work: Path, framework: str, model: str, label: str, probes: bool) -> dict:
+    """One runner configuration via `python -m runners.run`; its result.json and step times."""
+    out = work / label
+    wall = execute([PY, "-m", "runners.run", *runner_argv(s, framework, model, out, probes)], work / f"{label}.log")
+    result = json.loads((out / "result.json").read_text())
+    if result["status"] != "ok":
+        raise MeasureError(f"{label}: runner status {result['status']}: "
+                           f"{(result.get('diagnosis') or {}).get('summary')}; see {out}")
+    steps = []
+    for r in result["ranks"]:
+        with open(out / f"rank{r['rank']}" / "steps.csv", newline="") as fh:
+            # The first epoch warms caches up; with more than one epoch it is left out.
+            steps += [float(row["step_s"]) for row in csv.DictReader(fh)
+                      if int(row["epoch"]) > 0 or s.epochs == 1]
+    per_rank: dict = {}
+    for e in result["epochs"]:
+        per_rank.setdefault(e["rank"], []).append(e["time_s"])
+    return {"epoch_s": slowest_rank_epoch(list(per_rank.values())), "step_s": statistics.median(steps),
+            "command_s": wall, "wall_s": result["wall_time_s"], "steps_per_epoch": result["ranks"][0]["steps_per_epoch"],
+            "startup": startup_split(result, wall), "threads": result["ranks"][0]["threads"],
+            "probe_cost_s": sum((r.get("probe_cost_s") or {}).get("cpu", 0.0) for r in result["ranks"]),
+            "train_s": sum(result["summary"]["rank_train_times_s"])}
+
+
+def run_torchrun(module: str, nproc: int, args: list, log_path: Path, threads: int) -> float:
+    """`torchrun --standalone --nproc-per-node nproc -m module args` on CPU processes."""
+    argv = [PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc), "-m", module, *args]
+    return execute(argv, log_path, env={"OMP_NUM_THREADS": str(threads), "CUDA_VISIBLE_DEVICES": ""})
+
+
+def run_reference(s: Settings, work: Path, framework: str, model: str, label: str) -> dict:
+    """The framework's minimal DDP loop with the runner's resolved settings."""
+    cfg = config_from_args(runner_parser().parse_args(runner_argv(s, framework, model, work / label)),
+                           0, envinfo.cpu_cores())
+    out = work / f"{label}.json"
+    args = ["--dataset", s.dataset, "--data-root", s.data_root, "--model", model,
+            "--batch-size", str(cfg.batch_size), "--fanouts", ",".join(map(str, cfg.fanouts)),
+            "--workers", str(cfg.workers), "--epochs", str(cfg.epochs), "--hidden", str(cfg.hidden),
+            "--layers", str(cfg.layers), "--heads", str(cfg.heads), "--dropout", str(cfg.dropout),
+            "--lr", str(cfg.lr), "--weight-decay", str(cfg.weight_decay), "--seed", str(cfg.seed), "--out", str(out)]
+    wall = run_torchrun(f"benchmarks.reference_{framework}", s.devices, args, work / f"{label}.log", cfg.threads_per_rank)
+    report = json.loads(out.read_text())
+    return {"epoch_s": slowest_rank_epoch([r["epoch_times_s"] for r in report["ranks"]]), "command_s": wall,
+            "steps_per_epoch": report["ranks"][0]["steps_per_epoch"], "threads": report["ranks"][0]["threads"]}
+
+
+# ---------------------------------------------------------------------------------------
+# Statistics
+# ---------------------------------------------------------------------------------------
+
+def slowest_rank_epoch(per_rank: list) -> float:
+    """Median over epochs of the slowest rank's epoch time (the runner's summary rule)."""
+    return statistics.median(max(times) for times in zip(*per_rank))
+
+
+def startup_split(result: dict, command_s: float) -> dict:
+    """Seconds per start-up phase, slowest rank, from the harness's marks (since launch)."""
+    marks = ("process_started", "imports_done", "process_group_ready", "dataset_loaded", "model_ready",
+             "training_started", "first_batch")
+    at = {m: max(r["startup_detail"].get(m, 0.0) for r in result["ranks"]) for m in marks}
+    launcher = command_s - result["wall_time_s"]  # runners.run before torchrun starts (and its exit)
+    split = {"launcher (before torchrun)": launcher, "torchrun + interpreter": at["process_started"]}
+    for prev, name in zip(marks, marks[1:]):
+        split[{"imports_done": "imports", "process_group_ready": "process group",
+               "dataset_loaded": "dataset + adapter", "model_ready": "model + loader",
+               "training_started": "probes start", "first_batch": "first batch"}[name]] = at[name] - at[prev]
+    split["command to first step"] = launcher + at["first_batch"]
+    train = max(result["summary"]["rank_train_times_s"])
+    split["after training (eval, teardown)"] = result["wall_time_s"] - at["training_started"] - train
+    return split
+
+
+def ratio_median(pairs: list) -> float:
+    return statistics.median(a / b for a, b in pairs)
+
+
+def cv(values: list) -> float:
+    return statistics.stdev(values) / statistics.mean(values) if len(values) > 1 else float("nan")
+
+
+# ---------------------------------------------------------------------------------------
+# Measurements
+# ---------------------------------------------------------------------------------------
+
+def row(key: str, figure: float, shown: str, detail: str) -> dict:
+    name, target, limit = TARGETS[key.split(":")[0]]
+    return {"key": key, "measurement": f"{name} ({key.split(':')[1]})", "figure": shown, "value": figure,
+            "target": target, "verdict": "PASS" if figure <= limit else "MISS", "detail": detail}
+
+
+def measure_timing(s: Settings, work: Path, raw: dict) -> list:
+    """Rows 1, 2, 4, 6: runner with probes on, off, and the reference, interleaved."""
+    runs = {(fw, m, v): [] for fw in FRAMEWORKS for m in s.models for v in VARIANTS}
+    total = len(runs) * s.repeats
+    for i in range(s.repeats):
+        order = VARIANTS[i % 3:] + VARIANTS[:i % 3]
+        for fw in FRAMEWORKS:
+            for m in s.models:
+                for v in order:
+                    label = f"{fw}-{m}-{v}-r{i}"
+                    log(f"{sum(map(len, runs.values())) + 1}/{total} {label}")
+                    if v == "reference":
+                        rec = run_reference(s, work, fw, m, label)
+                    else:
+                        rec = run_runner(s, work, fw, m, label, probes=v == "probes-on")
+                    log(f"    median epoch {rec['epoch_s']:.3f} s, command {rec['command_s']:.1f} s")
+                    runs[(fw, m, v)].append(rec)
+    raw["timing"] = {"/".join(k): v for k, v in runs.items()}
+
+    rows = []
+    for fw in FRAMEWORKS:
+        for m in s.models:
+            on, off, ref = (runs[(fw, m, v)] for v in VARIANTS)
+            step = ratio_median([(a["step_s"], b["step_s"]) for a, b in zip(on, off)]) - 1
+            epoch = ratio_median([(a["epoch_s"], b["epoch_s"]) for a, b in zip(on, off)]) - 1
+            cost = statistics.median(r["probe_cost_s"] / r["train_s"] for r in on)
+            rows.append(row(f"probe:{fw}-{m}", step, f"{step * 100:+.2f}%",
+                            f"median step {statistics.median(r['step_s'] for r in on) * 1e3:.1f} ms on vs "
+                            f"{statistics.median(r['step_s'] for r in off) * 1e3:.1f} ms off; epoch time "
+                            f"{epoch * 100:+.2f}%; CPU sampler self-timed (wall, incl. GIL waits) {cost * 100:.1f}% of training"))
+    for fw in FRAMEWORKS:
+        for m in s.models:
+            on, ref = runs[(fw, m, "probes-on")], runs[(fw, m, "reference")]
+            fid = ratio_median([(a["epoch_s"], b["epoch_s"]) for a, b in zip(on, ref)])
+            rows.append(row(f"fidelity:{fw}-{m}", fid, f"{fid:.3f}",
+                            f"median epoch {statistics.median(r['epoch_s'] for r in on):.3f} s runner vs "
+                            f"{statistics.median(r['epoch_s'] for r in ref):.3f} s reference; steps/epoch "
+                            f"{on[0]['steps_per_epoch']} vs {ref[0]['steps_per_epoch']}; threads/rank "
+                            f"{on[0]['threads']} vs {ref[0]['threads']}"))
+    for fw in FRAMEWORKS:
+        recs = [r for m in s.models for v in VARIANTS[:2] for r in runs[(fw, m, v)]]
+        split = {k: statistics.median(r["startup"][k] for r in recs) for k in recs[0]["startup"]}
+        raw.setdefault("startup", {})[fw] = split
+        top = sorted(((v, k) for k, v in split.items() if k not in ("command to first step",
+                                                                      "after training (eval, teardown)")), reverse=True)
+        ref_cmd = statistics.median(r["command_s"] for m in s.models for r in runs[(fw, m, "reference")])
+        run_cmd = statistics.median(r["command_s"] for r in recs)
+        rows.append(row(f"startup:{fw}", split["command to first step"], f"{split['command to first step']:.1f} s",
+                        "largest: " + ", ".join(f"{k} {v:.1f} s" for v, k in top[:3])
+                        + f"; whole command {run_cmd:.1f} s runner vs {ref_cmd:.1f} s reference"))
+    for fw in FRAMEWORKS:
+        for m in s.models:
+            times = [r["epoch_s"] for r in runs[(fw, m, "probes-on")]]
+            c = cv(times)
+            rows.append(row(f"cv:{fw}-{m}", c, f"{c * 100:.1f}%",
+                            f"{len(times)} repeats of the runner: median epoch "
+                            + ", ".join(f"{t:.3f}" for t in times) + " s"))
+    return rows
+
+
+def memory_dataset(s: Settings) -> Path:
+    """A synthetic graph of s.memory_graph's size under s.memory_root (generated once)."""
+    n, e, f = s.memory_graph
+    spec = datasets.SyntheticSpec(num_nodes=n, num_edges=e, num_features=f, num_classes=16)
+    name = f"memory-{n}-{e}-{f}"
+    path = Path(s.memory_root) / name
+    try:
+        if datasets.read_meta(path).get("source", {}).get("params") == spec.params():
+            return path
+    except datasets.DatasetError:
+        pass
+    log(f"generating the memory graph {name} in {s.memory_root}")
+    arrays = datasets.generate(spec)
+    return datasets.write_dataset(s.memory_root, name, arrays, {"kind": "synthetic", "params": spec.params()},
+                                  {}, num_classes=spec.num_classes)
+
+
+def measure_memory(s: Settings, work: Path, raw: dict) -> list:
+    """Row 3: summed PSS growth of 2 ranks vs 1 rank when the adapters hold the graph."""
+    graph = memory_dataset(s)
+    warmup = datasets.prepare("tiny", root=s.data_root)
+    rows = []
+    for fw in FRAMEWORKS:
+        deltas = {}
+        for nproc in (1, 2):
+            label = f"memory-{fw}-{nproc}"
+            log(f"{label}")
+            run_torchrun("benchmarks.memory_probe", nproc, ["--framework", fw, "--dataset", str(graph),
+                                                            "--warmup", str(warmup), "--out", str(work / f"{label}.json")],
+                         work / f"{label}.log", threads=1)
+            report = json.loads((work / f"{label}.json").read_text())
+            raw.setdefault("memory", {})[label] = report
+            deltas[nproc] = report["pss_delta_total"]
+        mib = 2 ** 20
+        ratio = deltas[2] / deltas[1] if deltas[1] > 0 else float("inf")
+        rows.append(row(f"memory:{fw}", ratio, f"{ratio:.2f}x",
+                        f"graph arrays {report['graph_bytes'] / mib:.0f} MiB; PSS growth summed over ranks "
+                        f"{deltas[1] / mib:.0f} MiB (1 rank) vs {deltas[2] / mib:.0f} MiB (2 ranks)"))
+    return rows
+
+
+def measure_sweep(s: Settings, work: Path, raw: dict) -> list:
+    """Row 5: the default sweep in a clean copy of the repository, then a no-op rerun."""
+    copy = work / "sweep-repo"
+    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=REPO,
+                           capture_output=True, text=True, check=True).stdout.split("\0")
+    for rel in filter(None, files):
+        if (REPO / rel).is_file():
+            (copy / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / rel, copy / rel)
+    snakemake = Path(PY).parent / "snakemake"
+    argv = [str(snakemake), "--cores", "all", "--profile", "profiles/default"]
+    env = {"PATH": f"{Path(PY).parent}{os.pathsep}{os.environ.get('PATH', '')}", "PYTHONPATH": str(copy)}
+    log("default sweep (cold) in a clean copy of the repository")
+    cold = execute(argv, work / "sweep-cold.log", env=env, cwd=copy)
+    log("default sweep again (no-op)")
+    noop = execute(argv, work / "sweep-noop.log", env=env, cwd=copy)
+    nothing = "Nothing to be done" in (work / "sweep-noop.log").read_text()
+    raw["sweep"] = {"cold_s": cold, "noop_s": noop, "noop_did_nothing": nothing}
+    return [row("sweep:default, cold", cold, f"{cold:.0f} s", f"in {copy}; log {work / 'sweep-cold.log'}"),
+            row("noop:no-op rerun", noop, f"{noop:.1f} s",
+                ("snakemake reported nothing to do" if nothing else "the rerun DID run jobs")
+                + f"; log {work / 'sweep-noop.log'}")]
+
+
+# ---------------------------------------------------------------------------------------
+# Report
+# ---------------------------------------------------------------------------------------
+
+def expected_keys(s: Settings) -> list:
+    keys = [f"{k}:{fw}-{m}" for k in ("probe", "fidelity") for fw in FRAMEWORKS for m in s.models]
+    keys += [f"memory:{fw}" for fw in FRAMEWORKS] + [f"startup:{fw}" for fw in FRAMEWORKS]
+    keys += ["sweep:default, cold", "noop:no-op rerun"] + [f"cv:{fw}-{m}" for fw in FRAMEWORKS for m in s.models]
+    return keys
+
+
+def placeholder(key: str, verdict: str, detail: str) -> dict:
+    name, target, _ = TARGETS[key.split(":")[0]]
+    return {"key": key, "measurement": f"{name} ({key.split(':')[1]})", "figure": "-", "value": None,
+            "target": target, "verdict": verdict, "detail": detail}
+
+
+def render(rows: list, raw: dict, s: Settings) -> str:
+    cells = lambda r: [r["measurement"], r["figure"], r["target"], r["verdict"], r["detail"]]  # noqa: E731
+    lines = ["| measurement | figure | target | verdict | detail |", "|---|---|---|---|---|"]
+    lines += ["| " + " | ".join(str(c).replace("|", "/") for c in cells(r)) + " |" for r in rows]
+    if raw.get("startup"):
+        names = list(next(iter(raw["startup"].values())))
+        lines += ["", "Start-up split, seconds (median over runs, slowest rank):", "",
+                  "| phase | " + " | ".join(raw["startup"]) + " |", "|---|" + "---|" * len(raw["startup"])]
+        lines += [f"| {n} | " + " | ".join(f"{raw['startup'][fw][n]:.2f}" for fw in raw["startup"]) + " |"
+                  for n in names]
+    lines += ["", f"Settings: dataset {s.dataset}, {s.devices} processes, batch {s.batch_size}, fan-outs "
+              f"{s.fanouts}, workers {s.workers}, {s.epochs} epochs, {s.repeats} repeats, models "
+              f"{','.join(s.models)}; memory graph {s.memory_graph[0]} nodes, {s.memory_graph[1]} edges, "
+              f"{s.memory_graph[2]} features."]
+    return "\n".join(lines) + "\n"
+
+
+def parse_args(argv=None) -> Settings:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.measure", description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="tiny dataset, 2 repeats, 2 epochs: a smoke run")
+    p.add_argument("--dataset", help="dataset name (default small; --quick: tiny)")
+    p.add_argument("--data-root", help="default results/datasets")
+    p.add_argument("--repeats", type=int, help="interleaved repeats (default 5; --quick: 2)")
+    p.add_argument("--epochs", type=int)
+    p.add_argument("--devices", type=int)
+    p.add_argument("--batch-size", type=int)
+    p.add_argument("--workers", type=int)
+    p.add_argument("--fanouts")
+    p.add_argument("--models", type=lambda t: t.split(","), help="comma-separated, default sage")
+    p.add_argument("--memory-graph", type=lambda t: [int(v) for v in t.split(",")],
+                   help="NODES,EDGES,FEATURES of the memory measurement's synthetic graph")
+    p.add_argument("--memory-root")
+    p.add_argument("--with-sweep", action="store_true", help="also time the default Snakemake sweep")
+    p.add_argument("--out-dir")
+    args = vars(p.parse_args(argv))
+    values = {**(QUICK if args.pop("quick") else {}), **{k: v for k, v in args.items() if v is not None and v is not False}}
+    s = Settings(**values)
+    if s.repeats < 2:
+        p.error("--repeats must be at least 2 (variation needs two runs)")
+    return s
+
+
+def main(argv=None) -> int:
+    s = parse_args(argv)
+    out_dir = Path(s.out_dir)
+    work = out_dir / "work"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    datasets.prepare(s.dataset, root=s.data_root)
+    t0 = time.perf_counter()
+    raw: dict = {"settings": asdict(s), "host": socket.gethostname(), "cpu_cores": envinfo.cpu_cores()}
+    rows: dict = {}
+    steps = [(measure_timing, True), (measure_memory, True), (measure_sweep, s.with_sweep)]
+    for fn, enabled in steps:
+        if not enabled:
+            continue
+        try:
+            rows.update({r["key"]: r for r in fn(s, work, raw)})
+        except (MeasureError, OSError, ValueError, KeyError, subprocess.CalledProcessError) as exc:
+            log(f"{fn.__name__} failed: {exc}")
+            raw.setdefault("errors", {})[fn.__name__] = str(exc)
+    errors = " ".join(raw.get("errors", {}).values())
+    table = [rows.get(k) or (placeholder(k, "SKIP", "not run; add --with-sweep") if k.split(":")[0] in ("sweep", "noop")
+                             and not s.with_sweep else placeholder(k, "ERROR", errors[:300]))
+             for k in expected_keys(s)]
+    raw["rows"] = table
+    raw["measure_wall_s"] = time.perf_counter() - t0
+    text = render(table, raw, s)
+    (out_dir / "measure.md").write_text(text)
+    (out_dir / "measure.json").write_text(json.dumps(raw, indent=1))
+    print(text, end="")
+    print(f"\n(measured in {raw['measure_wall_s']:.0f} s; {out_dir / 'measure.md'}, {out_dir / 'measure.json'})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,172 @@
+"""A minimal DGL DDP training loop: the yardstick the runner's DGL epoch time is compared with.
+
+Written in the style of DGL's own multi-GPU example (examples/multigpu/node_classification_sage.py):
+one graph with every format created up front (`g.create_formats_()`), features and labels in
+`g.ndata`, `NeighborSampler(fanouts, prefetch_node_feats=["feat"], prefetch_labels=["label"])`
+and `dgl.dataloading.DataLoader(..., use_ddp=True)`, blocks shrinking layer by layer. Only what
+`benchmarks.measure` needs differs from the example: the canonical dataset
+(`runners.datasets.load`), the runner's hyper-parameters from the command line, gloo on CPU,
+no evaluation, and each epoch's training loop timed with perf_counter. `--fanouts` is given
+hop nearest the seeds FIRST (as for the runner) and reversed for DGL's NeighborSampler.
+
+    torchrun --standalone --nproc-per-node 2 -m benchmarks.reference_dgl \
+        --dataset small --batch-size 1024 --fanouts 10,10,10 --epochs 3 --out times.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+T_START = time.perf_counter()
+os.environ.setdefault("DGLBACKEND", "pytorch")
+
+import dgl  # noqa: E402
+import dgl.nn as dglnn  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from dgl.dataloading import DataLoader, NeighborSampler  # noqa: E402
+from torch.nn.parallel import DistributedDataParallel  # noqa: E402
+
+from runners import datasets  # noqa: E402
+
+
+class SAGE(nn.Module):
+    def __init__(self, in_size, hid_size, out_size, num_layers, dropout):
+        super().__init__()
+        dims = [in_size] + [hid_size] * (num_layers - 1) + [out_size]
+        self.layers = nn.ModuleList(dglnn.SAGEConv(dims[i], dims[i + 1], "mean") for i in range(num_layers))
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, blocks, x):
+        h = x
+        for i, (layer, block) in enumerate(zip(self.layers, blocks)):
+            h = layer(block, h)
+            if i != len(self.layers) - 1:
+                h = F.relu(h)
+                h = self.dropout(h)
+        return h
+
+
+class GAT(nn.Module):
+    """GAT over blocks; each block gets one self-loop per destination node (PyG's GATConv
+    adds self-loops by default and the runner does the same for DGL)."""
+
+    def __init__(self, in_size, hid_size, out_size, num_layers, dropout, heads):
+        super().__init__()
+        self.layers = nn.ModuleList()
+        for i in range(num_layers):
+            last = i == num_layers - 1
+            self.layers.append(dglnn.GATConv(in_size if i == 0 else hid_size * heads,
+                                             out_size if last else hid_size, 1 if last else heads,
+                                             attn_drop=dropout, allow_zero_in_degree=True))
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, blocks, x):
+        h = x
+        for i, (layer, block) in enumerate(zip(self.layers, blocks)):
+            src, dst = block.edges()
+            loop = torch.arange(block.num_dst_nodes())
+            block = dgl.create_block((torch.cat([src, loop]), torch.cat([dst, loop])),
+                                     num_src_nodes=block.num_src_nodes(), num_dst_nodes=block.num_dst_nodes())
+            h = layer(block, h).flatten(1)
+            if i != len(self.layers) - 1:
+                h = F.elu(h)
+                h = self.dropout(h)
+        return h
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--dataset", default="small")
+    p.add_argument("--data-root", default="results/datasets")
+    p.add_argument("--model", choices=("sage", "gat"), default="sage")
+    p.add_argument("--batch-size", type=int, default=1024)
+    p.add_argument("--fanouts", default="10,10,10", help="hop nearest the seeds first (reversed for DGL)")
+    p.add_argument("--workers", type=int, default=0)
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--layers", type=int, default=3)
+    p.add_argument("--heads", type=int, default=1)
+    p.add_argument("--dropout", type=float, default=0.5)
+    p.add_argument("--lr", type=float, default=5e-3)
+    p.add_argument("--weight-decay", type=float, default=5e-4)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default=None, help="write the per-epoch times here (JSON)")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    dist.init_process_group("gloo")
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    t_ready = time.perf_counter()
+
+    graph = datasets.load(args.dataset, root=args.data_root)
+    src = torch.from_numpy(np.array(graph.indices))
+    dst = torch.repeat_interleave(torch.arange(graph.num_nodes), torch.from_numpy(np.diff(graph.indptr)))
+    g = dgl.graph((src, dst), num_nodes=graph.num_nodes)
+    g.ndata["feat"] = torch.from_numpy(np.array(graph.features))
+    g.ndata["label"] = torch.from_numpy(np.array(graph.labels))
+    g.create_formats_()
+    train_idx = torch.from_numpy(np.array(graph.train_idx))
+
+    dgl.seed(args.seed)
+    torch.manual_seed(args.seed)
+    fanouts = [int(f) for f in reversed(args.fanouts.split(","))]
+    sampler = NeighborSampler(fanouts, prefetch_node_feats=["feat"], prefetch_labels=["label"])
+    kwargs = {"persistent_workers": True} if args.workers > 0 else {}
+    train_dataloader = DataLoader(g, train_idx, sampler, device="cpu", batch_size=args.batch_size, shuffle=True,
+                                  drop_last=False, num_workers=args.workers, use_ddp=world_size > 1,
+                                  ddp_seed=args.seed, **kwargs)
+    if args.model == "sage":
+        model = SAGE(graph.num_features, args.hidden, graph.num_classes, args.layers, args.dropout)
+    else:
+        model = GAT(graph.num_features, args.hidden, graph.num_classes, args.layers, args.dropout, args.heads)
+    model = DistributedDataParallel(model)
+    opt = torch.optim.Adam(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+    t_model = time.perf_counter()
+
+    epoch_times, steps = [], 0
+    for _ in range(args.epochs):
+        model.train()
+        t0 = time.perf_counter()
+        steps = 0
+        for _, _, blocks in train_dataloader:
+            x = blocks[0].srcdata["feat"]
+            y = blocks[-1].dstdata["label"]
+            y_hat = model(blocks, x)
+            loss = F.cross_entropy(y_hat, y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            steps += 1
+        epoch_times.append(time.perf_counter() - t0)
+        dist.barrier()
+
+    mine = {"rank": rank, "epoch_times_s": epoch_times, "steps_per_epoch": steps,
+            "threads": torch.get_num_threads(),
+            "startup_s": {"imports_and_process_group": t_ready - T_START, "data_and_model": t_model - t_ready}}
+    ranks = [None] * world_size
+    dist.all_gather_object(ranks, mine)
+    if rank == 0:
+        report = {"framework": "dgl", "model": args.model, "world_size": world_size, "args": vars(args),
+                  "ranks": ranks}
+        print(json.dumps(report), flush=True)
+        if args.out:
+            with open(args.out, "w") as fh:
+                json.dump(report, fh, indent=1)
+    # No destroy_process_group(): gloo's destructor can deadlock a finished rank (see the
+    # runner's harness); every collective has completed, so leave without teardown.
+    sys.stdout.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
