@@ -232,7 +232,7 @@ def measure_timing(s: Settings, work: Path, raw: dict) -> list:
             rows.append(row(f"probe:{fw}-{m}", step, f"{step * 100:+.2f}%",
                             f"median step {statistics.median(r['step_s'] for r in on) * 1e3:.1f} ms on vs "
                             f"{statistics.median(r['step_s'] for r in off) * 1e3:.1f} ms off; epoch time "
-                            f"{epoch * 100:+.2f}%; CPU sampler self-timed (wall, incl. GIL waits) {cost * 100:.1f}% of training"))
+                            f"{epoch * 100:+.2f}%; CPU sampler self-timed (its thread CPU time) {cost * 100:.1f}% of training"))
     for fw in FRAMEWORKS:
         for m in s.models:
             on, ref = runs[(fw, m, "probes-on")], runs[(fw, m, "reference")]
