@@ -3,7 +3,7 @@
 Prints Python/torch/PyG/DGL versions, PyG's sampler backend, whether DGL has CUDA, visible
 GPUs and NVML status, cores, memory, /dev/shm and the open-files limit. Each framework is
 imported and exercised (one sampled mini-batch, one forward pass) in its OWN subprocess,
-because importing DGL changes process-wide settings. Exits 1 when a framework is unusable.
+because importing DGL changes process-wide settings (the checks live in the adapters). Exits 1 when a framework is unusable.
 """
 
 from __future__ import annotations
@@ -15,39 +15,14 @@ import sys
 
 from runners import envinfo
 
-# A tiny real check per framework: build a 4-node ring, sample one batch, run one conv.
-PROBES = {
-    "pyg": """
-import torch
-from torch_geometric.data import Data
-from torch_geometric.loader import NeighborLoader
-from torch_geometric.nn import SAGEConv
-from runners.adapters.pyg import sampler_backend
-ei = torch.tensor([[0, 1, 2, 3], [1, 2, 3, 0]])
-d = Data(x=torch.randn(4, 3), edge_index=ei, num_nodes=4)
-b = next(iter(NeighborLoader(d, num_neighbors=[2], batch_size=2)))
-SAGEConv(3, 2)(b.x, b.edge_index)
-print(sampler_backend())
-""",
-    "dgl": """
-import os
-os.environ.setdefault("DGLBACKEND", "pytorch")
-import dgl, torch
-from dgl.nn.pytorch import SAGEConv
-g = dgl.graph((torch.tensor([0, 1, 2, 3]), torch.tensor([1, 2, 3, 0])))
-g.ndata["feat"] = torch.randn(4, 3)
-loader = dgl.dataloading.DataLoader(g, torch.tensor([0, 1]), dgl.dataloading.NeighborSampler([2]), batch_size=2)
-_, _, blocks = next(iter(loader))
-SAGEConv(3, 2, "mean")(blocks[0], blocks[0].srcdata["feat"])
-print("ok")
-""",
-}
+FRAMEWORKS = ("pyg", "dgl")
 
 
 def check_framework(name: str) -> dict:
     """Import and exercise one framework in a subprocess; never raises."""
     try:
-        res = subprocess.run([sys.executable, "-c", PROBES[name]], capture_output=True, text=True,
+        code = f"from runners.adapters.{name} import self_check; print(self_check())"
+        res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                              timeout=300, cwd=str(envinfo.REPO_ROOT))
     except subprocess.TimeoutExpired:
         return {"usable": False, "detail": "timed out after 300 s"}
@@ -66,7 +41,7 @@ def main(argv=None) -> int:
     p.add_argument("--json", action="store_true", help="print the findings as JSON")
     args = p.parse_args(argv)
     env = envinfo.collect()
-    checks = {name: check_framework(name) for name in PROBES}
+    checks = {name: check_framework(name) for name in FRAMEWORKS}
     problems = [f"{name}: {c['detail']}" for name, c in checks.items() if not c["usable"]]
     gpus = envinfo.visible_gpu_count(env)
     if gpus and not env["dgl_cuda"]:

@@ -46,6 +46,17 @@ def add_self_loops(block):
                             num_src_nodes=block.num_src_nodes(), num_dst_nodes=block.num_dst_nodes())
 
 
+def self_check() -> str:
+    """Sample one block of a 4-node ring and run one conv; returns DGL's version."""
+    g = dgl.graph((torch.tensor([0, 1, 2, 3]), torch.tensor([1, 2, 3, 0])))
+    g.ndata["feat"] = torch.randn(4, 3)
+    loader = dgl.dataloading.DataLoader(g, torch.tensor([0, 1]), dgl.dataloading.NeighborSampler([2]),
+                                        batch_size=2)
+    _, _, blocks = next(iter(loader))
+    SAGEConv(3, 2, "mean")(blocks[0], blocks[0].srcdata["feat"])
+    return f"dgl {dgl.__version__}"
+
+
 class DglModel(torch.nn.Module):
     """GraphSAGE (mean) or GAT as a stack of DGL convolutions over blocks."""
 

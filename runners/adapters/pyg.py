@@ -35,6 +35,19 @@ def sampler_backend() -> str:
     )
 
 
+def self_check() -> str:
+    """Sample one mini-batch of a 4-node ring and run one conv; returns the sampler backend."""
+    from torch_geometric.data import Data
+    from torch_geometric.loader import NeighborLoader
+    from torch_geometric.nn import SAGEConv
+
+    ring = torch.tensor([[0, 1, 2, 3], [1, 2, 3, 0]])
+    data = Data(x=torch.randn(4, 3), edge_index=ring, num_nodes=4)
+    batch = next(iter(NeighborLoader(data, num_neighbors=[2], batch_size=2)))
+    SAGEConv(3, 2)(batch.x, batch.edge_index)
+    return sampler_backend()
+
+
 class PygModel(torch.nn.Module):
     """GraphSAGE (mean) or GAT as a stack of PyG convolutions."""
 
