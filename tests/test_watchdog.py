@@ -83,7 +83,7 @@ def test_ok_run_is_not_flagged_with_a_tight_threshold(tmp_path):
 
 def test_time_limit_gives_timeout(tmp_path):
     out = tmp_path / "slow"
-    run_config(out, framework="dgl", devices=1, workers=0, epochs=200, extra=["--time-limit", "12"])
+    run_config(out, framework="dgl", devices=1, workers=0, epochs=200, extra=["--time-limit", "25"])
     result = json.loads((out / "result.json").read_text())
     assert result["status"] == "timeout"
     assert result["diagnosis"]["cause"] == "timeout"
