@@ -145,8 +145,8 @@ def summarise(m: dict, cfg: RunConfig) -> dict:
     rank0 = [e for e in m["epochs"] if e["rank"] == min(r["rank"] for r in m["ranks"])]
     startups = [r["startup_s"] for r in m["ranks"] if r["startup_s"] is not None]
     return {
-        "train_time_s": round(train_time, 6),
-        "median_epoch_time_s": round(statistics.median(per_epoch.values()), 6),
+        "train_time_s": train_time,  # unrounded: it must equal the slowest rank's own figure
+        "median_epoch_time_s": statistics.median(per_epoch.values()),
         "throughput_seed_nodes_per_s": round(seeds_local * scale / train_time, 3) if train_time else 0.0,
         "sampled_edges_per_s": round(edges_local * scale / train_time, 3) if train_time else None,
         "final_val_acc": m["validation"][-1]["accuracy"] if m["validation"] else None,
