@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -299,6 +298,3 @@ def config_from_args(args: argparse.Namespace, visible_gpus: int, cpu_cores: int
         max_steps_per_epoch=args.max_steps_per_epoch,
     )
 
-
-def env_flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
