@@ -15,10 +15,7 @@ hop nearest the seeds FIRST (as for the runner) and reversed for DGL's NeighborS
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import sys
 import time
 
 T_START = time.perf_counter()
@@ -34,6 +31,7 @@ import torch.nn.functional as F  # noqa: E402
 from dgl.dataloading import DataLoader, NeighborSampler  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 
+from benchmarks.reference_common import finish, parse_args  # noqa: E402
 from runners import datasets  # noqa: E402
 
 
@@ -82,30 +80,10 @@ class GAT(nn.Module):
         return h
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--dataset", default="small")
-    p.add_argument("--data-root", default="results/datasets")
-    p.add_argument("--model", choices=("sage", "gat"), default="sage")
-    p.add_argument("--batch-size", type=int, default=1024)
-    p.add_argument("--fanouts", default="10,10,10", help="hop nearest the seeds first (reversed for DGL)")
-    p.add_argument("--workers", type=int, default=0)
-    p.add_argument("--epochs", type=int, default=3)
-    p.add_argument("--hidden", type=int, default=256)
-    p.add_argument("--layers", type=int, default=3)
-    p.add_argument("--heads", type=int, default=1)
-    p.add_argument("--dropout", type=float, default=0.5)
-    p.add_argument("--lr", type=float, default=5e-3)
-    p.add_argument("--weight-decay", type=float, default=5e-4)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default=None, help="write the per-epoch times here (JSON)")
-    return p.parse_args(argv)
-
-
 def main(argv=None) -> None:
     args = parse_args(argv)
     dist.init_process_group("gloo")
-    rank, world_size = dist.get_rank(), dist.get_world_size()
+    world_size = dist.get_world_size()
     t_ready = time.perf_counter()
 
     graph = datasets.load(args.dataset, root=args.data_root)
@@ -150,22 +128,8 @@ def main(argv=None) -> None:
         epoch_times.append(time.perf_counter() - t0)
         dist.barrier()
 
-    mine = {"rank": rank, "epoch_times_s": epoch_times, "steps_per_epoch": steps,
-            "threads": torch.get_num_threads(),
-            "startup_s": {"imports_and_process_group": t_ready - T_START, "data_and_model": t_model - t_ready}}
-    ranks = [None] * world_size
-    dist.all_gather_object(ranks, mine)
-    if rank == 0:
-        report = {"framework": "dgl", "model": args.model, "world_size": world_size, "args": vars(args),
-                  "ranks": ranks}
-        print(json.dumps(report), flush=True)
-        if args.out:
-            with open(args.out, "w") as fh:
-                json.dump(report, fh, indent=1)
-    # No destroy_process_group(): gloo's destructor can deadlock a finished rank (see the
-    # runner's harness); every collective has completed, so leave without teardown.
-    sys.stdout.flush()
-    os._exit(0)
+    finish("dgl", args, epoch_times, steps,
+           {"imports_and_process_group": t_ready - T_START, "data_and_model": t_model - t_ready})
 
 
 if __name__ == "__main__":

@@ -14,10 +14,6 @@ do the same batches), gloo on CPU, no evaluation, and each epoch timed with perf
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import sys
 import time
 
 T_START = time.perf_counter()
@@ -31,6 +27,7 @@ from torch_geometric.data import Data  # noqa: E402
 from torch_geometric.loader import NeighborLoader  # noqa: E402
 from torch_geometric.nn import GATConv, SAGEConv  # noqa: E402
 
+from benchmarks.reference_common import finish, parse_args  # noqa: E402
 from runners import datasets  # noqa: E402
 
 
@@ -68,26 +65,6 @@ class GAT(torch.nn.Module):
                 x = F.elu(x)
                 x = F.dropout(x, p=self.dropout, training=self.training)
         return x
-
-
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--dataset", default="small")
-    p.add_argument("--data-root", default="results/datasets")
-    p.add_argument("--model", choices=("sage", "gat"), default="sage")
-    p.add_argument("--batch-size", type=int, default=1024)
-    p.add_argument("--fanouts", default="10,10,10", help="hop nearest the seeds first")
-    p.add_argument("--workers", type=int, default=0)
-    p.add_argument("--epochs", type=int, default=3)
-    p.add_argument("--hidden", type=int, default=256)
-    p.add_argument("--layers", type=int, default=3)
-    p.add_argument("--heads", type=int, default=1)
-    p.add_argument("--dropout", type=float, default=0.5)
-    p.add_argument("--lr", type=float, default=5e-3)
-    p.add_argument("--weight-decay", type=float, default=5e-4)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default=None, help="write the per-epoch times here (JSON)")
-    return p.parse_args(argv)
 
 
 def main(argv=None) -> None:
@@ -133,22 +110,8 @@ def main(argv=None) -> None:
         epoch_times.append(time.perf_counter() - t0)
         dist.barrier()
 
-    mine = {"rank": rank, "epoch_times_s": epoch_times, "steps_per_epoch": steps,
-            "threads": torch.get_num_threads(),
-            "startup_s": {"imports_and_process_group": t_ready - T_START, "data_and_model": t_model - t_ready}}
-    ranks = [None] * world_size
-    dist.all_gather_object(ranks, mine)
-    if rank == 0:
-        report = {"framework": "pyg", "model": args.model, "world_size": world_size, "args": vars(args),
-                  "ranks": ranks}
-        print(json.dumps(report), flush=True)
-        if args.out:
-            with open(args.out, "w") as fh:
-                json.dump(report, fh, indent=1)
-    # No destroy_process_group(): gloo's destructor can deadlock a finished rank (see the
-    # runner's harness); every collective has completed, so leave without teardown.
-    sys.stdout.flush()
-    os._exit(0)
+    finish("pyg", args, epoch_times, steps,
+           {"imports_and_process_group": t_ready - T_START, "data_and_model": t_model - t_ready})
 
 
 if __name__ == "__main__":

@@ -399,7 +399,7 @@ def diagnose_stop(out: Path, status: str, stalled, watch: dict, states: dict, st
                         f"({x['blocked_in']}), no progress for {x['idle_s']} s")
     evidence.append(f"threshold {threshold:.1f} s; detected {now - launch_t:.1f} s after launch")
     if status == "timeout":
-        summary = f"time limit reached; rank progress: " + ", ".join(
+        summary = "time limit reached; rank progress: " + ", ".join(
             f"r{x['rank']} e{x['epoch']} s{x['step']} {x['phase']}" for x in ranks)
     else:
         where = phases.get(culprit, "?") if culprit is not None else "?"
