@@ -117,6 +117,7 @@ class Rank:
                            "local_rank": self.local_rank, "startup": {}, "workers": []}
         self.launch_t = float(os.environ.get("GNNSCALE_LAUNCH_TIME", T_PROCESS_START))
         self.faults = Faults(cfg, self.rank)
+        self.adapter = None
         stacks = self.out / "stacks"
         stacks.mkdir(exist_ok=True)
         # SIGUSR1 dumps every thread's Python stack: the watchdog's fallback when py-spy can't attach.
@@ -140,10 +141,8 @@ class Rank:
         torch.manual_seed(seed)
         np.random.seed(seed)
         random.seed(seed)
-        if self.cfg.framework == "dgl":
-            import dgl
-
-            dgl.seed(seed)
+        if self.adapter is not None:  # the framework's own generators (DGL's sampler)
+            self.adapter.seed(seed)
         # Workers share the rank's cores; oversubscribing them would slow the trainer.
         torch.set_num_threads(1)
         fh = open(self.out / "stacks" / f"faulthandler-rank{self.rank}-worker{worker_id}-pid{os.getpid()}.txt", "w")
@@ -210,6 +209,7 @@ class Rank:
         self.info["dataset_hash"] = graph.content_hash
         adapter = adapter_cls(cfg, graph, self.rank, self.world, device)
         adapter.seed(seed)
+        self.adapter = adapter  # loader workers, forked later, seed the framework through it
         self.info["adapter_choices"] = adapter.choices
         self.mark("dataset_loaded")
 
@@ -225,7 +225,7 @@ class Rank:
         optimizer = torch.optim.Adam(ddp.parameters(), lr=lr, weight_decay=cfg.weight_decay)
         self.info["lr_effective"] = lr
 
-        framework_splits = cfg.framework == "dgl" and not cfg.uneven_batches
+        framework_splits = adapter.splits_seeds_itself and not cfg.uneven_batches
         rank_seeds = None if framework_splits else split_seeds(
             graph.train_idx, self.rank, self.world, cfg.seed, cfg.batch_size, cfg.uneven_batches)
         loader = adapter.train_loader(rank_seeds, self.worker_init if cfg.workers > 0 else None)

@@ -28,6 +28,8 @@ class Adapter:
     """Interface of a framework adapter (see runners/adapters/pyg.py and dgl.py)."""
 
     name = "?"
+    # True when the framework splits the training seeds across ranks itself (DGL's use_ddp).
+    splits_seeds_itself = False
     # What the harness records as this adapter's measurement choices.
     choices: dict = {}
 

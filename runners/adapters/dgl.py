@@ -95,6 +95,7 @@ class DglModel(torch.nn.Module):
 
 class DglAdapter(Adapter):
     name = "dgl"
+    splits_seeds_itself = True
 
     def __init__(self, cfg, graph, rank, world_size, device):
         super().__init__(cfg, graph, rank, world_size, device)
