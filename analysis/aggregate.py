@@ -10,7 +10,7 @@ result.json). Writes into --out-dir:
 - epochs.csv    per epoch per rank (with that epoch's validation accuracy);
 - steps.csv     every rank's steps.csv with run_id and rank columns;
 - cpu.csv       every rank's cpu.csv (CPU/memory samples) with run_id and rank;
-- nvml.csv      nvml.csv of GPU runs with run_id;
+- nvml.csv      every rank's nvml.csv (its own GPU) of GPU runs with run_id and rank;
 - failures.json diagnosis and condensed stacks of every run that did not end "ok";
 - invalid.csv   every result that could not be used, with the reason (never silently dropped).
 """
@@ -66,10 +66,11 @@ INVALID_COLUMNS = ("path", "run_id", "reason")
 # Per-rank CSV files copied into the aggregate, with the columns the contract promises.
 RANK_FILES = {
     "steps": ("epoch", "step", "seed_nodes", "sampled_nodes", "sampled_edges") + PHASES
-             + ("step_s", "loss"),
+             + ("step_s", "loss", "seed_id_sum"),
     "cpu": ("t_s", "pid", "role", "cpu_percent", "rss_bytes", "uss_bytes"),
 }
-NVML_COLUMNS = ("t_s", "gpu", "util_percent", "mem_used_bytes", "power_w", "sm_clock_mhz")
+NVML_COLUMNS = ("t_s", "gpu", "pci_bus_id", "util_percent", "mem_used_bytes", "power_w", "sm_clock_mhz")
+RANK_FILES["nvml"] = NVML_COLUMNS
 
 
 @dataclass
@@ -87,7 +88,7 @@ class Aggregate:
     FILES = {"runs": RUN_COLUMNS, "epochs": EPOCH_COLUMNS,
              "steps": ("run_id", "rank") + RANK_FILES["steps"],
              "cpu": ("run_id", "rank") + RANK_FILES["cpu"],
-             "nvml": ("run_id",) + NVML_COLUMNS, "invalid": INVALID_COLUMNS}
+             "nvml": ("run_id", "rank") + NVML_COLUMNS, "invalid": INVALID_COLUMNS}
 
     def write(self, out_dir: Path) -> None:
         out_dir = Path(out_dir)
@@ -295,11 +296,8 @@ def aggregate(paths) -> Aggregate:
         epochs += epoch_rows(data)
         steps += rank_csvs(run_dir, rid, "steps")
         cpu += rank_csvs(run_dir, rid, "cpu")
-        if (run_dir / "nvml.csv").exists():
-            df = _read_csv(run_dir / "nvml.csv", NVML_COLUMNS)
-            df.insert(0, "run_id", rid)
-            nvml.append(df)
-        if data["status"] != "ok":
+        nvml += rank_csvs(run_dir, rid, "nvml")  # each rank samples its own GPU
+        if data["status"] not in ("ok", "skipped"):  # skipped points never ran: nothing to diagnose
             failures.append(deadlocks.failure_record(data, run_dir))
 
     def concat(frames, columns):

@@ -303,8 +303,8 @@ def resources_over_time(runs: pd.DataFrame, cpu: pd.DataFrame, nvml: pd.DataFram
         if with_gpu:
             g = nvml[nvml["run_id"] == rid]
             ax = axes[i][2]
-            for gpu, s in g.groupby("gpu"):
-                ax.plot(s["t_s"] - g["t_s"].min(), s["util_percent"], label=f"GPU {gpu}")
+            for (rank, gpu), s in g.groupby(["rank", "gpu"]):
+                ax.plot(s["t_s"] - g["t_s"].min(), s["util_percent"], label=f"rank {rank} (NVML GPU {gpu})")
             ax.set_ylim(0, 105)
             ax.set_ylabel("GPU utilisation (%)")
             if g.empty:

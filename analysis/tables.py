@@ -445,7 +445,9 @@ def breakdown_table(points: pd.DataFrame) -> TableSet:
         "breakdown", "Where a training step's time goes",
         "Mean time per training step (milliseconds, averaged over all steps of all ranks, then over "
         "repeats) split into phases. The backward phase includes DDP's gradient all-reduce. "
-        "Loader share = time waiting for the next mini-batch / whole step.",
+        "Loader share = time waiting for the next mini-batch / whole step. GPU runs show n/a unless "
+        "they ran with --breakdown on: CUDA work is asynchronous, so phase times taken without a "
+        "synchronisation at every phase edge would be CPU launch times, and they are not recorded.",
         points[keep] if not points.empty else points, flat_grids(points, columns))
 
 

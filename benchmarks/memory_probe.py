@@ -54,8 +54,8 @@ def build(framework: str, path, workers: int, rank: int, world: int):
             "--out", tempfile.gettempdir(), "--device", "cpu"]
     cfg = config_from_args(build_parser().parse_args(argv), 0, psutil.cpu_count())
     adapter = get_adapter_class(framework)(cfg, graph, rank, world, torch.device("cpu"))
-    seeds = None if framework == "dgl" else split_seeds(graph.train_idx, rank, world, cfg.seed,
-                                                          cfg.batch_size, False)
+    seeds = torch.tensor(split_seeds(graph.train_idx, rank, world, cfg.seed, cfg.batch_size, False),
+                         dtype=torch.long).share_memory_()  # as the harness hands it to both frameworks
     loader = adapter.train_loader(seeds, None)
     it = iter(loader)
     adapter.unpack(next(it))

@@ -48,8 +48,9 @@ def main(argv=None) -> int:
         problems.append("GPUs are visible but DGL is the CPU-only build: GPU runs of DGL will be refused "
                         "(install DGL's CUDA build; README 'GPU machines')")
     if gpus and env["pyg_sampler_backend"] != "pyg-lib":
-        problems.append("GPUs are visible but pyg-lib is missing: GPU runs of PyG will be refused "
-                        "(install pyg-lib; README 'GPU machines')")
+        problems.append("GPUs are visible but pyg-lib is missing: PyG GPU runs sample with "
+                        f"{env['pyg_sampler_backend']} (recorded with every result); PyG prefers pyg-lib "
+                        "(install it; README 'GPU machines')")
     if args.json:
         print(json.dumps({"env": env, "frameworks": checks, "problems": problems}, indent=1))
     else:

@@ -28,8 +28,10 @@ from runners.config import RunConfig  # noqa: E402
 from runners.envinfo import RECORDED_ENV_VARS  # noqa: E402
 from runners.probes import CpuSampler, CsvAppender, Heartbeat, NvmlSampler, start_nvml  # noqa: E402
 
+# seed_id_sum: the sum of the batch's seed node ids, a cheap fingerprint of which seeds the
+# loader really delivered (tests compare it with the harness's split across frameworks).
 STEP_COLUMNS = ["epoch", "step", "seed_nodes", "sampled_nodes", "sampled_edges", "load_wait_s", "copy_s",
-                "forward_s", "backward_s", "optimizer_s", "step_s", "loss"]
+                "forward_s", "backward_s", "optimizer_s", "step_s", "loss", "seed_id_sum"]
 EPOCH_COLUMNS = ["epoch", "rank", "time_s", "steps", "loss", "seed_nodes", "sampled_nodes", "sampled_edges",
                  "load_wait_s", "copy_s", "forward_s", "backward_s", "optimizer_s"]
 PHASE_KEYS = ("load_wait_s", "copy_s", "forward_s", "backward_s", "optimizer_s")
@@ -46,15 +48,18 @@ def rank_seed(base: int, rank: int) -> int:
 
 
 def split_seeds(train_idx: np.ndarray, rank: int, world: int, seed: int, batch_size: int,
-                uneven: bool) -> np.ndarray:
-    """This rank's share of the training seeds.
+                uneven: bool, epoch: int = 0) -> np.ndarray:
+    """This rank's share of the training seeds in `epoch`, in the order it trains them.
 
-    Even (default): one global shuffle, padded by wrapping so every rank gets the same
+    Both frameworks train exactly this share, in this order: every epoch draws a fresh
+    global permutation from (seed, epoch), as a DistributedSampler with set_epoch does, so
+    ranks see new seed sets and a new order every epoch, reproducibly.
+    Even (default): the permutation is padded by wrapping so every rank gets the same
     number of seeds and therefore the same number of batches. Uneven (`--uneven-batches`):
     the naive contiguous split, with the last rank one batch short, which is what leaves a
     rank waiting forever in the all-reduce.
     """
-    order = np.random.default_rng(seed).permutation(len(train_idx))
+    order = np.random.default_rng([seed, epoch]).permutation(len(train_idx))
     shuffled = np.asarray(train_idx)[order]
     if not uneven:
         per_rank = -(-len(shuffled) // world)
@@ -66,6 +71,17 @@ def split_seeds(train_idx: np.ndarray, rank: int, world: int, seed: int, batch_s
         batches = -(-len(share) // batch_size)
         share = share[: max(1, (batches - 1)) * batch_size]
     return share
+
+
+SEED_SPLIT_RULE = ("harness: per epoch one global permutation from (seed, epoch), padded to an equal "
+                   "share per rank; both frameworks' loaders read the share in place, in order")
+
+
+def seed_set_digest(seeds: np.ndarray) -> str:
+    """A short fingerprint of a set of seed nodes (order-independent), for result records."""
+    import hashlib
+
+    return hashlib.sha1(np.sort(np.asarray(seeds, dtype=np.int64)).tobytes()).hexdigest()[:16]
 
 
 class Faults:
@@ -225,9 +241,15 @@ class Rank:
         optimizer = torch.optim.Adam(ddp.parameters(), lr=lr, weight_decay=cfg.weight_decay)
         self.info["lr_effective"] = lr
 
-        framework_splits = adapter.splits_seeds_itself and not cfg.uneven_batches
-        rank_seeds = None if framework_splits else split_seeds(
-            graph.train_idx, self.rank, self.world, cfg.seed, cfg.batch_size, cfg.uneven_batches)
+        def epoch_share(epoch: int) -> np.ndarray:
+            return split_seeds(graph.train_idx, self.rank, self.world, cfg.seed, cfg.batch_size,
+                               cfg.uneven_batches, epoch)
+
+        # The loaders index this tensor in place (shuffle off); it lives in shared memory so
+        # that persistent loader workers, forked once, see each epoch's new share.
+        rank_seeds = torch.tensor(epoch_share(0), dtype=torch.long).share_memory_()
+        self.info["seed_split"] = SEED_SPLIT_RULE
+        self.info["epoch_seed_digests"] = []
         loader = adapter.train_loader(rank_seeds, self.worker_init if cfg.workers > 0 else None)
         steps = len(loader)
         if cfg.max_steps_per_epoch:
@@ -253,6 +275,8 @@ class Rank:
         elif cfg.probes:
             reason = "no GPU in this run (CPU processes); NVML not sampled"
         self.info["nvml"] = {"available": nvml is not None, "reason": reason}
+        if nvml is not None:
+            self.info["nvml"].update(gpu=nvml.gpu, pci_bus_id=nvml.bus_id)
         cpu = CpuSampler(cfg.cpu_sample_interval_s) if cfg.probes else None
         if cpu:
             cpu.start()
@@ -262,17 +286,27 @@ class Rank:
         nvml_csv = CsvAppender(self.dir / "nvml.csv", NvmlSampler.COLUMNS) if nvml else None
         val_csv = CsvAppender(self.dir / "validation.csv", ["epoch", "accuracy", "eval_s"])
 
-        sync = (lambda: torch.cuda.synchronize(device)) if (device.type == "cuda" and cfg.breakdown) else (lambda: None)
+        cuda = device.type == "cuda"
+        # CUDA work is asynchronous: an epoch's time is only its own once the queue is empty at
+        # both of its edges. Phase times need a synchronisation at every phase edge (breakdown
+        # mode); without it they are CPU launch times, so they are not recorded at all.
+        sync = (lambda: torch.cuda.synchronize(device)) if cuda else (lambda: None)
         timed = cfg.breakdown
+        phases_valid = timed or not cuda
+        self.info["phases_recorded"] = phases_valid
         now = time.perf_counter
         train_time = 0.0
         self.mark("training_started")
         self.write_info()
         for epoch in range(cfg.epochs):
             ddp.train()
-            adapter.start_epoch(loader, epoch)
+            share = epoch_share(epoch)
+            if epoch > 0:
+                rank_seeds.copy_(torch.from_numpy(share))
+            self.info["epoch_seed_digests"].append(seed_set_digest(share))
             rows = []
             self.hb.beat("loading", epoch=epoch, step=0)
+            sync()
             t_epoch = now()
             it = iter(loader)
             for step in range(steps):
@@ -308,20 +342,23 @@ class Rank:
                 if timed:
                     sync()
                 t5 = now()
+                phases = [t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4] if phases_valid else [None] * 5
                 rows.append([epoch, step, batch.seed_nodes, batch.sampled_nodes, batch.sampled_edges,
-                             t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t5 - t0, loss.detach()])
+                             *phases, t5 - t0, loss.detach(), int(batch.seed_ids.sum())])
             sync()
             epoch_s = now() - t_epoch
             train_time += epoch_s
             del it
             self.hb.beat("epoch-sync")
             for r in rows:
-                r[-1] = float(r[-1])
+                r[-2] = float(r[-2])  # the losses stay on the device until here: no sync per step
             step_csv.write(rows)
-            sums = np.array([r[2:11] for r in rows], dtype=float).sum(axis=0) if rows else np.zeros(9)
-            mean_loss = float(np.mean([r[-1] for r in rows])) if rows else None
-            epoch_csv.write([[epoch, self.rank, round(epoch_s, 6), len(rows), mean_loss, int(sums[0]), int(sums[1]),
-                              int(sums[2]), *[round(v, 6) for v in sums[3:8]]]])
+            counts = np.array([r[2:5] for r in rows], dtype=np.int64).sum(axis=0) if rows else np.zeros(3, int)
+            phase_sums = ([round(sum(r[5 + i] for r in rows), 6) for i in range(5)] if phases_valid
+                          else [None] * 5)
+            mean_loss = float(np.mean([r[-2] for r in rows])) if rows else None
+            epoch_csv.write([[epoch, self.rank, round(epoch_s, 6), len(rows), mean_loss, *map(int, counts),
+                              *phase_sums]])
             if cpu:
                 cpu_csv.write(cpu.drain())
             if nvml:
@@ -367,7 +404,8 @@ class Rank:
 
         model.eval()
         share = np.asarray(graph.val_idx)[self.rank::self.world]
-        correct = torch.zeros(2, dtype=torch.float64)
+        # On the run's device: NCCL all-reduces CUDA tensors only.
+        correct = torch.zeros(2, dtype=torch.float64, device=device)
         self.hb.beat("evaluation")
         with torch.no_grad():
             if len(share):
@@ -375,11 +413,12 @@ class Rank:
                     self.hb.beat("evaluation")
                     batch = adapter.to_device(adapter.unpack(raw))
                     pred = adapter.forward(model, batch.inputs).argmax(dim=-1)
-                    correct[0] += (pred == batch.labels).sum().item()
+                    correct[0] += (pred == batch.labels).sum()
                     correct[1] += batch.labels.numel()
         dist.all_reduce(correct)  # every rank evaluates: no rank-0-only barrier to hang on
         model.train()
-        return float(correct[0] / max(correct[1], 1))
+        hits, total = correct.tolist()
+        return hits / max(total, 1.0)
 
 
 def main(argv=None) -> int:

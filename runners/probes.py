@@ -164,19 +164,56 @@ class CpuSampler(_Sampler):
                 self._known.pop(proc.pid, None)
 
 
+def cuda_pci_bus_id(cuda_index: int) -> str:
+    """PCI bus id ("0000:3b:00.0") of CUDA device `cuda_index` as this process numbers it.
+
+    The CUDA driver numbers devices after CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER, exactly
+    as torch does; NVML numbers all GPUs in PCI order and ignores both. The bus id is the
+    name both agree on. (torch 2.2 does not expose it, so ask the driver API directly.)
+    """
+    import ctypes
+
+    cuda = ctypes.CDLL("libcuda.so.1")
+    device = ctypes.c_int()
+    buf = ctypes.create_string_buffer(64)
+    for call, args in (("cuInit", (0,)), ("cuDeviceGet", (ctypes.byref(device), cuda_index)),
+                       ("cuDeviceGetPCIBusId", (buf, 64, device))):
+        err = getattr(cuda, call)(*args)
+        if err != 0:
+            raise RuntimeError(f"{call} failed with CUDA driver error {err}")
+    return buf.value.decode()
+
+
+def pci_key(bus_id: str) -> tuple:
+    """(domain, bus, device, function) as integers: NVML and CUDA pad the domain differently."""
+    domain, bus, rest = bus_id.strip().lower().split(":")
+    dev, fn = rest.split(".")
+    return int(domain, 16), int(bus, 16), int(dev, 16), int(fn, 16)
+
+
+def nvml_index_of(pynvml, bus_id: str) -> int:
+    """NVML's index of the GPU at PCI `bus_id`."""
+    for i in range(pynvml.nvmlDeviceGetCount()):
+        nvml_bus = pynvml.nvmlDeviceGetPciInfo(pynvml.nvmlDeviceGetHandleByIndex(i)).busId
+        if pci_key(nvml_bus if isinstance(nvml_bus, str) else nvml_bus.decode()) == pci_key(bus_id):
+            return i
+    raise RuntimeError(f"no GPU known to NVML has PCI bus id {bus_id}")
+
+
 class NvmlSampler(_Sampler):
-    """Utilisation, memory, power and SM clock of one GPU."""
+    """Utilisation, memory, power and SM clock of the GPU a rank trains on."""
 
-    COLUMNS = ["t_s", "gpu", "util_percent", "mem_used_bytes", "power_w", "sm_clock_mhz"]
+    COLUMNS = ["t_s", "gpu", "pci_bus_id", "util_percent", "mem_used_bytes", "power_w", "sm_clock_mhz"]
 
-    def __init__(self, interval: float, gpu_index: int):
+    def __init__(self, interval: float, cuda_index: int):
         super().__init__(interval, "gnnscale-nvml-probe")
         import pynvml
 
         self.nvml = pynvml
         pynvml.nvmlInit()
-        self.gpu = gpu_index
-        self.handle = pynvml.nvmlDeviceGetHandleByIndex(gpu_index)
+        self.bus_id = cuda_pci_bus_id(cuda_index)
+        self.gpu = nvml_index_of(pynvml, self.bus_id)
+        self.handle = pynvml.nvmlDeviceGetHandleByIndex(self.gpu)
 
     def sample(self) -> None:
         n, h = self.nvml, self.handle
@@ -184,13 +221,14 @@ class NvmlSampler(_Sampler):
         mem = n.nvmlDeviceGetMemoryInfo(h).used
         power = n.nvmlDeviceGetPowerUsage(h) / 1000.0
         clock = n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM)
-        self.rows.append([round(time.time() - self.t0, 3), self.gpu, util, mem, power, clock])
+        self.rows.append([round(time.time() - self.t0, 3), self.gpu, self.bus_id, util, mem, power, clock])
 
 
-def start_nvml(interval: float, gpu_index: int):
-    """An NVML sampler, or (None, reason) when NVML cannot run here. Never raises."""
+def start_nvml(interval: float, cuda_index: int):
+    """An NVML sampler for CUDA device `cuda_index` (torch's numbering), or (None, reason)
+    when NVML cannot run here. Never raises."""
     try:
-        sampler = NvmlSampler(interval, gpu_index)
+        sampler = NvmlSampler(interval, cuda_index)
     except Exception as exc:
         return None, f"{type(exc).__name__}: {exc}"
     sampler.start()

@@ -22,14 +22,13 @@ class Batch:
     seed_nodes: int
     sampled_nodes: int  # distinct nodes whose input features the batch gathered
     sampled_edges: int  # edges of the sampled subgraph over all layers (before self-loops)
+    seed_ids: Any = None  # the seed node ids (CPU tensor): what the loader really delivered
 
 
 class Adapter:
     """Interface of a framework adapter (see runners/adapters/pyg.py and dgl.py)."""
 
     name = "?"
-    # True when the framework splits the training seeds across ranks itself (DGL's use_ddp).
-    splits_seeds_itself = False
     # What the harness records as this adapter's measurement choices.
     choices: dict = {}
 
@@ -40,12 +39,11 @@ class Adapter:
         raise NotImplementedError
 
     def train_loader(self, rank_seeds, worker_init_fn):
-        """The loader over this rank's training seeds. `rank_seeds` is None when the
-        framework splits the seeds across ranks itself (DGL's use_ddp)."""
+        """The loader over this rank's training seeds, in the order given and without
+        shuffling. `rank_seeds` is a shared-memory int64 tensor that the harness rewrites in
+        place before every epoch (its new share and order), so the loader must index it
+        rather than copy it: persistent workers see the rewrite."""
         raise NotImplementedError
-
-    def start_epoch(self, loader, epoch: int) -> None:
-        """Hook for per-epoch reshuffling of framework-side DDP splits."""
 
     def eval_loader(self, seeds):
         raise NotImplementedError

@@ -3,9 +3,11 @@
 Measurement choices (recorded in every result):
 - The graph is built from the memory-mapped CSC with only the CSC format materialised
   (neighbour sampling reads in-edges).
-- Seeds are split across ranks by DGL itself (`use_ddp=True`, which pads every rank to the
-  same number of batches), as in DGL's multi-GPU example; `--uneven-batches` instead hands
-  DGL the harness's naive split.
+- Seeds are split across ranks by the harness (a fresh padded share per rank every epoch,
+  the same shares the PyG adapter trains). DGL's multi-GPU example uses `use_ddp=True`
+  instead, which pads the same way but draws its own permutation (and, with persistent
+  workers, never shows the workers a reshuffled DDP share); the split is index bookkeeping
+  and costs the same either way.
 - Blocks shrink layer by layer (DGL's message-flow graphs).
 - GAT self-attention: DGL's GATConv has no self-loop option, so each sampled block gets one
   self-loop edge per destination node, which is what PyG's GATConv(add_self_loops=True)
@@ -95,7 +97,6 @@ class DglModel(torch.nn.Module):
 
 class DglAdapter(Adapter):
     name = "dgl"
-    splits_seeds_itself = True
 
     def __init__(self, cfg, graph, rank, world_size, device):
         super().__init__(cfg, graph, rank, world_size, device)
@@ -108,7 +109,7 @@ class DglAdapter(Adapter):
             "sampler": "dgl.dataloading.NeighborSampler + DataLoader",
             "layer_compute": "blocks shrink layer by layer",
             "neighbourhoods": "sampled afresh for every destination node of every layer",
-            "seed_split": "harness naive split" if cfg.uneven_batches else "DGL use_ddp=True (padded)",
+            "seed_split": "harness: fresh equal padded share per rank every epoch (same as PyG)",
             "self_loops": "one self-loop per destination added to each block" if self.gat_loops else "none",
         }
 
@@ -125,22 +126,16 @@ class DglAdapter(Adapter):
                                                prefetch_node_feats=["feat"], prefetch_labels=["label"])
 
     def train_loader(self, rank_seeds, worker_init_fn):
-        use_ddp = rank_seeds is None
-        seeds = as_tensor(self.graph.train_idx) if use_ddp else torch.as_tensor(rank_seeds)
         kwargs = {}
         if self.cfg.workers > 0:
             kwargs = {"persistent_workers": True, "worker_init_fn": worker_init_fn}
+        # shuffle=False: DGL's dataset keeps `rank_seeds` itself (no copy) and each worker
+        # indexes it when an epoch starts, so the harness's in-place rewrite reaches it.
         return dgl.dataloading.DataLoader(
-            self.g, seeds, self._sampler(), device="cpu", use_ddp=use_ddp and self.world_size > 1,
-            ddp_seed=self.cfg.seed, batch_size=self.cfg.batch_size, shuffle=True, drop_last=False,
+            self.g, rank_seeds, self._sampler(), device="cpu", use_ddp=False,
+            batch_size=self.cfg.batch_size, shuffle=False, drop_last=False,
             num_workers=self.cfg.workers, **kwargs,
         )
-
-    def start_epoch(self, loader, epoch: int) -> None:
-        # DGL's node DataLoader reshuffles its DDP share on every iteration by itself
-        # (numpy's generator, seeded by the harness); older releases need set_epoch.
-        if getattr(loader, "use_ddp", False) and hasattr(loader, "set_epoch"):
-            loader.set_epoch(epoch)
 
     def eval_loader(self, seeds):
         return dgl.dataloading.DataLoader(self.g, torch.as_tensor(seeds), self._sampler(), device="cpu",
@@ -155,7 +150,7 @@ class DglAdapter(Adapter):
         if self.gat_loops:
             blocks = [add_self_loops(b) for b in blocks]
         return Batch(inputs=(blocks, x), labels=y, seed_nodes=int(output_nodes.numel()),
-                     sampled_nodes=int(input_nodes.numel()), sampled_edges=edges)
+                     sampled_nodes=int(input_nodes.numel()), sampled_edges=edges, seed_ids=output_nodes)
 
     def to_device(self, batch: Batch) -> Batch:
         if self.device.type == "cpu":

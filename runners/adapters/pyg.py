@@ -8,8 +8,9 @@ Measurement choices (recorded in every result):
   it into /dev/shm once per rank: that is PyG's behaviour and is measured as such.
 - Every layer runs on all sampled nodes and the seed rows are sliced at the end, as in
   PyG's own DDP example (`--pyg-trim` switches to trimming layer by layer).
-- Seeds are split across ranks by the harness into equal shares (padded), as PyG's
-  examples split them by hand; NeighborLoader then shuffles within the share.
+- Seeds are split across ranks by the harness (a fresh padded share per rank every epoch,
+  the same shares the DGL adapter trains), as PyG's examples split them by hand;
+  NeighborLoader iterates the share in the harness's order.
 """
 
 from __future__ import annotations
@@ -108,7 +109,7 @@ class PygAdapter(Adapter):
                            + ("; PyG copies it to shared memory for its workers)" if cfg.workers else ")"),
             "sampler": f"torch_geometric.loader.NeighborLoader ({self.backend})",
             "layer_compute": "trim_to_layer" if cfg.pyg_trim else "all sampled nodes every layer",
-            "seed_split": "harness: equal padded share per rank",
+            "seed_split": "harness: fresh equal padded share per rank every epoch (same as DGL)",
             "neighbourhoods": "sampled once per node (hop k samples only the nodes new at hop k-1)",
             "self_loops": "GATConv(add_self_loops=True)" if cfg.self_loops else "none",
         }
@@ -121,6 +122,8 @@ class PygAdapter(Adapter):
     def _loader(self, seeds, batch_size, shuffle, workers, worker_init_fn=None):
         from torch_geometric.loader import NeighborLoader
 
+        # A long tensor reaches NodeSamplerInput as it is (no copy), so workers read the
+        # harness's in-place per-epoch rewrite of the training share.
         return NeighborLoader(
             self.data, num_neighbors=list(self.cfg.fanouts_framework),
             input_nodes=torch.as_tensor(seeds, dtype=torch.long), batch_size=batch_size,
@@ -129,7 +132,7 @@ class PygAdapter(Adapter):
         )
 
     def train_loader(self, rank_seeds, worker_init_fn):
-        return self._loader(rank_seeds, self.cfg.batch_size, True, self.cfg.workers, worker_init_fn)
+        return self._loader(rank_seeds, self.cfg.batch_size, False, self.cfg.workers, worker_init_fn)
 
     def eval_loader(self, seeds):
         return self._loader(seeds, self.cfg.eval_batch_size, False, 0)
@@ -140,7 +143,8 @@ class PygAdapter(Adapter):
         extra = (raw.num_sampled_nodes, raw.num_sampled_edges) if self.cfg.pyg_trim else (None, None)
         return Batch(inputs=(raw.x, edge_index, raw.batch_size, *extra),
                      labels=raw.y[: raw.batch_size], seed_nodes=int(raw.batch_size),
-                     sampled_nodes=int(raw.num_nodes), sampled_edges=int(edge_index.size(1)))
+                     sampled_nodes=int(raw.num_nodes), sampled_edges=int(edge_index.size(1)),
+                     seed_ids=raw.n_id[: raw.batch_size])
 
     def to_device(self, batch: Batch) -> Batch:
         if self.device.type == "cpu":
