@@ -7,7 +7,7 @@ The names below are shared by every module so labels and colours agree everywher
 
 from __future__ import annotations
 
-STATUSES = ("ok", "hang", "timeout", "crashed", "killed", "error")
+STATUSES = ("ok", "hang", "timeout", "crashed", "killed", "error", "skipped")
 
 # Colours of the status map and of status cells; "not run" is a grid point with no result.
 STATUS_COLOURS = {
@@ -17,11 +17,12 @@ STATUS_COLOURS = {
     "crashed": "#de2d26",
     "killed": "#8c510a",
     "error": "#636363",
+    "skipped": "#bdbdbd",  # a grid point this machine cannot run (more GPUs than it has)
     "not run": "#eeeeee",
 }
 
 # Most severe first: a cell with mixed repeats is coloured by its worst outcome.
-STATUS_SEVERITY = ("error", "crashed", "killed", "timeout", "hang", "ok")
+STATUS_SEVERITY = ("error", "crashed", "killed", "timeout", "hang", "skipped", "ok")
 
 FRAMEWORK_LABELS = {"pyg": "PyG", "dgl": "DGL"}
 FRAMEWORK_COLOURS = {"pyg": "#3b75af", "dgl": "#ef8636"}

@@ -84,6 +84,7 @@ class RunConfig:
     kill_grace_s: float = 5.0
     native_stacks: bool = False
     max_steps_per_epoch: int = 0
+    skip_reason: Optional[str] = None
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -190,6 +191,9 @@ def build_parser() -> argparse.ArgumentParser:
     wd.add_argument("--allow-fault-injection", action="store_true",
                     help="required together with --inject, so no fault is switched on by accident")
     wd.add_argument("--inject-rank", type=int, default=-1)
+    opt.add_argument("--skip-unavailable", action="store_true",
+                     help="record a 'skipped' result instead of failing when this node has fewer GPUs "
+                     "than --devices (what a sweep wants; on the command line the error is clearer)")
     mn = p.add_argument_group("multi-node (torchrun static rendezvous)")
     mn.add_argument("--nnodes", type=int, default=1)
     mn.add_argument("--node-rank", type=int, default=0)
@@ -260,11 +264,15 @@ def config_from_args(args: argparse.Namespace, visible_gpus: int, cpu_cores: int
     device = args.device
     if device == "auto":
         device = "cuda" if visible_gpus > 0 else "cpu"
+    skip_reason = None
     if device == "cuda":
         _require(visible_gpus > 0, "--device cuda: no GPU is visible (check nvidia-smi / CUDA_VISIBLE_DEVICES)")
-        _require(args.devices <= visible_gpus,
-                 f"--devices {args.devices}: only {visible_gpus} GPU(s) visible on this node; "
-                 f"allowed: 1..{visible_gpus}")
+        too_many = (f"--devices {args.devices}: only {visible_gpus} GPU(s) visible on this node; "
+                    f"allowed: 1..{visible_gpus}")
+        if args.devices > visible_gpus and getattr(args, "skip_unavailable", False):
+            skip_reason = too_many
+        else:
+            _require(args.devices <= visible_gpus, too_many)
     breakdown = {"auto": device == "cpu", "on": True, "off": False}[args.breakdown]
     if args.no_probes:
         breakdown = False
@@ -295,6 +303,6 @@ def config_from_args(args: argparse.Namespace, visible_gpus: int, cpu_cores: int
         inject_rank=args.inject_rank, threads_per_rank=threads, time_limit_s=args.time_limit,
         stall_floor_s=args.stall_floor, stall_factor=args.stall_factor,
         startup_timeout_s=args.startup_timeout, native_stacks=args.native_stacks,
-        max_steps_per_epoch=args.max_steps_per_epoch,
+        max_steps_per_epoch=args.max_steps_per_epoch, skip_reason=skip_reason,
     )
 

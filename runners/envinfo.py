@@ -116,13 +116,30 @@ def nvml_status() -> dict:
         pynvml.nvmlShutdown()
 
 
-def visible_gpu_count(nvml: dict) -> int:
-    """GPUs this process may use: NVML's count, narrowed by CUDA_VISIBLE_DEVICES."""
+def visible_gpu_count(nvml: dict | None = None) -> int:
+    """GPUs this process may use: the one GPU counter of the suite (runner, doctor, workflow).
+
+    NVML's count narrowed by CUDA_VISIBLE_DEVICES; where NVML sees none (library missing,
+    container without it) but the machine has an NVIDIA driver, torch's own count, which
+    honours CUDA_VISIBLE_DEVICES itself. Machines without /dev/nvidiactl never import torch.
+    """
+    nvml = nvml_status() if nvml is None else nvml
     count = len(nvml.get("gpus", []))
     mask = os.environ.get("CUDA_VISIBLE_DEVICES")
     if mask is not None:
-        entries = [e for e in mask.split(",") if e.strip() not in ("", "-1")]
+        entries = []
+        for entry in mask.split(","):
+            if entry.strip() in ("", "-1"):
+                break  # CUDA ignores an invalid entry and everything after it
+            entries.append(entry)
         count = min(count, len(entries))
+    if count == 0 and os.path.exists("/dev/nvidiactl"):
+        try:
+            import torch
+
+            count = torch.cuda.device_count()
+        except Exception:
+            count = 0
     return count
 
 

@@ -215,6 +215,32 @@ def write_atomic(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
+def record_skipped(cfg: RunConfig, env: dict, argv: list) -> int:
+    """A grid point this node cannot run (more GPUs than it has): a result that says so, so
+    the sweep goes on and the report shows the point as skipped, with the reason."""
+    out = Path(cfg.out)
+    clear_run_dir(out)
+    out.mkdir(parents=True, exist_ok=True)
+    rerun = ["python", "-m", "runners.run"] + argv
+    stamp = now_iso()
+    result = {
+        "schema_version": SCHEMA_VERSION, "run_id": out.name, "status": "skipped",
+        "started_at": stamp, "finished_at": stamp, "wall_time_s": 0.0,
+        "command": {"argv": rerun, "shell": shlex.join(rerun)}, "config": cfg.to_json(), "env": env,
+        "seeds": {"base": cfg.seed, "per_rank": []}, "ranks": [], "epochs": [], "validation": [],
+        "summary": None,
+        "diagnosis": {"summary": f"skipped: {cfg.skip_reason}", "cause": "not_enough_devices",
+                      "cause_text": "the grid point asks for more GPUs than this node has",
+                      "remedy": "run it on a node with enough GPUs, or drop it from the grid",
+                      "evidence": [cfg.skip_reason], "ranks": [], "culprit_rank": None},
+        "probes": {"nvml": {"available": False, "reason": "the run was skipped"},
+                   "cpu": {"available": False, "interval_s": cfg.cpu_sample_interval_s, "cost_s": []}},
+    }
+    write_atomic(out / "result.json", result)
+    print(f"[gnnscale] SKIPPED {cfg.framework}/{cfg.model} devices={cfg.devices}: {cfg.skip_reason}", flush=True)
+    return 0
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
@@ -225,6 +251,9 @@ def main(argv=None) -> int:
         check_environment(cfg, env)
     except ConfigError as exc:
         parser.error(str(exc))  # exit 2, before anything runs
+
+    if cfg.skip_reason:
+        return record_skipped(cfg, env, argv)
 
     from runners import datasets
 
@@ -318,7 +347,8 @@ def main(argv=None) -> int:
                    "lr_effective": first_info.get("lr_effective")},
         "env": {**env, "rank_env_vars": first_info.get("env_vars")},
         "seeds": {"base": cfg.seed, "per_rank": m["seeds"],
-                  "rule": "rank: (seed*1000003 + rank*10007) mod 2^31; worker w: that + w + 1"},
+                  "rule": "rank: (seed*1000003 + rank*10007) mod 2^31; worker w: that + w + 1",
+                  "split": first_info.get("seed_split")},
         "ranks": m["ranks"],
         "epochs": m["epochs"],
         "validation": m["validation"],
@@ -330,6 +360,8 @@ def main(argv=None) -> int:
             "cpu": {"available": cfg.probes, "interval_s": cfg.cpu_sample_interval_s,
                     "cost_s": [r.get("probe_cost_s") for r in m["ranks"]]},
             "breakdown_synchronised": cfg.device_type == "cuda" and cfg.breakdown,
+            # CUDA without breakdown: phase times would be CPU launch times, so none are kept.
+            "phases_recorded": cfg.device_type != "cuda" or cfg.breakdown,
         },
         "preflight": pre,
         "machine_load": {"cpu_busy_percent_before": busy_before, "loadavg_after": list(os.getloadavg()),
