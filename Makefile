@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 CORES ?= all
 
-.PHONY: setup report test doctor lock browser clean-results
+.PHONY: setup report test doctor gpu-check lock browser clean-results
 
 setup:
 	@VENV=$(VENV) scripts/setup.sh
@@ -28,6 +28,11 @@ test: setup browser
 
 doctor: setup
 	$(PY) -m runners.doctor
+
+# On a machine with NVIDIA GPUs: doctor, short NCCL runs of every framework x model at 1 and 2
+# GPUs, their report, and the `gpu` tests; prints one table. Fails loudly without a GPU.
+gpu-check: setup
+	$(PY) -m runners.gpu_check
 
 # Regenerate the lock from the current environment (after deliberately changing a version).
 lock:

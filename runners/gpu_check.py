@@ -1,0 +1,105 @@
+"""One-command check of the GPU path: `make gpu-check` (python -m runners.gpu_check).
+
+On a machine with one or more NVIDIA GPUs it runs, in order: the doctor; one short real run
+per framework x model at 1 GPU and at min(2, GPUs) GPUs (NCCL, step breakdown on, so every
+phase edge is synchronised); the aggregation and report of those runs; and the tests marked
+`gpu`. It prints one table (status, median epoch time, NVML samples that reached the
+report's aggregate, phases recorded) and exits non-zero if anything is missing. On a machine
+without a GPU it fails at once and says so: a GPU check that passes without a GPU would be
+a lie.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from runners import envinfo
+
+FRAMEWORKS = ("pyg", "dgl")
+MODELS = ("sage", "gat")
+
+
+def _run(cmd: list, log: Path) -> int:
+    print("[gpu-check] $ " + " ".join(cmd), flush=True)
+    with open(log, "w") as fh:
+        return subprocess.run(cmd, cwd=envinfo.REPO_ROOT, stdout=fh, stderr=subprocess.STDOUT).returncode
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--out", default="results/gpu-check", help="where the runs, aggregate and report go")
+    p.add_argument("--dataset", default="small")
+    p.add_argument("--epochs", type=int, default=3)
+    args = p.parse_args(argv)
+    out = (envinfo.REPO_ROOT / args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    py = sys.executable
+
+    env = envinfo.collect()
+    gpus = envinfo.visible_gpu_count(env)
+    if gpus == 0:
+        print(f"gpu-check: FAILED: no GPU on this machine (NVML: {env['nvml']['reason'] or 'no GPUs'}; "
+              "torch sees none). Run it on a machine with an NVIDIA GPU and the CUDA builds "
+              "(README, 'GPU machines').", file=sys.stderr)
+        return 1
+    if _run([py, "-m", "runners.doctor"], out / "doctor.log") != 0:
+        print(f"gpu-check: FAILED: the doctor found an unusable framework; see {out / 'doctor.log'}",
+              file=sys.stderr)
+        return 1
+
+    device_counts = sorted({1, min(2, gpus)})
+    runs = []
+    for framework in FRAMEWORKS:
+        for model in MODELS:
+            for devices in device_counts:
+                run_dir = out / "runs" / f"{framework}-{model}-d{devices}"
+                _run([py, "-m", "runners.run", "--framework", framework, "--model", model,
+                      "--devices", str(devices), "--batch-size", "1024", "--workers", "0",
+                      "--dataset", args.dataset, "--epochs", str(args.epochs), "--device", "cuda",
+                      "--breakdown", "on", "--out", str(run_dir)], out / f"{run_dir.name}.log")
+                runs.append(run_dir)
+
+    agg_dir, report = out / "aggregate", out / "report" / "index.html"
+    _run([py, "-m", "analysis.aggregate", "--out-dir", str(agg_dir), *map(str, runs)], out / "aggregate.log")
+    _run([py, "-m", "analysis.report", "--aggregate", str(agg_dir), "--out", str(report)], out / "report.log")
+    nvml_rows = {}
+    try:
+        import pandas as pd
+
+        nvml = pd.read_csv(agg_dir / "nvml.csv")
+        nvml_rows = nvml.groupby("run_id").size().to_dict()
+    except (OSError, ValueError, KeyError):
+        pass
+    tests_rc = _run([py, "-m", "pytest", "-q", "-m", "gpu", "tests"], out / "pytest-gpu.log")
+
+    failures = []
+    print(f"\n{'run':<18} {'status':<8} {'epoch s':>8} {'NVML samples':>13} {'phases':>7}")
+    for run_dir in runs:
+        try:
+            res = json.loads((run_dir / "result.json").read_text())
+        except (OSError, ValueError):
+            res = {"status": "missing", "summary": None, "probes": {}}
+        summary = res.get("summary") or {}
+        epoch = summary.get("median_epoch_time_s")
+        samples = nvml_rows.get(res.get("run_id", run_dir.name), 0)
+        phases = bool(summary.get("step_breakdown_s"))
+        print(f"{run_dir.name:<18} {res['status']:<8} {epoch if epoch is not None else float('nan'):>8.3f} "
+              f"{samples:>13} {'yes' if phases else 'no':>7}")
+        if res["status"] != "ok" or samples == 0 or not phases:
+            failures.append(run_dir.name)
+    print(f"\ngpu tests (pytest -m gpu): {'passed' if tests_rc == 0 else f'FAILED (exit {tests_rc})'}; "
+          f"log {out / 'pytest-gpu.log'}")
+    print(f"report: {report}")
+    if failures or tests_rc != 0:
+        print(f"gpu-check: FAILED: {', '.join(failures) or 'gpu tests'}; logs in {out}", file=sys.stderr)
+        return 1
+    print("gpu-check: OK")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
