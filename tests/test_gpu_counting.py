@@ -62,3 +62,15 @@ def test_a_sweep_records_too_many_devices_as_skipped(tmp_path, tmp_path_factory)
     page = report.render(agg, tmp_path / "report" / "index.html", tmp_path / "report").read_text()
     text = " ".join(html.unescape(re.sub(r"<[^>]+>", " ", page)).split())
     assert "1 ok, 1 skipped" in text and "not_enough_devices" in text
+
+
+def test_gpu_check_fails_loudly_without_a_gpu():
+    import subprocess
+    import sys
+
+    if envinfo.visible_gpu_count() > 0:
+        pytest.skip("this machine has a GPU: `make gpu-check` runs the real check")
+    proc = subprocess.run([sys.executable, "-m", "runners.gpu_check", "--out", "results/gpu-check-test"],
+                          cwd=envinfo.REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert "FAILED: no GPU" in proc.stderr
