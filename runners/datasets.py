@@ -900,7 +900,22 @@ def _check_hashes(path: Path, meta: dict, arrays: dict, use_cache: bool) -> dict
     written = _write_record(path, meta, record) if hashed else path / VERIFIED_FILE
     return {"content_hash": meta["content_hash"], "hashed": hashed, "cached": cached,
             "seconds": round(time.perf_counter() - t0, 4),
-            "record": str(written) if written else None}
+            "record": str(written) if written else None,
+            "stats": {f"{key}.npy": _stat_key(path / f"{key}.npy") for key, _ in FILES}}
+
+
+def changed_since(path: Union[str, Path], verification: dict) -> list:
+    """Files whose size, mtime, ctime or inode differ from when `verification` (a
+    verify_files result) was made: a few stat calls, for a check after a run."""
+    changed = []
+    for fname, before in verification["stats"].items():
+        try:
+            now = _stat_key(Path(path) / fname)
+        except OSError:
+            now = None
+        if now != before:
+            changed.append(fname)
+    return changed
 
 
 def verify_files(name_or_path: Union[str, Path], root=DEFAULT_ROOT, use_cache: bool = True) -> dict:
@@ -911,7 +926,7 @@ def verify_files(name_or_path: Union[str, Path], root=DEFAULT_ROOT, use_cache: b
     last matched is not read again (unchanged datasets cost a few stat calls). Raises
     DatasetError naming the file whose contents differ. Returns what was done:
     {"content_hash", "hashed": [files read], "cached": [files trusted from the record],
-    "seconds", "record": path of verified.json or None}.
+    "seconds", "record": path of verified.json or None, "stats": per-file stat at the end}.
     """
     graph = load(name_or_path, root)  # the fast checks first: headers, sizes, shapes
     arrays = {key: getattr(graph, key) for key, _ in FILES}

@@ -291,7 +291,10 @@ def test_verify_files_rehashes_only_changed_files(tiny_copy):
     assert D.verify_files("tiny", root)["hashed"] == ["labels.npy"]
 
     # Same-size overwrite in place: refused, naming the file, with or without the record.
+    done = D.verify_files("tiny", root)
+    assert D.changed_since(path, done) == []
     _flip_in_place(path / "indices.npy")
+    assert D.changed_since(path, done) == ["indices.npy"]  # the runner's after-run check
     msg = error_of(D.verify_files, "tiny", root)
     assert str(path / "indices.npy") in msg and "hash mismatch" in msg
     assert str(path / "indices.npy") in error_of(D.verify_files, "tiny", root)  # not cached as good
