@@ -6,13 +6,19 @@ A RUN_DIR is a run directory or any directory above run directories (searched fo
 result.json). Writes into --out-dir:
 
 - runs.csv      one row per valid run: config axes, status, summary metrics, environment
-                essentials, diagnosis headline and the command that reruns it;
+                essentials, diagnosis headline and the command that reruns it; keyed by
+                run_id, the run's identity (settings + dataset, see RunConfig.identity), so
+                runs of two datasets never collide; run_name is the directory's name;
 - epochs.csv    per epoch per rank (with that epoch's validation accuracy);
 - steps.csv     every rank's steps.csv with run_id and rank columns;
 - cpu.csv       every rank's cpu.csv (CPU/memory samples) with run_id and rank;
 - nvml.csv      every rank's nvml.csv (its own GPU) of GPU runs with run_id and rank;
 - failures.json diagnosis and condensed stacks of every run that did not end "ok";
-- invalid.csv   every result that could not be used, with the reason (never silently dropped).
+- invalid.csv   every result that could not be used, with the reason (never silently dropped),
+                including results the runner itself found to break the schema.
+
+node{k}/result.json of a multi-node run (written by node k > 0) is not a run: its per-rank
+rows (epochs, steps, cpu) are added to node 0's run in the directory above.
 """
 
 from __future__ import annotations
@@ -52,7 +58,7 @@ ENV_COLUMNS = (
     "dataset_hash", "omp_num_threads",
 )
 RUN_COLUMNS = (
-    ("run_id", "status") + CONFIG_COLUMNS + ("world_size",) + SUMMARY_COLUMNS + STEP_COLUMNS
+    ("run_id", "run_name", "status") + CONFIG_COLUMNS + ("world_size",) + SUMMARY_COLUMNS + STEP_COLUMNS
     + ("wall_time_s", "started_at", "finished_at", "epochs_completed", "steps_per_epoch",
        "seed_base", "adapter_choices", "nvml_available", "nvml_reason", "preflight_warnings",
        "diag_cause", "diag_summary", "diag_remedy", "detected_after_s", "cpu_busy_before")
@@ -187,6 +193,12 @@ def read_result(path: Path, validator):
         return None, f"unreadable: {exc}"
     except ValueError as exc:
         return None, f"not valid JSON: {exc}"
+    if isinstance(data, dict) and data.get("schema_errors"):
+        # The runner found these when it wrote the file; the measurements are on disk, but
+        # fields a reader relies on may be missing or wrong.
+        errors = [str(e) for e in data["schema_errors"]]
+        more = f"; ... and {len(errors) - 3} more" if len(errors) > 3 else ""
+        return None, "schema (found by the runner when it wrote result.json): " + "; ".join(errors[:3]) + more
     reasons = problems(data, validator)
     if reasons:
         return None, "schema: " + "; ".join(reasons)
@@ -210,7 +222,8 @@ def run_row(data: dict, result_path: Path) -> dict:
     summary = data.get("summary") or {}
     breakdown = summary.get("step_breakdown_s") or {}
     diag = data.get("diagnosis") or {}
-    row = {"run_id": data["run_id"], "status": data["status"]}
+    row = {"run_id": data["run_id"], "run_name": data.get("run_name", result_path.parent.name),
+           "status": data["status"]}
     row.update({k: _scalar(cfg.get(k)) for k in CONFIG_COLUMNS})
     row["world_size"] = cfg["devices"] * cfg["nodes"]
     row.update({k: summary.get(k) for k in SUMMARY_COLUMNS})
@@ -247,12 +260,13 @@ def run_row(data: dict, result_path: Path) -> dict:
     return row
 
 
-def epoch_rows(data: dict) -> list:
+def epoch_rows(data: dict, run_id=None) -> list:
+    """epochs.csv rows of one result (under `run_id`, default its own)."""
     acc = {v["epoch"]: v["accuracy"] for v in data["validation"]}
     rows = []
     for e in data["epochs"]:
         row = {k: e.get(k) for k in EPOCH_COLUMNS if k not in ("run_id", "val_accuracy")}
-        row["run_id"] = data["run_id"]
+        row["run_id"] = run_id or data["run_id"]
         row["val_accuracy"] = acc.get(e["epoch"])
         rows.append(row)
     return rows
@@ -279,16 +293,23 @@ def aggregate(paths) -> Aggregate:
     files, invalid = find_results(paths)
     validator = _validator()
     runs, epochs, steps, cpu, nvml, failures = [], [], [], [], [], []
-    seen = {}
+    seen, node_results = {}, []
     for path in files:
         data, reason = read_result(path, validator)
         if data is None:
             invalid.append({"path": str(path), "run_id": path.parent.name, "reason": reason})
             continue
-        rid = data["run_id"]
+        node = data["config"].get("node_rank") or 0
+        if node > 0:
+            # Node k of a multi-node run writes OUT/node{k}/result.json: part of node 0's
+            # run, not a run of its own.
+            node_results.append((path, data, node))
+            continue
+        rid = data["run_id"]  # the identity (settings + dataset), not the directory name
         if rid in seen:
             invalid.append({"path": str(path), "run_id": rid,
-                            "reason": f"duplicate run_id (already read from {seen[rid]})"})
+                            "reason": f"duplicate run: same identity (settings, dataset and repeat) "
+                                      f"as {seen[rid]}; give repeats distinct --repeat values"})
             continue
         seen[rid] = path
         run_dir = path.parent
@@ -299,6 +320,20 @@ def aggregate(paths) -> Aggregate:
         nvml += rank_csvs(run_dir, rid, "nvml")  # each rank samples its own GPU
         if data["status"] not in ("ok", "skipped"):  # skipped points never ran: nothing to diagnose
             failures.append(deadlocks.failure_record(data, run_dir))
+
+    # A node's per-rank rows join its run (node 0's result sits one directory above it).
+    parents = {Path(r["run_dir"]): r["run_id"] for r in runs}
+    for path, data, node in node_results:
+        rid = parents.get(path.parent.parent)
+        if rid is None:
+            invalid.append({"path": str(path), "run_id": data["run_id"],
+                            "reason": f"node {node} of a multi-node run whose node-0 result "
+                                      f"({path.parent.parent / 'result.json'}) is not among the "
+                                      "results; not a run of its own"})
+            continue
+        epochs += epoch_rows(data, rid)
+        steps += rank_csvs(path.parent, rid, "steps")
+        cpu += rank_csvs(path.parent, rid, "cpu")
 
     def concat(frames, columns):
         return pd.concat(frames, ignore_index=True) if frames else _frame([], columns)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,12 @@ MODEL_DEFAULTS = {
     "sage": {"layers": 3, "hidden": 256, "heads": 1, "dropout": 0.5},
     "gat": {"layers": 3, "hidden": 16, "heads": 1, "dropout": 0.6},
 }
+
+
+# Fields that say where a run writes or how its processes meet, not what it measures: left
+# out of a run's identity (every node of a multi-node run has the same identity). Every
+# other field, present or added later, is part of it.
+NOT_IN_IDENTITY = ("out", "data_root", "master_addr", "master_port", "node_rank")
 
 
 class ConfigError(ValueError):
@@ -100,6 +107,19 @@ class RunConfig:
     @classmethod
     def load(cls, path: Path) -> "RunConfig":
         return cls.from_json(json.loads(Path(path).read_text()))
+
+    def identity(self, dataset_hash: str) -> dict:
+        """The run's identity: every setting that distinguishes what it measures (all grid
+        coordinates, the dataset and its content hash, training, probe and watchdog settings),
+        as a readable run_id ending in a digest of them all. Runs with equal identities are
+        the same measurement; the directory a run was written to plays no part."""
+        settings = {k: v for k, v in self.to_json().items() if k not in NOT_IN_IDENTITY}
+        settings["dataset_hash"] = dataset_hash
+        digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
+        nodes = f"x{self.nodes}" if self.nodes > 1 else ""
+        run_id = (f"{self.dataset}-{self.framework}-{self.model}-d{self.devices}{nodes}"
+                  f"-b{self.batch_size}-w{self.workers}-r{self.repeat}-{digest[:10]}")
+        return {"run_id": run_id, "digest": digest, "settings": settings}
 
     @property
     def world_size(self) -> int:

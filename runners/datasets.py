@@ -17,9 +17,10 @@ Names: `tiny`, `small`, `reddit-shape` are generated (deterministic from a seed)
 `reddit` and `ogbn-products` are converted from raw files the user places (or downloads).
 
 API: `prepare(name, root, raw_dir, download) -> Path`, `load(name_or_path, root,
-verify_hash) -> Graph`, `DatasetError`. CLI: `python -m runners.datasets {prepare,verify,
-info,list}`. Only numpy is needed (pandas for ogbn-products), so importing this module is
-cheap and framework-free.
+verify_hash) -> Graph`, `verify_files(name_or_path, root) -> dict` (the check a run makes
+before launch: re-hashes only files changed since `<dataset>/verified.json`),
+`DatasetError`. CLI: `python -m runners.datasets {prepare,verify,info,list}`. Only numpy is
+needed (pandas for ogbn-products), so importing this module is cheap and framework-free.
 """
 
 from __future__ import annotations
@@ -788,15 +789,7 @@ def load(name_or_path: Union[str, Path], root=DEFAULT_ROOT, verify_hash: bool = 
 
 
 def _verify_contents(path: Path, meta: dict, arrays: dict) -> None:
-    for key, _ in FILES:
-        fname = f"{key}.npy"
-        digest = array_sha256(arrays[key])
-        if digest != meta["files"][fname].get("sha256"):
-            raise DatasetError(f"{path / fname}: hash mismatch: contents changed since they were "
-                               f"written (sha256 {digest[:16]}..., meta.json "
-                               f"{str(meta['files'][fname].get('sha256'))[:16]}...)")
-    if combine_hash(meta["files"]) != meta["content_hash"]:
-        raise DatasetError(f"{path / META_FILE}: content_hash does not match its file hashes")
+    _check_hashes(path, meta, arrays, use_cache=False)
     n, indptr, indices = int(meta["num_nodes"]), arrays["indptr"], arrays["indices"]
     ipath = path / "indices.npy"
     if len(indices) == 0:
@@ -823,6 +816,121 @@ def _verify_contents(path: Path, meta: dict, arrays: dict) -> None:
     dst += indices
     if not np.array_equal(rev, dst):
         raise DatasetError(f"{ipath}: adjacency is not symmetric")
+
+
+# --------------------------------------------------------------------------------------
+# Hash verification before a run, cached in <dataset>/verified.json
+# --------------------------------------------------------------------------------------
+
+VERIFIED_FILE = "verified.json"
+# A file whose mtime is this recent is not cached: a later write within the same timestamp
+# tick (1-2 s on some file systems) could leave its mtime unchanged ("racily clean").
+_RACY_S = 2.0
+
+
+def _stat_key(path: Path) -> dict:
+    """What changes when a file's bytes may have changed. ctime cannot be set by users, so
+    `touch -d` after an in-place write is still seen; a new inode means a replaced file."""
+    st = path.stat()
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns,
+            "ino": st.st_ino}
+
+
+def _read_record(path: Path) -> dict:
+    try:
+        rec = json.loads((path / VERIFIED_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    files = rec.get("files") if isinstance(rec, dict) else None
+    return files if isinstance(files, dict) else {}
+
+
+def _write_record(path: Path, meta: dict, files: dict) -> Optional[Path]:
+    """Write verified.json atomically (a unique temporary name, then rename: concurrent runs
+    never see half a file); None when the directory is read-only."""
+    target = path / VERIFIED_FILE
+    tmp = path / f".{VERIFIED_FILE}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    body = {"content_hash": meta["content_hash"], "files": files,
+            "written_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "note": "written by gnnscale runners.datasets.verify_files; a cache of which files "
+                    "were last seen with the sha256 meta.json records. Safe to delete."}
+    try:
+        tmp.write_text(json.dumps(body, indent=1) + "\n")
+        os.replace(tmp, target)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        log.warning("%s: cannot record the verification (%s); every run will re-hash", target, exc)
+        return None
+    return target
+
+
+def _check_hashes(path: Path, meta: dict, arrays: dict, use_cache: bool) -> dict:
+    """Compare every array file's sha256 with meta.json, re-hashing only files whose size,
+    mtime, ctime or inode differ from verified.json (all of them without use_cache).
+    Raises DatasetError naming the first file that does not match."""
+    t0 = time.perf_counter()
+    if combine_hash(meta["files"]) != meta["content_hash"]:
+        raise DatasetError(f"{path / META_FILE}: content_hash does not match its file hashes")
+    old = _read_record(path) if use_cache else {}
+    record, hashed, cached = {}, [], []
+    for key, _ in FILES:
+        fname = f"{key}.npy"
+        want = meta["files"][fname].get("sha256")
+        before = _stat_key(path / fname)
+        prev = old.get(fname)
+        if (isinstance(prev, dict) and prev.get("sha256") == want
+                and {k: prev.get(k) for k in before} == before):
+            record[fname] = prev
+            cached.append(fname)
+            continue
+        digest = array_sha256(arrays[key])
+        hashed.append(fname)
+        if digest != want:
+            raise DatasetError(f"{path / fname}: hash mismatch: contents changed since they were "
+                               f"written (sha256 {digest[:16]}..., meta.json {str(want)[:16]}...); "
+                               f"prepare the dataset again (prepare --force)")
+        after = _stat_key(path / fname)
+        if after != before:
+            raise DatasetError(f"{path / fname}: changed while it was being verified; "
+                               "is another process writing the dataset?")
+        if time.time_ns() - before["mtime_ns"] >= _RACY_S * 1e9:
+            record[fname] = {**before, "sha256": digest}
+    # A full verification refreshes the record too, so the next run need not re-hash.
+    written = _write_record(path, meta, record) if hashed else path / VERIFIED_FILE
+    return {"content_hash": meta["content_hash"], "hashed": hashed, "cached": cached,
+            "seconds": round(time.perf_counter() - t0, 4),
+            "record": str(written) if written else None,
+            "stats": {f"{key}.npy": _stat_key(path / f"{key}.npy") for key, _ in FILES}}
+
+
+def changed_since(path: Union[str, Path], verification: dict) -> list:
+    """Files whose size, mtime, ctime or inode differ from when `verification` (a
+    verify_files result) was made: a few stat calls, for a check after a run."""
+    changed = []
+    for fname, before in verification["stats"].items():
+        try:
+            now = _stat_key(Path(path) / fname)
+        except OSError:
+            now = None
+        if now != before:
+            changed.append(fname)
+    return changed
+
+
+def verify_files(name_or_path: Union[str, Path], root=DEFAULT_ROOT, use_cache: bool = True) -> dict:
+    """Check that the bytes a run will read have the content_hash it will record.
+
+    Every array file's sha256 is compared with meta.json; with use_cache, a file whose size,
+    mtime_ns, ctime_ns and inode equal those recorded in `<dataset>/verified.json` when it
+    last matched is not read again (unchanged datasets cost a few stat calls). Raises
+    DatasetError naming the file whose contents differ. Returns what was done:
+    {"content_hash", "hashed": [files read], "cached": [files trusted from the record],
+    "seconds", "record": path of verified.json or None, "stats": per-file stat at the end}.
+    """
+    graph = load(name_or_path, root)  # the fast checks first: headers, sizes, shapes
+    arrays = {key: getattr(graph, key) for key, _ in FILES}
+    return _check_hashes(graph.path, graph.meta, arrays, use_cache)
 
 
 def _column_chunks(indptr: np.ndarray, max_edges: int):
@@ -962,6 +1070,10 @@ def main(argv=None) -> int:
     vp = sub.add_parser("verify", help="recompute the hashes and check the adjacency")
     vp.add_argument("name", help="dataset name or directory")
     vp.add_argument("--root", default=DEFAULT_ROOT)
+    vp.add_argument("--files", action="store_true",
+                    help="only the file hashes, re-hashing only files changed since the last "
+                         "verification (what a run checks before launch)")
+    vp.add_argument("--no-cache", action="store_true", help="with --files: re-hash every file")
     ip = sub.add_parser("info", help="print meta.json of a prepared dataset")
     ip.add_argument("name", help="dataset name or directory")
     ip.add_argument("--root", default=DEFAULT_ROOT)
@@ -972,6 +1084,11 @@ def main(argv=None) -> int:
         if args.cmd == "prepare":
             path = prepare(args.name, args.root, args.raw_dir, args.download, args.force)
             print(f"{path} {read_meta(path)['content_hash']}")
+        elif args.cmd == "verify" and args.files:
+            done = verify_files(args.name, args.root, use_cache=not args.no_cache)
+            log.info("hashed %d file(s), %d unchanged since the last verification, in %.3f s",
+                     len(done["hashed"]), len(done["cached"]), done["seconds"])
+            print(f"ok {resolve(args.name, args.root)} {done['content_hash']}")
         elif args.cmd == "verify":
             t0 = time.perf_counter()
             graph = load(args.name, args.root, verify_hash=True)

@@ -223,8 +223,10 @@ def record_skipped(cfg: RunConfig, env: dict, argv: list) -> int:
     out.mkdir(parents=True, exist_ok=True)
     rerun = ["python", "-m", "runners.run"] + argv
     stamp = now_iso()
+    identity = cfg.identity(None)  # the dataset was never prepared: no hash to claim
     result = {
-        "schema_version": SCHEMA_VERSION, "run_id": out.name, "status": "skipped",
+        "schema_version": SCHEMA_VERSION, "run_id": identity["run_id"], "run_name": out.name,
+        "identity": identity, "status": "skipped",
         "started_at": stamp, "finished_at": stamp, "wall_time_s": 0.0,
         "command": {"argv": rerun, "shell": shlex.join(rerun)}, "config": cfg.to_json(), "env": env,
         "seeds": {"base": cfg.seed, "per_rank": []}, "ranks": [], "epochs": [], "validation": [],
@@ -236,9 +238,34 @@ def record_skipped(cfg: RunConfig, env: dict, argv: list) -> int:
         "probes": {"nvml": {"available": False, "reason": "the run was skipped"},
                    "cpu": {"available": False, "interval_s": cfg.cpu_sample_interval_s, "cost_s": []}},
     }
-    write_atomic(out / "result.json", result)
+    write_result(out, result)
     print(f"[gnnscale] SKIPPED {cfg.framework}/{cfg.model} devices={cfg.devices}: {cfg.skip_reason}", flush=True)
     return 0
+
+
+def schema_problems(result: dict) -> list:
+    """Where `result`, as it will read back from disk, breaks result.schema.json (empty: valid)."""
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(json.loads(SCHEMA_PATH.read_text()))
+    on_disk = json.loads(json.dumps(result, default=str))
+    return [f"{'.'.join(str(x) for x in e.absolute_path) or '(top level)'}: {e.message[:300]}"
+            for e in sorted(validator.iter_errors(on_disk), key=lambda e: list(e.absolute_path))]
+
+
+def write_result(out: Path, result: dict) -> list:
+    """Validate the result against its schema, then write result.json whatever the verdict.
+
+    A violation is a bug of the suite, not of the run: the measurements are kept, the status
+    is left as it was, and the errors go into `schema_errors` so that analysis lists the
+    result as unusable with the reason instead of reading half-valid fields. Returns them."""
+    errors = schema_problems(result)
+    if errors:
+        result["schema_errors"] = errors
+        for e in errors:
+            print(f"[gnnscale] error: result.json breaks its schema: {e}", file=sys.stderr, flush=True)
+    write_atomic(out / "result.json", result)
+    return errors
 
 
 def main(argv=None) -> int:
@@ -260,10 +287,14 @@ def main(argv=None) -> int:
     try:
         graph_path = datasets.prepare(cfg.dataset, root=cfg.data_root)
         graph = datasets.load(graph_path)
+        # The hash a result records must be that of the bytes the ranks will read.
+        verification = datasets.verify_files(graph_path)
     except datasets.DatasetError as exc:
         print(f"error: dataset {cfg.dataset!r}: {exc}", file=sys.stderr)
         return 2
     env["dataset_hash"] = graph.content_hash
+    env["dataset_verification"] = {k: verification[k] for k in ("hashed", "cached", "seconds")}
+    identity = cfg.identity(graph.content_hash)
     graph_meta = {"num_nodes": graph.num_nodes, "num_edges": graph.num_edges,
                   "num_features": graph.num_features, "num_classes": graph.num_classes}
     del graph
@@ -327,6 +358,18 @@ def main(argv=None) -> int:
         pump.join(timeout=5)
     log.close()
 
+    # The ranks read the dataset after the pre-launch check: if a file changed meanwhile
+    # (stat only, cheap), hash it again and say in the result whether it still matches.
+    changed = datasets.changed_since(graph_path, verification)
+    env["dataset_verification"]["changed_during_run"] = changed
+    if changed:
+        try:
+            datasets.verify_files(graph_path)
+            after = "files changed on disk during the run but still have the recorded hashes"
+        except datasets.DatasetError as exc:
+            after = f"MISMATCH after the run (dataset_hash is not that of the data read): {exc}"
+        env["dataset_verification"]["after_run"] = after
+        print(f"[gnnscale] warning: dataset {', '.join(changed)}: {after}", file=sys.stderr, flush=True)
     m = collect_measurements(out, local_ranks)
     codes = {}
     if outcome.diagnosis:
@@ -337,7 +380,9 @@ def main(argv=None) -> int:
     first_info = next(iter(m["infos"].values()), {})
     result = {
         "schema_version": SCHEMA_VERSION,
-        "run_id": out.name,
+        "run_id": identity["run_id"],
+        "run_name": out.name,
+        "identity": identity,
         "status": outcome.status,
         "started_at": started_at,
         "finished_at": now_iso(),
@@ -374,7 +419,7 @@ def main(argv=None) -> int:
                   "ranks": {r: {k: f"rank{r}/{k}.csv" for k in ("steps", "epochs", "cpu", "validation")}
                             for r in local_ranks}},
     }
-    write_atomic(out / "result.json", result)
+    write_result(out, result)
     print_summary(result)
     return 0
 

@@ -62,11 +62,11 @@ def test_grid_produced_the_expected_statuses(results):
 
 def test_runs_csv_has_one_row_per_run_with_result_values(agg, results):
     runs = agg.runs.set_index("run_id")
-    assert sorted(runs.index) == sorted(results)
+    assert sorted(runs.index) == sorted(r["run_id"] for r in results.values())
     assert agg.invalid.empty
     for rid, r in results.items():
-        row = runs.loc[rid]
-        assert row["status"] == r["status"]
+        row = runs.loc[r["run_id"]]
+        assert row["run_name"] == rid and row["status"] == r["status"]
         for key in ("framework", "model", "devices", "batch_size", "workers", "dataset", "epochs", "repeat"):
             assert row[key] == r["config"][key], (rid, key)
         assert row["fanouts"] == ",".join(map(str, r["config"]["fanouts"]))
@@ -88,7 +88,7 @@ def test_runs_csv_has_one_row_per_run_with_result_values(agg, results):
 
 def test_epochs_and_steps_tables(agg, results, runs_dir):
     for rid, r in results.items():
-        ep = agg.epochs[agg.epochs["run_id"] == rid]
+        ep = agg.epochs[agg.epochs["run_id"] == r["run_id"]]
         assert len(ep) == len(r["epochs"])
         if r["validation"]:
             acc = {v["epoch"]: v["accuracy"] for v in r["validation"]}
@@ -98,15 +98,15 @@ def test_epochs_and_steps_tables(agg, results, runs_dir):
             path = runs_dir / rid / f"rank{rank}" / "steps.csv"
             with open(path, newline="") as fh:
                 n = sum(1 for _ in csv.DictReader(fh))
-            got = agg.steps[(agg.steps["run_id"] == rid) & (agg.steps["rank"] == rank)]
+            got = agg.steps[(agg.steps["run_id"] == r["run_id"]) & (agg.steps["rank"] == rank)]
             assert len(got) == n, (rid, rank)
     assert {"t_s", "cpu_percent", "rss_bytes", "role"} <= set(agg.cpu.columns) and not agg.cpu.empty
 
 
 def test_failures_json_has_diagnosis_and_real_stacks(agg, results):
     by_id = {f["run_id"]: f for f in agg.failures}
-    assert set(by_id) == {rid for rid, r in results.items() if r["status"] != "ok"}
-    stall = by_id["pyg-sage-d2-stall"]
+    assert set(by_id) == {r["run_id"] for r in results.values() if r["status"] != "ok"}
+    stall = by_id[results["pyg-sage-d2-stall"]["run_id"]]
     assert stall["diagnosis"]["cause"] == results["pyg-sage-d2-stall"]["diagnosis"]["cause"]
     roles = {s["role"] for s in stall["stacks"]}
     assert roles == {"rank0", "rank1"}
@@ -115,7 +115,7 @@ def test_failures_json_has_diagnosis_and_real_stacks(agg, results):
     assert all(len(t["frames"]) <= deadlocks.TOP_FRAMES for s in stall["stacks"] for t in s["threads"])
 
 
-def test_malformed_results_are_listed_not_dropped(runs_dir, tmp_path):
+def test_malformed_results_are_listed_not_dropped(runs_dir, results, tmp_path):
     root = tmp_path / "runs"
     shutil.copytree(runs_dir / "dgl-sage-d1", root / "good")
     shutil.copytree(runs_dir / "dgl-sage-d1", root / "broken")
@@ -130,7 +130,7 @@ def test_malformed_results_are_listed_not_dropped(runs_dir, tmp_path):
     (root / "unfinished" / "result.json").unlink()
 
     agg = aggregate.aggregate([root])
-    assert list(agg.runs["run_id"]) == ["dgl-sage-d1"]
+    assert list(agg.runs["run_id"]) == [results["dgl-sage-d1"]["run_id"]]
     reasons = {r.run_id: r.reason for r in agg.invalid.itertuples()}
     assert set(reasons) == {"broken", "bad-schema", "unfinished"}
     assert reasons["broken"].startswith("not valid JSON")
@@ -211,7 +211,7 @@ def test_mean_and_t_confidence_interval():
 
 def test_repeats_are_averaged_with_ci(agg):
     runs = tables.add_experiment(agg.runs)
-    ok = runs[runs["run_id"] == "dgl-sage-d1"]
+    ok = runs[runs["run_name"] == "dgl-sage-d1"]
     twice = pd.concat([ok, ok.assign(run_id="dgl-sage-d1-again", repeat=1,
                                      train_time_s=ok["train_time_s"] * 1.1)], ignore_index=True)
     p = tables.grid_points(twice, ["train_time_s"]).iloc[0]

@@ -252,6 +252,93 @@ def test_hash_mismatch(tiny_copy):
     assert str(f) in msg and "hash mismatch" in msg
 
 
+def _flip_in_place(f: Path) -> None:
+    """Overwrite one byte near the end of `f` with a different value: same size, new bytes."""
+    with open(f, "r+b") as fh:
+        fh.seek(-3, os.SEEK_END)
+        byte = fh.read(1)
+        fh.seek(-3, os.SEEK_END)
+        fh.write(bytes([byte[0] ^ 0xFF]))
+
+
+def _age(path: Path) -> None:
+    """Give every file of the dataset an mtime an hour ago, as a dataset prepared earlier has
+    (a file modified in the last 2 s is deliberately never trusted from the record)."""
+    old = time.time_ns() - 3600 * 10**9
+    for f in path.iterdir():
+        os.utime(f, ns=(old, old))
+
+
+def test_verify_files_rehashes_only_changed_files(tiny_copy):
+    root, path = tiny_copy
+    (path / D.VERIFIED_FILE).unlink(missing_ok=True)
+    _age(path)
+    first = D.verify_files("tiny", root)
+    assert sorted(first["hashed"]) == sorted(f"{k}.npy" for k, _ in D.FILES) and first["cached"] == []
+    assert first["content_hash"] == D.load("tiny", root).content_hash
+    record = json.loads((path / D.VERIFIED_FILE).read_text())
+    assert set(record["files"]) == set(first["hashed"])
+    assert record["files"]["indices.npy"]["size"] == (path / "indices.npy").stat().st_size
+
+    # Unchanged: nothing is read again and the record is not rewritten.
+    stamp = (path / D.VERIFIED_FILE).stat().st_mtime_ns
+    again = D.verify_files("tiny", root)
+    assert again["hashed"] == [] and len(again["cached"]) == len(D.FILES)
+    assert (path / D.VERIFIED_FILE).stat().st_mtime_ns == stamp
+
+    # A harmless change of one file's inode metadata re-hashes that file only.
+    os.chmod(path / "labels.npy", 0o644)
+    assert D.verify_files("tiny", root)["hashed"] == ["labels.npy"]
+
+    # Same-size overwrite in place: refused, naming the file, with or without the record.
+    done = D.verify_files("tiny", root)
+    assert D.changed_since(path, done) == []
+    _flip_in_place(path / "indices.npy")
+    assert D.changed_since(path, done) == ["indices.npy"]  # the runner's after-run check
+    msg = error_of(D.verify_files, "tiny", root)
+    assert str(path / "indices.npy") in msg and "hash mismatch" in msg
+    assert str(path / "indices.npy") in error_of(D.verify_files, "tiny", root)  # not cached as good
+
+
+def test_verify_files_sees_a_restored_mtime(tiny_copy):
+    # `touch -d` after the overwrite restores size and mtime; the ctime (not settable by a
+    # user) still moves, so the file is read again.
+    root, path = tiny_copy
+    _age(path)
+    D.verify_files("tiny", root)
+    f = path / "indices.npy"
+    st = f.stat()
+    _flip_in_place(f)
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert f.stat().st_mtime_ns == st.st_mtime_ns and f.stat().st_size == st.st_size
+    assert str(f) in error_of(D.verify_files, "tiny", root)
+
+
+def test_full_verify_refreshes_the_record(tiny_copy):
+    root, path = tiny_copy
+    _age(path)
+    D.load("tiny", root, verify_hash=True)
+    assert D.verify_files("tiny", root)["hashed"] == []
+    # A recently written file is not trusted from the record (its next write could keep
+    # the same mtime): hashed again until it is older than the threshold.
+    os.utime(path / "val_idx.npy")
+    assert D.verify_files("tiny", root)["hashed"] == ["val_idx.npy"]
+    assert D.verify_files("tiny", root)["hashed"] == ["val_idx.npy"]
+
+
+def test_runner_refuses_a_dataset_whose_bytes_changed(tiny_copy, tmp_path):
+    from tests.helpers import run_config
+
+    root, path = tiny_copy
+    _flip_in_place(path / "indices.npy")
+    out = tmp_path / "run"
+    proc = run_config(out, framework="dgl", devices=1, epochs=1, extra=["--data-root", str(root)],
+                      timeout=120)
+    assert proc.returncode == 2, proc.stdout[-3000:]
+    assert str(path / "indices.npy") in proc.stdout and "hash mismatch" in proc.stdout
+    assert not out.exists()  # refused before anything was launched or written
+
+
 def _rewrite(path: Path, key: str, arr: np.ndarray, meta_too: bool = True) -> None:
     np.save(path / f"{key}.npy", arr)
     if meta_too:  # keep meta.json consistent so that only the cross-file check can fail
