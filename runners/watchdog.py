@@ -508,7 +508,8 @@ def oom_findings(sup) -> dict | None:
         evidence.append(f"first OOM kill seen {snap['t']} s after launch; rank phases then: "
                         + ", ".join(f"rank {r} '{p}'" for r, p in sorted(phases.items())))
     return {"killed": killed, "ranks_left_waiting": waiting, "cgroup": stats, "evidence": evidence,
-            "kernel_log": log_reason or "read"}
+            "kernel_log": log_reason or "read", "first_seen_s": snap["t"] if snap else None,
+            "phases_at_kill": {str(r): p for r, p in phases.items()}}
 
 
 def apply_oom(outcome: Outcome, sup) -> Outcome:
