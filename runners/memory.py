@@ -79,15 +79,21 @@ def fmt_bytes(n) -> str:
 
 
 # -- the model ---------------------------------------------------------------------------------
+def hop_reach(batch_size: int, fanouts: list, num_nodes: int) -> list:
+    """Nodes within 0, 1, .., L hops of a batch's seeds (upper bounds, capped at the graph's size)."""
+    frontier, nodes, reach = batch_size, batch_size, [min(batch_size, num_nodes or batch_size)]
+    for f in fanouts:
+        frontier *= f if f > 0 else 50  # -1 = all neighbours: take a generous mean degree
+        nodes += frontier
+        reach.append(min(nodes, num_nodes or nodes))
+    return reach
+
+
 def batch_bounds(batch_size: int, fanouts: list, num_nodes: int, num_edges: int) -> tuple:
     """(nodes, edges) one mini-batch can reach: seeds x fan-outs, hop by hop, bounded by the graph."""
-    frontier, nodes, edges = batch_size, batch_size, 0
-    for f in fanouts:
-        f = f if f > 0 else 50  # -1 = all neighbours: take a generous mean degree
-        edges += frontier * f
-        frontier *= f
-        nodes += frontier
-    return min(nodes, num_nodes or nodes), min(edges, num_edges or edges)
+    reach = hop_reach(batch_size, fanouts, num_nodes)
+    edges = sum(reach[k] * (f if f > 0 else 50) for k, f in enumerate(fanouts))
+    return reach[-1], min(edges, num_edges or edges)
 
 
 def model_peak(cfg, graph_meta: dict) -> dict:
@@ -95,19 +101,34 @@ def model_peak(cfg, graph_meta: dict) -> dict:
     n, e = graph_meta.get("num_nodes", 0), graph_meta.get("num_edges", 0)
     feats = graph_meta.get("num_features", 0)
     nodes, edges = batch_bounds(cfg.batch_size, cfg.fanouts, n, e)
+    from runners.adapters import MEMORY_TRAITS
+
     # features (float32) + node ids and labels (int64) + edge_index (2 x int64)
-    batch_bytes = nodes * (feats * 4 + 16) + edges * 16
+    structure_bytes = nodes * 16 + edges * 16
+    batch_bytes = nodes * feats * 4 + structure_bytes
     ranks, workers = cfg.devices, cfg.workers
     fw = cfg.framework
+    traits = MEMORY_TRAITS[fw]
     dataset_bytes = graph_meta.get("dataset_bytes") or 0
     adjacency_bytes = graph_meta.get("adjacency_bytes") or 0
-    copies_per_rank = adjacency_bytes if (fw == "pyg" and workers > 0) else 0
-    batches_per_rank = workers * (PREFETCH_FACTOR + 1) + 1 if workers > 0 else 2
+    copies_per_rank = adjacency_bytes if (traits["copies_adjacency_with_workers"] and workers > 0) else 0
+    # Each worker builds one batch while prefetch_factor finished ones wait; the rank holds the
+    # one in use and receives/builds the next.
+    waiting = workers * (PREFETCH_FACTOR + 1)
+    if traits["workers_gather_features"]:
+        in_flight_per_rank = (waiting + 2) * batch_bytes
+    else:  # workers hand over structure only; the rank gathers features for the batch in use
+        in_flight_per_rank = waiting * structure_bytes + 2 * batch_bytes
     from runners.adapters import layer_shapes
 
     shapes = layer_shapes(cfg.model, feats, cfg.hidden, graph_meta.get("num_classes", 0), cfg.layers, cfg.heads)
-    width = sum(d_out * h for _, d_out, h in shapes) + feats
-    compute_per_rank = nodes * width * 4 * 3  # inputs, outputs and gradients of every layer
+    reach = hop_reach(cfg.batch_size, cfg.fanouts, n)
+    L = len(shapes)
+    # Layer i's outputs: every sampled node for PyG (unless trimmed), the nodes still needed
+    # (within L-1-i hops) for DGL's shrinking blocks. Output, its gradient and one intermediate.
+    rows = [nodes if (fw == "pyg" and not cfg.pyg_trim) else reach[min(L - 1 - i, len(reach) - 1)]
+            for i in range(L)]
+    compute_per_rank = sum(r * d_out * h for r, (_, d_out, h) in zip(rows, shapes)) * 4 * 3
     if cfg.model == "sage":  # neighbour + root weight, bias
         params = sum(2 * d_in * d_out + d_out for d_in, d_out, _ in shapes)
     else:  # weight, two attention vectors, bias per head
@@ -120,7 +141,7 @@ def model_peak(cfg, graph_meta: dict) -> dict:
         "worker_baseline": ranks * workers * BASELINE_BYTES["worker"][fw],
         "dataset_shared": dataset_bytes,
         "dataset_copies": ranks * copies_per_rank,
-        "batches_in_flight": ranks * batches_per_rank * batch_bytes,
+        "batches_in_flight": ranks * in_flight_per_rank,
         "compute": ranks * compute_per_rank,
         "parameters_optimizer": ranks * params_per_rank,
     }
@@ -129,7 +150,9 @@ def model_peak(cfg, graph_meta: dict) -> dict:
         "terms_bytes": {k: int(v) for k, v in terms.items()},
         "inputs": {"ranks": ranks, "workers_per_rank": workers, "prefetch_factor": PREFETCH_FACTOR,
                    "batch_nodes_bound": int(nodes), "batch_edges_bound": int(edges),
-                   "batch_bytes": int(batch_bytes), "batches_per_rank": batches_per_rank,
+                   "batch_bytes": int(batch_bytes), "batch_structure_bytes": int(structure_bytes),
+                   "batches_waiting_per_rank": waiting,
+                   "workers_gather_features": traits["workers_gather_features"],
                    "dataset_bytes": int(dataset_bytes),
                    "dataset_copy_per_rank_bytes": int(copies_per_rank),
                    "dataset_copy_reason": ("PyG share_memory_() copies the adjacency to /dev/shm "
@@ -289,16 +312,21 @@ class MemoryCgroup:
             return dict((k, int(v)) for k, v in (ln.split() for ln in (self._read(name) or "").splitlines()
                                                  if len(ln.split()) == 2 and ln.split()[1].isdigit()))
 
+        stat = keyed("memory.stat")
         if self.version == 1:
             oom = keyed("memory.oom_control")
             return {"cgroup": str(self.path), "version": 1, "limit_bytes": num("memory.limit_in_bytes"),
                     "usage_bytes": num("memory.usage_in_bytes"),
                     "peak_bytes": num("memory.max_usage_in_bytes"), "failcnt": num("memory.failcnt"),
-                    "oom_kill": oom.get("oom_kill"), "under_oom": oom.get("under_oom")}
+                    "oom_kill": oom.get("oom_kill"), "under_oom": oom.get("under_oom"),
+                    "anon_bytes": stat.get("total_rss"), "file_bytes": stat.get("total_cache"),
+                    "shmem_bytes": stat.get("total_shmem"), "major_faults": stat.get("total_pgmajfault")}
         events = keyed("memory.events")
         return {"cgroup": str(self.path), "version": 2, "limit_bytes": num("memory.max"),
                 "usage_bytes": num("memory.current"), "peak_bytes": num("memory.peak"),
-                "failcnt": events.get("max"), "oom_kill": events.get("oom_kill"), "under_oom": None}
+                "failcnt": events.get("max"), "oom_kill": events.get("oom_kill"), "under_oom": None,
+                "anon_bytes": stat.get("anon"), "file_bytes": stat.get("file"), "shmem_bytes": stat.get("shmem"),
+                "major_faults": stat.get("pgmajfault")}
 
     def pids(self) -> list:
         return [int(p) for p in (self._read("cgroup.procs") or "").split()]

@@ -27,6 +27,7 @@ from runners.probes import PHASE_BLOCKED_IN, read_heartbeat
 
 COLLECTIVE_PHASES = ("backward", "epoch-sync", "evaluation")
 POLL_S = 0.5
+AT_LIMIT = 0.95  # a memory cgroup this full is reclaiming pages to stay under its cap
 EXIT_GRACE_S = 30.0  # after every rank reported 'done'
 
 # Known causes: key -> (cause, remedy). The diagnosis names one and lists its evidence.
@@ -90,6 +91,13 @@ CAUSES = {
         "compare the memory model in the pre-flight with the cap; use fewer loader workers per rank "
         "(each holds prefetched batches), smaller batches or fan-outs, fewer ranks per machine, or "
         "more memory",
+    ),
+    "memory_pressure": (
+        "memory exhaustion without a kill: the run's memory cgroup stayed at its cap, so every "
+        "allocation and every read of the memory-mapped dataset waited for the kernel to reclaim "
+        "pages (the file-backed dataset is evicted and read back from disk again and again)",
+        "compare the memory model in the pre-flight with the cap; use fewer loader workers per rank, "
+        "smaller batches or fan-outs, fewer ranks per machine, or more memory",
     ),
     "timeout": (
         "the run exceeded its overall time limit while still making progress",
@@ -168,10 +176,16 @@ class Supervisor:
             self._watch_oom()
 
     def _watch_oom(self) -> None:
-        """Remember where every rank was when the cgroup's OOM-kill count first rose."""
+        """Remember where every rank was when the cgroup's OOM-kill count first rose, and the
+        cgroup's state at the last poll and when it first reached its limit."""
+        stats = self.cgroup.stats()
+        self.cg_last = dict(stats, t=round(time.time() - self.launch_t, 2))
+        if stats.get("usage_bytes") and stats.get("limit_bytes") and not getattr(self, "cg_full", None) \
+                and stats["usage_bytes"] >= AT_LIMIT * stats["limit_bytes"]:
+            self.cg_full = self.cg_last
         if getattr(self, "oom_seen", None):
             return
-        count = self.cgroup.stats().get("oom_kill") or 0
+        count = stats.get("oom_kill") or 0
         if count > 0:
             self.oom_seen = {"t": round(time.time() - self.launch_t, 2), "oom_kill": count, "phases": {
                 r: (w.heartbeat or {"phase": "starting"})["phase"] for r, w in self.watch.items()}}
@@ -522,7 +536,7 @@ def apply_oom(outcome: Outcome, sup) -> Outcome:
         found = None
         outcome.note = f"OOM evidence could not be read: {exc}"
     if not found:
-        return outcome
+        return _memory_pressure(outcome, sup)
     diag = dict(outcome.diagnosis or {"ranks": [], "evidence": []})
     cause, remedy = CAUSES["oom"]
     diag["previous_cause"] = diag.get("cause")
@@ -538,6 +552,33 @@ def apply_oom(outcome: Outcome, sup) -> Outcome:
     diag["summary"] = (f"{status}: out of memory{cap}: the OOM killer killed {victims}"
                        + (f"; left waiting: {left}" if left else "") + "; cause: memory exhaustion")
     outcome.status, outcome.diagnosis = status, diag
+    return outcome
+
+
+def _memory_pressure(outcome: Outcome, sup) -> Outcome:
+    """A hang while the run's memory cgroup sat at its cap (no process killed): name it."""
+    last, full = getattr(sup, "cg_last", None), getattr(sup, "cg_full", None)
+    if outcome.status != "hang" or not last or not full or not last.get("limit_bytes"):
+        return outcome
+    if (last.get("usage_bytes") or 0) < AT_LIMIT * last["limit_bytes"]:
+        return outcome
+    from runners.memory import fmt_bytes
+
+    diag = dict(outcome.diagnosis)
+    cause, remedy = CAUSES["memory_pressure"]
+    faults = (last.get("major_faults") or 0) - (full.get("major_faults") or 0)
+    evidence = [f"memory cgroup {last['cgroup']} at its cap when the hang was detected: usage "
+                f"{fmt_bytes(last['usage_bytes'])} of {fmt_bytes(last['limit_bytes'])} (anonymous "
+                f"{fmt_bytes(last.get('anon_bytes'))}, shared memory {fmt_bytes(last.get('shmem_bytes'))}, "
+                f"page cache {fmt_bytes(last.get('file_bytes'))}); no process was OOM-killed",
+                f"at the cap since {full['t']} s after launch; {faults} major page faults since then"]
+    diag["previous_cause"] = diag.get("cause")
+    diag.update({"cause": "memory_pressure", "cause_text": cause, "remedy": remedy,
+                 "evidence": evidence + list(diag.get("evidence") or []),
+                 "memory_pressure": {"at_limit_since_s": full["t"], "last": last, "major_faults_since": faults}})
+    diag["summary"] = diag["summary"].split("; cause:")[0] + ("; cause: memory exhaustion (the run sat at its "
+                                                             f"{fmt_bytes(last['limit_bytes'])} memory cap)")
+    outcome.diagnosis = diag
     return outcome
 
 

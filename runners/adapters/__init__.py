@@ -24,6 +24,21 @@ class Batch:
     sampled_edges: int  # edges of the sampled subgraph over all layers (before self-loops)
 
 
+# How each framework's loader uses host memory, for the launcher's memory model
+# (runners.memory); kept here, beside the adapters, and import-free so the launcher can read
+# it without importing a framework.
+# - copies_adjacency_with_workers: PyG's sampler calls share_memory_() on the CSC it samples
+#   from when num_workers > 0, a copy into /dev/shm per rank (torch_geometric.sampler.utils.to_csc).
+# - workers_gather_features: PyG's workers collate whole batches (features included) and pass
+#   them through shared memory; DGL's workers return the sampled blocks only and the rank
+#   gathers the features itself (dgl.dataloading.dataloader._prefetch_update_feats, seen in
+#   the main thread's stack).
+MEMORY_TRAITS = {
+    "pyg": {"copies_adjacency_with_workers": True, "workers_gather_features": True},
+    "dgl": {"copies_adjacency_with_workers": False, "workers_gather_features": False},
+}
+
+
 class Adapter:
     """Interface of a framework adapter (see runners/adapters/pyg.py and dgl.py)."""
 
