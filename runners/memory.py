@@ -10,7 +10,8 @@ The model adds up what the process tree of a run holds at its worst moment:
   prefetch_factor batches per worker waiting, each batch carrying the features of every
   sampled node (batch size x fan-outs, bounded by the graph's node count);
 - the rank's own compute memory (activations and their gradients), a rough term, and its
-  parameters five times over (weights, DDP's gradient buckets, gradients, Adam's moments).
+  parameters five times over (weights, DDP's gradient buckets, gradients, Adam's moments);
+  both are host memory only for CPU processes (on GPUs they live in device memory).
 It is an estimate meant to show which term grows with which setting (ranks, workers,
 batch size), not a byte-exact prediction; result.json carries it next to the measured peak.
 
@@ -103,8 +104,8 @@ def model_peak(cfg, graph_meta: dict) -> dict:
     nodes, edges = batch_bounds(cfg.batch_size, cfg.fanouts, n, e)
     from runners.adapters import MEMORY_TRAITS
 
-    # features (float32) + node ids and labels (int64) + edge_index (2 x int64)
-    structure_bytes = nodes * 16 + edges * 16
+    # node ids and labels (int64) + the framework's edge structure; features are float32
+    structure_bytes = nodes * 16 + edges * MEMORY_TRAITS[cfg.framework]["edge_bytes"]
     batch_bytes = nodes * feats * 4 + structure_bytes
     ranks, workers = cfg.devices, cfg.workers
     fw = cfg.framework
@@ -135,6 +136,8 @@ def model_peak(cfg, graph_meta: dict) -> dict:
         params = sum(d_in * d_out * h + 3 * d_out * h for d_in, d_out, h in shapes)
     # weights + DDP's gradient buckets + gradients + Adam's two moments, float32
     params_per_rank = params * 4 * 5
+    if cfg.device_type == "cuda":  # activations and optimiser state live in GPU memory
+        compute_per_rank = params_per_rank = 0
     terms = {
         "agent_baseline": BASELINE_BYTES["agent"],
         "rank_baseline": ranks * BASELINE_BYTES["rank"][fw],
@@ -153,7 +156,8 @@ def model_peak(cfg, graph_meta: dict) -> dict:
                    "batch_bytes": int(batch_bytes), "batch_structure_bytes": int(structure_bytes),
                    "batches_waiting_per_rank": waiting,
                    "workers_gather_features": traits["workers_gather_features"],
-                   "dataset_bytes": int(dataset_bytes),
+                   "dataset_bytes": int(dataset_bytes), "compute_in": "gpu memory (not counted)"
+                   if cfg.device_type == "cuda" else "host memory",
                    "dataset_copy_per_rank_bytes": int(copies_per_rank),
                    "dataset_copy_reason": ("PyG share_memory_() copies the adjacency to /dev/shm "
                                            "once per rank with workers" if copies_per_rank else

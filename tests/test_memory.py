@@ -61,6 +61,14 @@ def test_model_grows_with_workers_ranks_and_batch():
     assert total(batch_size=10**6) == total(batch_size=2 * 10**6)
 
 
+def test_model_leaves_compute_to_the_gpu_on_cuda():
+    cpu = memory.model_peak(_cfg(), META)["terms_bytes"]
+    gpu = memory.model_peak(_cfg(device_type="cuda", backend="nccl"), META)["terms_bytes"]
+    assert cpu["compute"] > 0 and cpu["parameters_optimizer"] > 0
+    assert gpu["compute"] == 0 and gpu["parameters_optimizer"] == 0
+    assert gpu["batches_in_flight"] == cpu["batches_in_flight"]
+
+
 def test_model_counts_pyg_adjacency_copies_only_with_workers():
     terms = lambda **kw: memory.model_peak(_cfg(**kw), META)["terms_bytes"]  # noqa: E731
     assert terms(framework="pyg", workers=2, devices=4)["dataset_copies"] == 4 * META["adjacency_bytes"]
@@ -133,6 +141,16 @@ def test_too_small_memory_cap_is_diagnosed_as_oom(tmp_path):
     assert result["wall_time_s"] - diag["oom"]["first_seen_s"] <= stall + 30
     assert result["watchdog"]["survivors"] == [] and result["memory"]["cgroup_leftover_pids"] == []
     assert not __import__("pathlib").Path(diag["oom"]["cgroup"]["cgroup"]).exists()
+    # runs.csv and the memory table carry the model, the cgroup's peak and the killed process
+    from analysis.aggregate import aggregate
+    from analysis.tables import memory_model_table
+
+    agg = aggregate([out])
+    row = agg.runs.iloc[0]
+    assert row["diag_cause"] == "oom" and row["mem_limit_bytes"] == 1800 * 2**20
+    assert row["mem_model_bytes"] > 0 and row["mem_cgroup_peak_bytes"] > 0
+    table = memory_model_table(agg.runs)
+    assert len(table) == 1 and table.iloc[0]["oom_killed"] == killed[0]["role"]
     left = []
     for p in psutil.process_iter(["cmdline"]):
         if str(out) in " ".join(p.info["cmdline"] or []):
