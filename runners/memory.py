@@ -32,18 +32,17 @@ from pathlib import Path
 
 PREFETCH_FACTOR = 2  # torch.utils.data.DataLoader's default; neither adapter changes it
 
-# Per-process baseline, PSS after start-up (imports, process group, dataset mapped, model and
-# loader built), measured here on 2026-11-23 (torch 2.2.1 CPU, PyG 2.8.1 + torch-sparse,
-# DGL 2.1.0) with:
+# Per-process baseline: the peak PSS of each process of a small run, sampled with psutil every
+# 0.3 s, measured here on 2026-11-23 (torch 2.2.1 CPU, PyG 2.8.1 + torch-sparse, DGL 2.1.0):
 #   python -m runners.run --framework F --model sage --devices 2 --batch-size 64 --workers 2 \
-#       --dataset tiny --epochs 2 --cpu-sample-interval 0.2
-# reading the first full sample of rank*/cpu.csv (pss_bytes per role, mean over ranks and
-# workers; the tiny dataset adds < 1 MB). The torchrun agent's figure is its RSS read with
-# psutil during the same runs. See docs/memory.md.
+#       --dataset tiny --epochs 6 --out ...
+# DGL: agent 338 MiB, ranks 393/396, workers 125-128; PyG: agent 212, ranks 295/296, workers
+# 111-112 (the tiny dataset adds < 1 MB). PSS splits pages shared by several processes (torch's
+# libraries) between them, so the agent's share depends on what else runs. See docs/memory.md.
 BASELINE_BYTES = {
-    "agent": 340 * 2**20,  # torchrun imports torch too
-    "rank": {"pyg": 395 * 2**20, "dgl": 395 * 2**20},
-    "worker": {"pyg": 126 * 2**20, "dgl": 126 * 2**20},
+    "agent": {"pyg": 212 * 2**20, "dgl": 338 * 2**20},  # torchrun imports torch too
+    "rank": {"pyg": 296 * 2**20, "dgl": 395 * 2**20},
+    "worker": {"pyg": 112 * 2**20, "dgl": 126 * 2**20},
 }
 
 
@@ -139,7 +138,7 @@ def model_peak(cfg, graph_meta: dict) -> dict:
     if cfg.device_type == "cuda":  # activations and optimiser state live in GPU memory
         compute_per_rank = params_per_rank = 0
     terms = {
-        "agent_baseline": BASELINE_BYTES["agent"],
+        "agent_baseline": BASELINE_BYTES["agent"][fw],
         "rank_baseline": ranks * BASELINE_BYTES["rank"][fw],
         "worker_baseline": ranks * workers * BASELINE_BYTES["worker"][fw],
         "dataset_shared": dataset_bytes,
@@ -162,7 +161,7 @@ def model_peak(cfg, graph_meta: dict) -> dict:
                    "dataset_copy_reason": ("PyG share_memory_() copies the adjacency to /dev/shm "
                                            "once per rank with workers" if copies_per_rank else
                                            "memory-mapped, shared by every process"),
-                   "baseline_bytes": {"agent": BASELINE_BYTES["agent"], "rank": BASELINE_BYTES["rank"][fw],
+                   "baseline_bytes": {"agent": BASELINE_BYTES["agent"][fw], "rank": BASELINE_BYTES["rank"][fw],
                                       "worker": BASELINE_BYTES["worker"][fw]}},
     }
 
@@ -317,19 +316,25 @@ class MemoryCgroup:
                                                  if len(ln.split()) == 2 and ln.split()[1].isdigit()))
 
         stat = keyed("memory.stat")
+
+        def minus(a, b):  # the kernel's page-cache figure includes shared memory (tmpfs)
+            return a - (b or 0) if a is not None else None
+
         if self.version == 1:
             oom = keyed("memory.oom_control")
             return {"cgroup": str(self.path), "version": 1, "limit_bytes": num("memory.limit_in_bytes"),
                     "usage_bytes": num("memory.usage_in_bytes"),
                     "peak_bytes": num("memory.max_usage_in_bytes"), "failcnt": num("memory.failcnt"),
                     "oom_kill": oom.get("oom_kill"), "under_oom": oom.get("under_oom"),
-                    "anon_bytes": stat.get("total_rss"), "file_bytes": stat.get("total_cache"),
+                    "anon_bytes": stat.get("total_rss"),
+                    "file_bytes": minus(stat.get("total_cache"), stat.get("total_shmem")),
                     "shmem_bytes": stat.get("total_shmem"), "major_faults": stat.get("total_pgmajfault")}
         events = keyed("memory.events")
         return {"cgroup": str(self.path), "version": 2, "limit_bytes": num("memory.max"),
                 "usage_bytes": num("memory.current"), "peak_bytes": num("memory.peak"),
                 "failcnt": events.get("max"), "oom_kill": events.get("oom_kill"), "under_oom": None,
-                "anon_bytes": stat.get("anon"), "file_bytes": stat.get("file"), "shmem_bytes": stat.get("shmem"),
+                "anon_bytes": stat.get("anon"), "file_bytes": minus(stat.get("file"), stat.get("shmem")),
+                "shmem_bytes": stat.get("shmem"),
                 "major_faults": stat.get("pgmajfault")}
 
     def pids(self) -> list:
