@@ -537,6 +537,16 @@ def apply_oom(outcome: Outcome, sup) -> Outcome:
         outcome.note = f"OOM evidence could not be read: {exc}"
     if not found:
         return _memory_pressure(outcome, sup)
+    if outcome.status == "hang" and not getattr(sup, "oom_seen", None):
+        # The kills came after the hang was detected (while stacks were taken): the stall at the
+        # cap is the cause, the kills its consequence.
+        found["evidence"].append("the OOM kills happened after the hang was detected (while the stacks were "
+                                 "taken and the tree was stopped)")
+        pressured = _memory_pressure(outcome, sup)
+        if pressured.diagnosis.get("cause") == "memory_pressure":
+            pressured.diagnosis["oom"] = found
+            pressured.diagnosis["evidence"] = pressured.diagnosis["evidence"] + found["evidence"]
+            return pressured
     diag = dict(outcome.diagnosis or {"ranks": [], "evidence": []})
     cause, remedy = CAUSES["oom"]
     diag["previous_cause"] = diag.get("cause")
