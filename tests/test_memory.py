@@ -156,3 +156,40 @@ def test_too_small_memory_cap_is_diagnosed_as_oom(tmp_path):
         if str(out) in " ".join(p.info["cmdline"] or []):
             left.append(p.pid)
     assert left == []
+
+
+def test_refuses_a_cap_without_root(monkeypatch):
+    monkeypatch.setattr(memory.os, "geteuid", lambda: 1000)
+    with pytest.raises(memory.MemoryLimitError, match="needs root"):
+        memory.MemoryCgroup.check()
+
+
+class _Sup:
+    """The few attributes of a Supervisor that the memory diagnosis reads, for a run that
+    never started (no heartbeats) and whose cgroup state was recorded while it ran."""
+
+    def __init__(self, tmp_path, last, full, oom_seen=None):
+        from runners.watchdog import RankWatch
+
+        self.out, self.cgroup, self.seen = tmp_path, None, {}
+        self.watch = {0: RankWatch(0), 1: RankWatch(1)}
+        self.proc = type("P", (), {"pid": -1})()
+        self.cg_last, self.cg_full, self.oom_seen = last, full, oom_seen
+
+
+def _stats(usage, faults):
+    return {"cgroup": "/sys/fs/cgroup/memory/x", "limit_bytes": 1000, "usage_bytes": usage, "peak_bytes": 1000,
+            "anon_bytes": 600, "file_bytes": 100, "shmem_bytes": 300, "major_faults": faults, "t": 5.0}
+
+
+def test_a_hang_at_the_memory_cap_is_named_memory_pressure(tmp_path):
+    from runners.watchdog import Outcome, apply_oom
+
+    hang = {"summary": "hang: rank 0 made no progress; cause: a loader worker stopped", "cause": "stalled_worker",
+            "ranks": [], "evidence": ["rank 0: no progress"]}
+    out = apply_oom(Outcome("hang", dict(hang)), _Sup(tmp_path, _stats(990, 500), _stats(960, 20)))
+    assert out.diagnosis["cause"] == "memory_pressure" and out.diagnosis["previous_cause"] == "stalled_worker"
+    assert "480 major page faults" in " ".join(out.diagnosis["evidence"])
+    # below the cap at detection: the hang keeps its own diagnosis
+    out = apply_oom(Outcome("hang", dict(hang)), _Sup(tmp_path, _stats(500, 500), _stats(960, 20)))
+    assert out.diagnosis["cause"] == "stalled_worker"
