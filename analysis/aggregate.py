@@ -61,7 +61,9 @@ RUN_COLUMNS = (
     ("run_id", "run_name", "status") + CONFIG_COLUMNS + ("world_size",) + SUMMARY_COLUMNS + STEP_COLUMNS
     + ("wall_time_s", "started_at", "finished_at", "epochs_completed", "steps_per_epoch",
        "seed_base", "adapter_choices", "nvml_available", "nvml_reason", "preflight_warnings",
-       "diag_cause", "diag_summary", "diag_remedy", "detected_after_s", "cpu_busy_before")
+       "diag_cause", "diag_summary", "diag_remedy", "detected_after_s", "cpu_busy_before",
+       "mem_model_bytes", "mem_peak_bytes", "mem_peak_source", "mem_limit_bytes", "mem_cgroup_peak_bytes",
+       "oom_killed")
     + tuple(f"env_{k}" for k in ENV_COLUMNS)
     + ("command", "run_dir", "result_path")
 )
@@ -73,7 +75,7 @@ INVALID_COLUMNS = ("path", "run_id", "reason")
 RANK_FILES = {
     "steps": ("epoch", "step", "seed_nodes", "sampled_nodes", "sampled_edges") + PHASES
              + ("step_s", "loss", "seed_id_sum"),
-    "cpu": ("t_s", "pid", "role", "cpu_percent", "rss_bytes", "uss_bytes"),
+    "cpu": ("t_s", "pid", "role", "cpu_percent", "rss_bytes", "uss_bytes", "pss_bytes"),
 }
 NVML_COLUMNS = ("t_s", "gpu", "pci_bus_id", "util_percent", "mem_used_bytes", "power_w", "sm_clock_mhz")
 RANK_FILES["nvml"] = NVML_COLUMNS
@@ -251,6 +253,15 @@ def run_row(data: dict, result_path: Path) -> dict:
         "diag_remedy": diag.get("remedy"), "detected_after_s": diag.get("detected_after_s"),
         "command": data["command"]["shell"], "run_dir": str(result_path.parent),
         "result_path": str(result_path),
+    })
+    # Modelled vs measured peak host memory (runners.memory); older results have neither.
+    mem = data.get("memory") or {}
+    row.update({
+        "mem_model_bytes": mem.get("model_bytes", (data.get("preflight") or {}).get("memory_model_bytes")),
+        "mem_peak_bytes": mem.get("peak_bytes"), "mem_peak_source": mem.get("peak_source"),
+        "mem_limit_bytes": mem.get("limit_bytes") or cfg.get("memory_limit_bytes") or None,
+        "mem_cgroup_peak_bytes": mem.get("cgroup_peak_bytes"),
+        "oom_killed": ", ".join(k["role"] for k in (diag.get("oom") or {}).get("killed", [])) or None,
     })
     for k in ENV_COLUMNS:
         row[f"env_{k}"] = _scalar(env.get(k))

@@ -92,6 +92,7 @@ class RunConfig:
     native_stacks: bool = False
     max_steps_per_epoch: int = 0
     skip_reason: Optional[str] = None
+    memory_limit_bytes: int = 0  # 0: no cap; else the process tree runs in a memory cgroup
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -206,6 +207,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="hang = no progress for factor x the slowest step seen (at least the floor)")
     wd.add_argument("--startup-timeout", type=float, default=600.0,
                     help="seconds allowed from launch to the first step")
+    wd.add_argument("--memory-limit", default=None, metavar="SIZE",
+                    help="run the whole process tree (torchrun, ranks, loader workers) under this memory "
+                    "cap, e.g. 512M or 2G, in a memory cgroup (needs root and a writable memory controller)")
     wd.add_argument("--native-stacks", action="store_true", help="also capture native stacks (py-spy --native)")
     wd.add_argument("--inject", default=None, help=f"fault injection: one of {', '.join(FAULTS)}")
     wd.add_argument("--allow-fault-injection", action="store_true",
@@ -255,6 +259,15 @@ def config_from_args(args: argparse.Namespace, visible_gpus: int, cpu_cores: int
     _require(args.threads_per_rank >= 0, f"--threads-per-rank {args.threads_per_rank}: must be 0 or more")
     _require(args.max_steps_per_epoch >= 0,
              f"--max-steps-per-epoch {args.max_steps_per_epoch}: must be 0 or more")
+
+    memory_limit = 0
+    if getattr(args, "memory_limit", None) is not None:
+        from runners.memory import MemoryLimitError, parse_size
+
+        try:
+            memory_limit = parse_size(args.memory_limit)
+        except MemoryLimitError as exc:
+            raise ConfigError(str(exc))
 
     defaults = MODEL_DEFAULTS[args.model]
     layers = args.layers if args.layers is not None else defaults["layers"]
@@ -324,5 +337,6 @@ def config_from_args(args: argparse.Namespace, visible_gpus: int, cpu_cores: int
         stall_floor_s=args.stall_floor, stall_factor=args.stall_factor,
         startup_timeout_s=args.startup_timeout, native_stacks=args.native_stacks,
         max_steps_per_epoch=args.max_steps_per_epoch, skip_reason=skip_reason,
+        memory_limit_bytes=memory_limit,
     )
 

@@ -123,9 +123,10 @@ USS_EVERY = 10
 
 
 class CpuSampler(_Sampler):
-    """CPU % and memory (RSS, USS) of this rank and each of its child processes (loader workers)."""
+    """CPU % and memory (RSS, USS, PSS) of this rank and each of its child processes (loader workers)."""
 
-    COLUMNS = ["t_s", "pid", "role", "cpu_percent", "rss_bytes", "uss_bytes"]
+    # pss_bytes (last, so older readers keep working) counts pages shared within the tree once.
+    COLUMNS = ["t_s", "pid", "role", "cpu_percent", "rss_bytes", "uss_bytes", "pss_bytes"]
 
     def __init__(self, interval: float):
         super().__init__(interval, "gnnscale-cpu-probe")
@@ -159,7 +160,8 @@ class CpuSampler(_Sampler):
                 with proc.oneshot():
                     cpu = proc.cpu_percent()
                     mem = proc.memory_full_info() if full else proc.memory_info()
-                self.rows.append([round(t, 3), proc.pid, role, cpu, mem.rss, getattr(mem, "uss", "")])
+                self.rows.append([round(t, 3), proc.pid, role, cpu, mem.rss, getattr(mem, "uss", ""),
+                                  getattr(mem, "pss", "")])
             except self.psutil.Error:
                 self._known.pop(proc.pid, None)
 

@@ -164,7 +164,10 @@ def summarise(m: dict, cfg: RunConfig) -> dict:
 
 
 def preflight(cfg: RunConfig, env: dict, graph_meta: dict) -> dict:
-    """Shared-memory and open-files needs of loader workers; warn, never refuse."""
+    """Shared-memory and open-files needs of loader workers and the modelled peak host memory
+    of the whole process tree (runners.memory); warn, never refuse."""
+    from runners import memory
+
     warnings = []
     if cfg.workers > 0:
         # Each worker keeps up to prefetch_factor (2) batches in flight in shared memory; a
@@ -188,10 +191,37 @@ def preflight(cfg: RunConfig, env: dict, graph_meta: dict) -> dict:
                   "open_files_limit": env["open_files_limit"], "fds_needed_estimate": need_fds}
     else:
         result = {"shm_bytes": env.get("shm_bytes"), "open_files_limit": env["open_files_limit"]}
+    model = memory.model_peak(cfg, graph_meta)
+    result["memory_model"] = model
+    result["memory_model_bytes"] = model["total_bytes"]
+    result["memory_limit_bytes"] = cfg.memory_limit_bytes or None
+    print(f"[gnnscale] pre-flight: {memory.describe_model(model)}", flush=True)
+    if cfg.memory_limit_bytes and model["total_bytes"] > cfg.memory_limit_bytes:
+        warnings.append(f"the modelled peak {memory.fmt_bytes(model['total_bytes'])} exceeds --memory-limit "
+                        f"{memory.fmt_bytes(cfg.memory_limit_bytes)}: expect the OOM killer")
+    elif env.get("memory_bytes") and model["total_bytes"] > env["memory_bytes"]:
+        warnings.append(f"the modelled peak {memory.fmt_bytes(model['total_bytes'])} exceeds this machine's "
+                        f"{memory.fmt_bytes(env['memory_bytes'])} of memory")
     result["warnings"] = warnings
     for w in warnings:
         print(f"[gnnscale] pre-flight warning: {w}", flush=True)
     return result
+
+
+def memory_section(out: Path, local_ranks: list, cfg: RunConfig, pre: dict, cgroup_stats, leftover) -> dict:
+    """result.json's `memory`: the modelled peak next to the measured one, and the cap."""
+    from runners.memory import measured_peak
+
+    peak = measured_peak(out, local_ranks)
+    cg_peak = (cgroup_stats or {}).get("peak_bytes")
+    return {"limit_bytes": cfg.memory_limit_bytes or None,
+            "model_bytes": pre.get("memory_model_bytes"),
+            "peak_bytes": peak.get("pss_bytes") or peak.get("uss_bytes"),
+            "peak_source": ("rank*/cpu.csv PSS (ranks + loader workers, worst sample)" if peak.get("pss_bytes")
+                            else "rank*/cpu.csv USS (ranks + loader workers, worst sample)" if peak.get("uss_bytes")
+                            else None),
+            "measured": peak, "cgroup_peak_bytes": cg_peak, "cgroup": cgroup_stats,
+            "cgroup_leftover_pids": leftover}
 
 
 RUN_DIR_ENTRIES = ("result.json", "result.json.tmp", "config.json", "command.sh", "heartbeats", "logs",
@@ -276,6 +306,13 @@ def main(argv=None) -> int:
     try:
         cfg = config_from_args(args, envinfo.visible_gpu_count(env), env["cpu_cores"])
         check_environment(cfg, env)
+        if cfg.memory_limit_bytes:
+            from runners.memory import MemoryCgroup, MemoryLimitError
+
+            try:
+                MemoryCgroup.check()
+            except MemoryLimitError as exc:
+                raise ConfigError(str(exc))
     except ConfigError as exc:
         parser.error(str(exc))  # exit 2, before anything runs
 
@@ -296,7 +333,10 @@ def main(argv=None) -> int:
     env["dataset_verification"] = {k: verification[k] for k in ("hashed", "cached", "seconds")}
     identity = cfg.identity(graph.content_hash)
     graph_meta = {"num_nodes": graph.num_nodes, "num_edges": graph.num_edges,
-                  "num_features": graph.num_features, "num_classes": graph.num_classes}
+                  "num_features": graph.num_features, "num_classes": graph.num_classes,
+                  "dataset_bytes": int(sum(a.nbytes for a in (graph.indptr, graph.indices, graph.features,
+                                                             graph.labels))),
+                  "adjacency_bytes": int(graph.indptr.nbytes + graph.indices.nbytes)}
     del graph
 
     out = Path(cfg.out)
@@ -338,25 +378,42 @@ def main(argv=None) -> int:
     from runners.watchdog import Outcome, Supervisor
 
     log = open(out / "logs" / "launcher.log", "w")
+    cgroup = None
     try:
+        preexec = None
+        if cfg.memory_limit_bytes:
+            from runners.memory import MemoryCgroup, fmt_bytes
+
+            cgroup = MemoryCgroup.create(f"gnnscale-{out.name}-{os.getpid()}", cfg.memory_limit_bytes)
+            preexec = cgroup.enter  # in the child before exec: torchrun's first byte is already capped
+            print(f"[gnnscale] memory cap {fmt_bytes(cfg.memory_limit_bytes)}: cgroup {cgroup.path}", flush=True)
         proc = subprocess.Popen(cmd, env=child_env, cwd=str(envinfo.REPO_ROOT), stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, start_new_session=True, bufsize=1)
-    except OSError as exc:
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True, bufsize=1,
+                                preexec_fn=preexec)
+    except Exception as exc:
         outcome = Outcome("error", {"summary": f"could not launch torchrun: {exc}", "cause": "launch",
                                     "ranks": [], "evidence": [str(exc)]})
         proc = None
     if proc is not None:
         pump = threading.Thread(target=_pump, args=(proc.stdout, log, sys.stdout), daemon=True)
         pump.start()
+        supervisor = Supervisor(cfg, out, proc, local_ranks, launch_t)
+        supervisor.cgroup = cgroup
         try:
-            outcome = Supervisor(cfg, out, proc, local_ranks, launch_t).run()
+            outcome = supervisor.run()
         except KeyboardInterrupt:
             from runners.watchdog import process_tree, stop_tree
 
             stop_tree(process_tree(proc.pid), cfg.kill_grace_s)
+            if cgroup is not None:
+                cgroup.remove()
             raise
         pump.join(timeout=5)
     log.close()
+    cgroup_stats, cgroup_leftover = None, []
+    if cgroup is not None:
+        cgroup_stats = cgroup.stats()
+        cgroup_leftover = cgroup.remove()  # anything that escaped the tree walk dies with the group
 
     # The ranks read the dataset after the pre-launch check: if a file changed meanwhile
     # (stat only, cheap), hash it again and say in the result whether it still matches.
@@ -409,6 +466,7 @@ def main(argv=None) -> int:
             "phases_recorded": cfg.device_type != "cuda" or cfg.breakdown,
         },
         "preflight": pre,
+        "memory": memory_section(out, local_ranks, cfg, pre, cgroup_stats, cgroup_leftover),
         "machine_load": {"cpu_busy_percent_before": busy_before, "loadavg_after": list(os.getloadavg()),
                          "cpu_cores": env["cpu_cores"]},
         "watchdog": {"returncode": outcome.returncode, "killed_by_watchdog": outcome.killed_by_watchdog,

@@ -27,6 +27,7 @@ from runners.probes import PHASE_BLOCKED_IN, read_heartbeat
 
 COLLECTIVE_PHASES = ("backward", "epoch-sync", "evaluation")
 POLL_S = 0.5
+AT_LIMIT = 0.95  # a memory cgroup this full is reclaiming pages to stay under its cap
 EXIT_GRACE_S = 30.0  # after every rank reported 'done'
 
 # Known causes: key -> (cause, remedy). The diagnosis names one and lists its evidence.
@@ -82,6 +83,21 @@ CAUSES = {
     "killed": (
         "a rank was killed by a signal (SIGKILL is what the out-of-memory killer sends)",
         "check memory use per rank (cpu.csv) and the kernel log (dmesg) for the OOM killer",
+    ),
+    "oom": (
+        "memory exhaustion: the kernel's out-of-memory killer killed a process of the run (the run's "
+        "memory cap or the machine's memory was reached), and the ranks that depended on it were "
+        "left waiting or failed",
+        "compare the memory model in the pre-flight with the cap; use fewer loader workers per rank "
+        "(each holds prefetched batches), smaller batches or fan-outs, fewer ranks per machine, or "
+        "more memory",
+    ),
+    "memory_pressure": (
+        "memory exhaustion without a kill: the run's memory cgroup stayed at its cap, so every "
+        "allocation and every read of the memory-mapped dataset waited for the kernel to reclaim "
+        "pages (the file-backed dataset is evicted and read back from disk again and again)",
+        "compare the memory model in the pre-flight with the cap; use fewer loader workers per rank, "
+        "smaller batches or fan-outs, fewer ranks per machine, or more memory",
     ),
     "timeout": (
         "the run exceeded its overall time limit while still making progress",
@@ -143,6 +159,8 @@ def stop_tree(procs: list, grace_s: float) -> list:
 class Supervisor:
     """Watches one torchrun process tree until it ends or must be stopped."""
 
+    cgroup = None  # a runners.memory.MemoryCgroup when the tree runs under --memory-limit
+
     def __init__(self, cfg, out: Path, proc: subprocess.Popen, local_ranks: list, launch_t: float):
         self.cfg, self.out, self.proc, self.launch_t = cfg, Path(out), proc, launch_t
         self.watch = {r: RankWatch(r, last_change=time.time()) for r in local_ranks}
@@ -154,6 +172,23 @@ class Supervisor:
     def _track_processes(self) -> None:
         for p in process_tree(self.proc.pid):
             self.seen.setdefault(p.pid, p)
+        if self.cgroup is not None:
+            self._watch_oom()
+
+    def _watch_oom(self) -> None:
+        """Remember where every rank was when the cgroup's OOM-kill count first rose, and the
+        cgroup's state at the last poll and when it first reached its limit."""
+        stats = self.cgroup.stats()
+        self.cg_last = dict(stats, t=round(time.time() - self.launch_t, 2))
+        if stats.get("usage_bytes") and stats.get("limit_bytes") and not getattr(self, "cg_full", None) \
+                and stats["usage_bytes"] >= AT_LIMIT * stats["limit_bytes"]:
+            self.cg_full = self.cg_last
+        if getattr(self, "oom_seen", None):
+            return
+        count = stats.get("oom_kill") or 0
+        if count > 0:
+            self.oom_seen = {"t": round(time.time() - self.launch_t, 2), "oom_kill": count, "phases": {
+                r: (w.heartbeat or {"phase": "starting"})["phase"] for r, w in self.watch.items()}}
 
     def _poll_heartbeats(self, now: float) -> None:
         for r, w in self.watch.items():
@@ -196,6 +231,12 @@ class Supervisor:
 
     # -- the loop ------------------------------------------------------------------------
     def run(self) -> Outcome:
+        from runners.memory import uptime_s
+
+        self.launch_uptime = (uptime_s() or 0.0) - (time.time() - self.launch_t)
+        return apply_oom(self._supervise(), self)
+
+    def _supervise(self) -> Outcome:
         while True:
             now = time.time()
             self._track_processes()
@@ -424,6 +465,131 @@ def _read_json(path: Path):
         return json.loads(Path(path).read_text())
     except (OSError, ValueError):
         return None
+
+
+WORKER_PIDS = re.compile(r"DataLoader worker \(pids?\(?s?\)?\s*([\d, ]+)\)")
+
+
+def oom_findings(sup) -> dict | None:
+    """Out-of-memory evidence for a supervised run: the cgroup's OOM-kill count and peak, the
+    kernel log's kills of the run's processes, and which process (rank, loader worker) died.
+    None when nothing says the OOM killer acted on this run."""
+    from runners.memory import fmt_bytes, kernel_oom_kills
+
+    stats = sup.cgroup.stats() if sup.cgroup is not None else None
+    kills, log_reason = kernel_oom_kills(pids=set(sup.seen), cgroup_path=sup.cgroup.path if sup.cgroup else None,
+                                         since_uptime=getattr(sup, "launch_uptime", None))
+    count = (stats or {}).get("oom_kill") or 0
+    if not count and not kills:
+        return None
+    roles = _roles(sup.out, sup.watch)
+    roles[sup.proc.pid] = "torchrun agent"
+    evidence = []
+    if stats:
+        evidence.append(f"memory cgroup {stats['cgroup']}: oom_kill {count}, peak {fmt_bytes(stats['peak_bytes'])} "
+                        f"of limit {fmt_bytes(stats['limit_bytes'])}")
+    killed = [{"pid": k["pid"], "role": roles.get(k["pid"], f"process {k['name']}"), "source": k["source"]}
+              for k in kills]
+    if not killed:
+        # No kernel log here: take the loader's or torchrun's own report of who died.
+        evidence.append(f"kernel log not usable ({log_reason or 'no OOM line for this run'}); "
+                        "victims from the ranks' error records and torchrun's exit codes")
+        for r in sup.watch:
+            err = _read_json(sup.out / f"rank{r}" / "error.json") or {}
+            m = WORKER_PIDS.search((err.get("worker_failure") or "") + err.get("message", ""))
+            for pid in (int(x) for x in (m.group(1).replace(",", " ").split() if m else [])):
+                killed.append({"pid": pid, "role": roles.get(pid, f"rank{r}-worker"), "source": f"rank {r}'s loader"})
+        try:
+            codes = torchrun_exit_codes((sup.out / "logs" / "launcher.log").read_text(errors="replace"))
+        except OSError:
+            codes = {}
+        for r, c in codes.items():
+            if c == -signal.SIGKILL:
+                killed.append({"pid": None, "role": f"rank{r}", "source": "torchrun: exit code -9 (SIGKILL)"})
+    for k in killed:
+        evidence.append(f"killed by the OOM killer: {k['role']} (pid {k['pid']}; {k['source']})")
+    snap = getattr(sup, "oom_seen", None)
+    phases = snap["phases"] if snap else {r: (w.heartbeat or {"phase": "starting"})["phase"]
+                                         for r, w in sup.watch.items()}
+    victim_ranks = set()
+    for k in killed:
+        m = re.match(r"rank(\d+)", k["role"])
+        if m:
+            victim_ranks.add(int(m.group(1)))
+    waiting = [{"rank": r, "phase": p, "blocked_in": PHASE_BLOCKED_IN.get(p, p)}
+               for r, p in sorted(phases.items()) if r not in victim_ranks]
+    if snap:
+        evidence.append(f"first OOM kill seen {snap['t']} s after launch; rank phases then: "
+                        + ", ".join(f"rank {r} '{p}'" for r, p in sorted(phases.items())))
+    return {"killed": killed, "ranks_left_waiting": waiting, "cgroup": stats, "evidence": evidence,
+            "kernel_log": log_reason or "read", "first_seen_s": snap["t"] if snap else None,
+            "phases_at_kill": {str(r): p for r, p in phases.items()}}
+
+
+def apply_oom(outcome: Outcome, sup) -> Outcome:
+    """Name an out-of-memory kill as the cause when the cgroup or the kernel saw one."""
+    if outcome.status == "ok":
+        return outcome
+    try:
+        found = oom_findings(sup)
+    except Exception as exc:  # evidence gathering must never lose the run's result
+        found = None
+        outcome.note = f"OOM evidence could not be read: {exc}"
+    if not found:
+        return _memory_pressure(outcome, sup)
+    if outcome.status == "hang" and not getattr(sup, "oom_seen", None):
+        # The kills came after the hang was detected (while stacks were taken): the stall at the
+        # cap is the cause, the kills its consequence.
+        found["evidence"].append("the OOM kills happened after the hang was detected (while the stacks were "
+                                 "taken and the tree was stopped)")
+        pressured = _memory_pressure(outcome, sup)
+        if pressured.diagnosis.get("cause") == "memory_pressure":
+            pressured.diagnosis["oom"] = found
+            pressured.diagnosis["evidence"] = pressured.diagnosis["evidence"] + found["evidence"]
+            return pressured
+    diag = dict(outcome.diagnosis or {"ranks": [], "evidence": []})
+    cause, remedy = CAUSES["oom"]
+    diag["previous_cause"] = diag.get("cause")
+    diag.update({"cause": "oom", "cause_text": cause, "remedy": remedy, "oom": found,
+                 "evidence": found["evidence"] + list(diag.get("evidence") or [])})
+    victims = ", ".join(f"{k['role']} (pid {k['pid']})" for k in found["killed"]) or "a process of the run"
+    left = ", ".join(f"rank {w['rank']} in '{w['phase']}'" for w in found["ranks_left_waiting"])
+    status = "killed" if outcome.status == "crashed" else outcome.status
+    limit = (found["cgroup"] or {}).get("limit_bytes")
+    from runners.memory import fmt_bytes
+
+    cap = f" under the {fmt_bytes(limit)} memory cap" if limit else ""
+    diag["summary"] = (f"{status}: out of memory{cap}: the OOM killer killed {victims}"
+                       + (f"; left waiting: {left}" if left else "") + "; cause: memory exhaustion")
+    outcome.status, outcome.diagnosis = status, diag
+    return outcome
+
+
+def _memory_pressure(outcome: Outcome, sup) -> Outcome:
+    """A hang while the run's memory cgroup sat at its cap (no process killed): name it."""
+    last, full = getattr(sup, "cg_last", None), getattr(sup, "cg_full", None)
+    if outcome.status != "hang" or not last or not full or not last.get("limit_bytes"):
+        return outcome
+    if (last.get("usage_bytes") or 0) < AT_LIMIT * last["limit_bytes"]:
+        return outcome
+    from runners.memory import fmt_bytes
+
+    diag = dict(outcome.diagnosis)
+    cause, remedy = CAUSES["memory_pressure"]
+    faults = (last.get("major_faults") or 0) - (full.get("major_faults") or 0)
+    evidence = [f"memory cgroup {last['cgroup']} at its cap when the hang was detected: usage "
+                f"{fmt_bytes(last['usage_bytes'])} of {fmt_bytes(last['limit_bytes'])} (anonymous "
+                f"{fmt_bytes(last.get('anon_bytes'))}, shared memory {fmt_bytes(last.get('shmem_bytes'))}, "
+                f"page cache {fmt_bytes(last.get('file_bytes'))}); no process was OOM-killed",
+                f"at the cap since {full['t']} s after launch; {faults} major page faults since then"]
+    diag["previous_cause"] = diag.get("cause")
+    diag.update({"cause": "memory_pressure", "cause_text": cause, "remedy": remedy,
+                 "evidence": evidence + list(diag.get("evidence") or []),
+                 "memory_pressure": {"at_limit_since_s": full["t"], "last": last, "major_faults_since": faults}})
+    diag["summary"] = diag["summary"].split("; cause:")[0] + ("; cause: memory exhaustion (the run sat at its "
+                                                             f"{fmt_bytes(last['limit_bytes'])} memory cap)")
+    outcome.diagnosis = diag
+    return outcome
 
 
 PEER_LOST = re.compile(r"Connection closed by peer|Connection reset|Broken pipe|NCCL communicator was aborted")

@@ -25,6 +25,25 @@ class Batch:
     seed_ids: Any = None  # the seed node ids (CPU tensor): what the loader really delivered
 
 
+# How each framework's loader uses host memory, for the launcher's memory model
+# (runners.memory); kept here, beside the adapters, and import-free so the launcher can read
+# it without importing a framework.
+# - copies_adjacency_with_workers: PyG's sampler calls share_memory_() on the CSC it samples
+#   from when num_workers > 0, a copy into /dev/shm per rank (torch_geometric.sampler.utils.to_csc).
+# - workers_gather_features: PyG's workers collate whole batches (features included) and pass
+#   them through shared memory; DGL's workers return the sampled blocks only and the rank
+#   gathers the features itself (dgl.dataloading.dataloader._prefetch_update_feats, seen in
+#   the main thread's stack).
+# - edge_bytes: bytes per sampled edge of a batch's structure. PyG: edge_index (2 x int64) and
+#   e_id; DGL: its blocks keep COO and compressed forms and edge ids: ~75 B/edge measured here
+#   (8.15 GB of /dev/shm for 4 ranks x 8 workers x 3 waiting batches of 1.13 M edges, kernel
+#   OOM report of the reddit-shape run in docs/memory.md).
+MEMORY_TRAITS = {
+    "pyg": {"copies_adjacency_with_workers": True, "workers_gather_features": True, "edge_bytes": 24},
+    "dgl": {"copies_adjacency_with_workers": False, "workers_gather_features": False, "edge_bytes": 75},
+}
+
+
 class Adapter:
     """Interface of a framework adapter (see runners/adapters/pyg.py and dgl.py)."""
 
