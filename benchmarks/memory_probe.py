@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 
 from runners import datasets
-from runners.adapters import get_adapter_class
+from runners.adapters import get_adapter_class, registry
 from runners.config import build_parser, config_from_args
 from runners.harness import split_seeds
 
@@ -54,8 +54,8 @@ def build(framework: str, path, workers: int, rank: int, world: int):
             "--out", tempfile.gettempdir(), "--device", "cpu"]
     cfg = config_from_args(build_parser().parse_args(argv), 0, psutil.cpu_count())
     adapter = get_adapter_class(framework)(cfg, graph, rank, world, torch.device("cpu"))
-    seeds = None if framework == "dgl" else split_seeds(graph.train_idx, rank, world, cfg.seed,
-                                                          cfg.batch_size, False)
+    seeds = None if registry.framework(framework).seed_split == "framework" else \
+        split_seeds(graph.train_idx, rank, world, cfg.seed, cfg.batch_size, False)
     loader = adapter.train_loader(seeds, None)
     it = iter(loader)
     adapter.unpack(next(it))
@@ -66,7 +66,7 @@ def build(framework: str, path, workers: int, rank: int, world: int):
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--framework", choices=("pyg", "dgl"), required=True)
+    p.add_argument("--framework", choices=registry.FRAMEWORK_NAMES, required=True)
     p.add_argument("--dataset", required=True, help="directory of the measured dataset")
     p.add_argument("--warmup", required=True, help="directory of a small dataset for the warm-up")
     p.add_argument("--workers", type=int, default=0)

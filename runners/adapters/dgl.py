@@ -22,7 +22,8 @@ import dgl  # noqa: E402
 import torch  # noqa: E402
 from dgl.nn.pytorch import GATConv, SAGEConv  # noqa: E402
 
-from runners.adapters import Adapter, Batch, between_layers, layer_shapes  # noqa: E402
+from runners.adapters import Adapter, Batch, ModelBuilder, between_layers, layer_shapes, model_builder  # noqa: E402
+from runners.adapters.registry import FRAMEWORKS, MODELS  # noqa: E402
 from runners.adapters.dgl_data import shared_tensor as as_tensor  # noqa: E402
 from runners.adapters.dgl_data import to_dgl_graph  # noqa: E402
 
@@ -57,37 +58,40 @@ def self_check() -> str:
     return f"dgl {dgl.__version__}"
 
 
+# model name -> how to build one layer (adapters.ModelBuilder). Self-loops are the
+# adapter's: each sampled block gets one per destination node (see unpack).
+MODEL_BUILDERS = {
+    "sage": ModelBuilder(lambda d_in, d_out, h, dropout, loops: SAGEConv(d_in, d_out, "mean"),
+                         lambda c: [("weight", c.fc_neigh.weight), ("weight", c.fc_self.weight),
+                                    ("bias", c.fc_self.bias)]),
+    "gat": ModelBuilder(lambda d_in, d_out, h, dropout, loops: GATConv(d_in, d_out, num_heads=h, attn_drop=dropout,
+                                                                       allow_zero_in_degree=True),
+                        lambda c: [("weight", c.fc.weight), ("att", c.attn_l), ("att", c.attn_r), ("bias", c.bias)],
+                        "one self-loop per destination added to each block"),
+}
+
+
 class DglModel(torch.nn.Module):
-    """GraphSAGE (mean) or GAT as a stack of DGL convolutions over blocks."""
+    """A stack of DGL convolutions over blocks, built by MODEL_BUILDERS[model] from layer_shapes()."""
 
     def __init__(self, model: str, in_dim: int, hidden: int, out_dim: int, layers: int,
                  heads: int, dropout: float):
         super().__init__()
+        spec = model_builder(MODEL_BUILDERS, "dgl", model)
+        self._params = spec.parameters
         self.kind, self.dropout = model, dropout
-        self.convs = torch.nn.ModuleList()
-        for d_in, d_out, h in layer_shapes(model, in_dim, hidden, out_dim, layers, heads):
-            if model == "sage":
-                self.convs.append(SAGEConv(d_in, d_out, "mean"))
-            else:
-                self.convs.append(GATConv(d_in, d_out, num_heads=h, attn_drop=dropout, allow_zero_in_degree=True))
+        self.convs = torch.nn.ModuleList(
+            spec.build(d_in, d_out, h, dropout, True)
+            for d_in, d_out, h in layer_shapes(model, in_dim, hidden, out_dim, layers, heads))
 
     def canonical_parameters(self) -> list:
         """(role, tensor) in the framework-independent order of adapters.init_canonical."""
-        out = []
-        for conv in self.convs:
-            if self.kind == "sage":
-                out += [("weight", conv.fc_neigh.weight), ("weight", conv.fc_self.weight),
-                        ("bias", conv.fc_self.bias)]
-            else:
-                out += [("weight", conv.fc.weight), ("att", conv.attn_l), ("att", conv.attn_r),
-                        ("bias", conv.bias)]
-        return out
+        return [p for conv in self.convs for p in self._params(conv)]
 
     def forward(self, blocks, x):
         for i, (conv, block) in enumerate(zip(self.convs, blocks)):
             x = conv(block, x)
-            if self.kind == "gat":
-                x = x.flatten(1)
+            x = x.flatten(1)  # attention heads (node, head, feature) side by side
             if i < len(self.convs) - 1:
                 x = between_layers(x, self.kind, self.dropout, self.training)
         return x
@@ -95,21 +99,21 @@ class DglModel(torch.nn.Module):
 
 class DglAdapter(Adapter):
     name = "dgl"
-    splits_seeds_itself = True
+    splits_seeds_itself = FRAMEWORKS[name].seed_split == "framework"
 
     def __init__(self, cfg, graph, rank, world_size, device):
         super().__init__(cfg, graph, rank, world_size, device)
         if device.type == "cuda":
             require_cuda_build()
         self.g = to_dgl_graph(graph).formats(["csc"])
-        self.gat_loops = cfg.model == "gat" and cfg.self_loops
+        self.loops = MODELS[cfg.model].self_loops and cfg.self_loops
         self.choices = {
             "graph_input": "dgl.graph(('csc', ...)) on the memory-mapped CSC, csc format only",
             "sampler": "dgl.dataloading.NeighborSampler + DataLoader",
             "layer_compute": "blocks shrink layer by layer",
             "neighbourhoods": "sampled afresh for every destination node of every layer",
             "seed_split": "harness naive split" if cfg.uneven_batches else "DGL use_ddp=True (padded)",
-            "self_loops": "one self-loop per destination added to each block" if self.gat_loops else "none",
+            "self_loops": MODEL_BUILDERS[cfg.model].self_loops if self.loops else "none",
         }
 
     def seed(self, seed: int) -> None:
@@ -152,7 +156,7 @@ class DglAdapter(Adapter):
         edges = sum(int(b.num_edges()) for b in blocks)
         x = blocks[0].srcdata["feat"]
         y = blocks[-1].dstdata["label"]
-        if self.gat_loops:
+        if self.loops:
             blocks = [add_self_loops(b) for b in blocks]
         return Batch(inputs=(blocks, x), labels=y, seed_nodes=int(output_nodes.numel()),
                      sampled_nodes=int(input_nodes.numel()), sampled_edges=edges)

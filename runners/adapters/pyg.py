@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from runners.adapters import Adapter, Batch, between_layers, layer_shapes
+from runners.adapters import Adapter, Batch, ModelBuilder, between_layers, layer_shapes, model_builder
 from runners.adapters.pyg_data import shared_tensor as as_tensor
 
 
@@ -48,33 +48,44 @@ def self_check() -> str:
     return sampler_backend()
 
 
+def _sage(d_in, d_out, heads, dropout, self_loops):
+    from torch_geometric.nn import SAGEConv
+
+    return SAGEConv(d_in, d_out, aggr="mean")
+
+
+def _gat(d_in, d_out, heads, dropout, self_loops):
+    from torch_geometric.nn import GATConv
+
+    return GATConv(d_in, d_out, heads=heads, concat=True, dropout=dropout, add_self_loops=self_loops)
+
+
+# model name -> how to build one layer (adapters.ModelBuilder)
+MODEL_BUILDERS = {
+    "sage": ModelBuilder(_sage, lambda c: [("weight", c.lin_l.weight), ("weight", c.lin_r.weight),
+                                           ("bias", c.lin_l.bias)]),
+    "gat": ModelBuilder(_gat, lambda c: [("weight", c.lin.weight), ("att", c.att_src), ("att", c.att_dst),
+                                         ("bias", c.bias)],
+                        "GATConv(add_self_loops=True)"),
+}
+
+
 class PygModel(torch.nn.Module):
-    """GraphSAGE (mean) or GAT as a stack of PyG convolutions."""
+    """A stack of PyG convolutions, built by MODEL_BUILDERS[model] from layer_shapes()."""
 
     def __init__(self, model: str, in_dim: int, hidden: int, out_dim: int, layers: int,
                  heads: int, dropout: float, self_loops: bool, trim: bool = False):
         super().__init__()
-        from torch_geometric.nn import GATConv, SAGEConv
-
+        spec = model_builder(MODEL_BUILDERS, "pyg", model)
+        self._params = spec.parameters
         self.kind, self.dropout, self.trim = model, dropout, trim
-        self.convs = torch.nn.ModuleList()
-        for d_in, d_out, h in layer_shapes(model, in_dim, hidden, out_dim, layers, heads):
-            if model == "sage":
-                self.convs.append(SAGEConv(d_in, d_out, aggr="mean"))
-            else:
-                self.convs.append(GATConv(d_in, d_out, heads=h, concat=True, dropout=dropout,
-                                          add_self_loops=self_loops))
+        self.convs = torch.nn.ModuleList(
+            spec.build(d_in, d_out, h, dropout, self_loops)
+            for d_in, d_out, h in layer_shapes(model, in_dim, hidden, out_dim, layers, heads))
 
     def canonical_parameters(self) -> list:
         """(role, tensor) in the framework-independent order of adapters.init_canonical."""
-        out = []
-        for conv in self.convs:
-            if self.kind == "sage":
-                out += [("weight", conv.lin_l.weight), ("weight", conv.lin_r.weight), ("bias", conv.lin_l.bias)]
-            else:
-                out += [("weight", conv.lin.weight), ("att", conv.att_src), ("att", conv.att_dst),
-                        ("bias", conv.bias)]
-        return out
+        return [p for conv in self.convs for p in self._params(conv)]
 
     def forward(self, x, edge_index, num_sampled_nodes=None, num_sampled_edges=None):
         for i, conv in enumerate(self.convs):
@@ -110,7 +121,7 @@ class PygAdapter(Adapter):
             "layer_compute": "trim_to_layer" if cfg.pyg_trim else "all sampled nodes every layer",
             "seed_split": "harness: equal padded share per rank",
             "neighbourhoods": "sampled once per node (hop k samples only the nodes new at hop k-1)",
-            "self_loops": "GATConv(add_self_loops=True)" if cfg.self_loops else "none",
+            "self_loops": (MODEL_BUILDERS[cfg.model].self_loops if cfg.self_loops else None) or "none",
         }
 
     def build_model(self):
