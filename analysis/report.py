@@ -305,6 +305,7 @@ FAIRNESS_ROWS = (
     ("self-loop implementation", lambda r: _choices(r, "self_loops").where(r["model"].isin([m.name for m in LOOP_MODELS]))),
     ("sampling with replacement", lambda r: r["replace"]),
     ("PyG layer trimming", lambda r: r["pyg_trim"].where(r["framework"] == "pyg")),
+    ("model layer (per model)", lambda r: _choices(r, "layer")),
     ("layer computation", lambda r: _choices(r, "layer_compute")),
     ("seed split across ranks", lambda r: _choices(r, "seed_split")),
     ("uneven batches (naive split)", lambda r: r["uneven_batches"]),

@@ -111,6 +111,7 @@ class ModelBuilder(NamedTuple):
 
     build: Callable  # (in_dim, out_dim, heads, dropout, self_loops) -> the framework's conv
     parameters: Callable  # conv -> [(role, tensor)] in init_canonical's framework-independent order
+    layer: str = ""  # the framework's layer and its settings (recorded as the adapter choice "layer")
     self_loops: Optional[str] = None  # how the layer gets self-loops (recorded as an adapter choice)
 
 
@@ -123,6 +124,11 @@ def model_builder(builders: dict, framework: str, model: str) -> ModelBuilder:
     except KeyError:
         raise ValueError(f"the {framework} adapter has no builder for model {model!r}; "
                          f"it builds: {', '.join(builders)}") from None
+
+
+def layer_choice(builders: dict, model: str) -> str:
+    """The adapter choice "layer": 'GraphSAGE: SAGEConv(aggr="mean")'."""
+    return f"{registry.model(model).label}: {builders[model].layer}"
 
 
 def get_adapter_class(framework: str):

@@ -22,7 +22,8 @@ import dgl  # noqa: E402
 import torch  # noqa: E402
 from dgl.nn.pytorch import GATConv, SAGEConv  # noqa: E402
 
-from runners.adapters import Adapter, Batch, ModelBuilder, between_layers, layer_shapes, model_builder  # noqa: E402
+from runners.adapters import (Adapter, Batch, ModelBuilder, between_layers, layer_choice,  # noqa: E402
+                              layer_shapes, model_builder)
 from runners.adapters.registry import FRAMEWORKS, MODELS  # noqa: E402
 from runners.adapters.dgl_data import shared_tensor as as_tensor  # noqa: E402
 from runners.adapters.dgl_data import to_dgl_graph  # noqa: E402
@@ -63,10 +64,12 @@ def self_check() -> str:
 MODEL_BUILDERS = {
     "sage": ModelBuilder(lambda d_in, d_out, h, dropout, loops: SAGEConv(d_in, d_out, "mean"),
                          lambda c: [("weight", c.fc_neigh.weight), ("weight", c.fc_self.weight),
-                                    ("bias", c.fc_self.bias)]),
+                                    ("bias", c.fc_self.bias)],
+                         "SAGEConv('mean')"),
     "gat": ModelBuilder(lambda d_in, d_out, h, dropout, loops: GATConv(d_in, d_out, num_heads=h, attn_drop=dropout,
                                                                        allow_zero_in_degree=True),
                         lambda c: [("weight", c.fc.weight), ("att", c.attn_l), ("att", c.attn_r), ("bias", c.bias)],
+                        "GATConv, heads flattened, attn_drop = dropout",
                         "one self-loop per destination added to each block"),
 }
 
@@ -114,6 +117,7 @@ class DglAdapter(Adapter):
             "neighbourhoods": "sampled afresh for every destination node of every layer",
             "seed_split": "harness naive split" if cfg.uneven_batches else "DGL use_ddp=True (padded)",
             "self_loops": MODEL_BUILDERS[cfg.model].self_loops if self.loops else "none",
+            "layer": layer_choice(MODEL_BUILDERS, cfg.model),
         }
 
     def seed(self, seed: int) -> None:

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import torch
 
-from runners.adapters import Adapter, Batch, ModelBuilder, between_layers, layer_shapes, model_builder
+from runners.adapters import (Adapter, Batch, ModelBuilder, between_layers, layer_choice, layer_shapes,
+                              model_builder)
 from runners.adapters.pyg_data import shared_tensor as as_tensor
 
 
@@ -63,10 +64,11 @@ def _gat(d_in, d_out, heads, dropout, self_loops):
 # model name -> how to build one layer (adapters.ModelBuilder)
 MODEL_BUILDERS = {
     "sage": ModelBuilder(_sage, lambda c: [("weight", c.lin_l.weight), ("weight", c.lin_r.weight),
-                                           ("bias", c.lin_l.bias)]),
+                                           ("bias", c.lin_l.bias)],
+                         "SAGEConv(aggr='mean')"),
     "gat": ModelBuilder(_gat, lambda c: [("weight", c.lin.weight), ("att", c.att_src), ("att", c.att_dst),
                                          ("bias", c.bias)],
-                        "GATConv(add_self_loops=True)"),
+                        "GATConv(concat=True), attention dropout = dropout", "GATConv(add_self_loops=True)"),
 }
 
 
@@ -122,6 +124,7 @@ class PygAdapter(Adapter):
             "seed_split": "harness: equal padded share per rank",
             "neighbourhoods": "sampled once per node (hop k samples only the nodes new at hop k-1)",
             "self_loops": (MODEL_BUILDERS[cfg.model].self_loops if cfg.self_loops else None) or "none",
+            "layer": layer_choice(MODEL_BUILDERS, cfg.model),
         }
 
     def build_model(self):
