@@ -1,4 +1,4 @@
-"""DGL adapter: dgl.dataloading.DataLoader with NeighborSampler over blocks, SAGEConv/GATConv.
+"""DGL adapter: dgl.dataloading.DataLoader with NeighborSampler over blocks, SAGEConv/GATConv/GraphConv.
 
 Measurement choices (recorded in every result):
 - The graph is built from the memory-mapped CSC with only the CSC format materialised
@@ -10,6 +10,10 @@ Measurement choices (recorded in every result):
 - GAT self-attention: DGL's GATConv has no self-loop option, so each sampled block gets one
   self-loop edge per destination node, which is what PyG's GATConv(add_self_loops=True)
   does on its subgraph.
+- GCN: GraphConv(norm='right') on blocks with the same self-loops: the mean over each
+  destination and its sampled in-neighbours. Not norm='both': its source side uses the
+  source's out-degree in the block, which PyG's GCNConv normalisation (in-degrees on the
+  whole subgraph) does not, so the two would be different functions.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ os.environ.setdefault("DGLBACKEND", "pytorch")
 
 import dgl  # noqa: E402
 import torch  # noqa: E402
-from dgl.nn.pytorch import GATConv, SAGEConv  # noqa: E402
+from dgl.nn.pytorch import GATConv, GraphConv, SAGEConv  # noqa: E402
 
 from runners.adapters import (Adapter, Batch, ModelBuilder, between_layers, layer_choice,  # noqa: E402
                               layer_shapes, model_builder)
@@ -70,6 +74,12 @@ MODEL_BUILDERS = {
                                                                        allow_zero_in_degree=True),
                         lambda c: [("weight", c.fc.weight), ("att", c.attn_l), ("att", c.attn_r), ("bias", c.bias)],
                         "GATConv, heads flattened, attn_drop = dropout",
+                        "one self-loop per destination added to each block"),
+    "gcn": ModelBuilder(lambda d_in, d_out, h, dropout, loops: GraphConv(d_in, d_out, norm="right",
+                                                                         allow_zero_in_degree=True),
+                        # GraphConv's weight is (in, out): its transpose is PyG's (out, in) weight.
+                        lambda c: [("weight", c.weight.t()), ("bias", c.bias)],
+                        "GraphConv(norm='right'): mean over the node and its sampled in-neighbours",
                         "one self-loop per destination added to each block"),
 }
 

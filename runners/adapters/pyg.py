@@ -1,4 +1,4 @@
-"""PyTorch Geometric adapter: NeighborLoader over a zero-copy CSC graph, SAGEConv/GATConv models.
+"""PyTorch Geometric adapter: NeighborLoader over a zero-copy CSC graph, SAGEConv/GATConv/GCNConv models.
 
 Measurement choices (recorded in every result):
 - The graph reaches NeighborLoader as a transposed `SparseTensor` (`adj_t`) built directly
@@ -8,6 +8,9 @@ Measurement choices (recorded in every result):
   it into /dev/shm once per rank: that is PyG's behaviour and is measured as such.
 - Every layer runs on all sampled nodes and the seed rows are sliced at the end, as in
   PyG's own DDP example (`--pyg-trim` switches to trimming layer by layer).
+- GCN: GCNConv(normalize=False, aggr='mean') over the subgraph with self-loops, i.e. the
+  mean over each node and its sampled in-neighbours, times one weight matrix (the same
+  function as DGL's GraphConv(norm='right') on blocks with self-loops; see MeanGCNConv).
 - Seeds are split across ranks by the harness into equal shares (padded), as PyG's
   examples split them by hand; NeighborLoader then shuffles within the share.
 """
@@ -61,6 +64,31 @@ def _gat(d_in, d_out, heads, dropout, self_loops):
     return GATConv(d_in, d_out, heads=heads, concat=True, dropout=dropout, add_self_loops=self_loops)
 
 
+class MeanGCNConv(torch.nn.Module):
+    """GCNConv averaging over the node itself and its in-neighbours in the sampled subgraph.
+
+    GCNConv's own symmetric normalisation divides by sqrt(deg(i) deg(j)) with both degrees
+    counted as IN-degrees of the sampled subgraph, while DGL's GraphConv(norm='both') counts
+    the source's OUT-degree in the block: on a sampled (directed) subgraph they are different
+    functions, and a block does not even know a source node's in-degree. The mean depends only
+    on the destination's in-degree, which both frameworks' subgraphs share.
+    """
+
+    def __init__(self, d_in: int, d_out: int, self_loops: bool):
+        super().__init__()
+        from torch_geometric.nn import GCNConv
+
+        self.conv = GCNConv(d_in, d_out, normalize=False, aggr="mean")
+        self.self_loops = self_loops
+
+    def forward(self, x, edge_index):
+        if self.self_loops:
+            from torch_geometric.utils import add_self_loops
+
+            edge_index, _ = add_self_loops(edge_index, num_nodes=x.size(0))
+        return self.conv(x, edge_index)
+
+
 # model name -> how to build one layer (adapters.ModelBuilder)
 MODEL_BUILDERS = {
     "sage": ModelBuilder(_sage, lambda c: [("weight", c.lin_l.weight), ("weight", c.lin_r.weight),
@@ -69,6 +97,10 @@ MODEL_BUILDERS = {
     "gat": ModelBuilder(_gat, lambda c: [("weight", c.lin.weight), ("att", c.att_src), ("att", c.att_dst),
                                          ("bias", c.bias)],
                         "GATConv(concat=True), attention dropout = dropout", "GATConv(add_self_loops=True)"),
+    "gcn": ModelBuilder(lambda d_in, d_out, h, dropout, loops: MeanGCNConv(d_in, d_out, loops),
+                        lambda c: [("weight", c.conv.lin.weight), ("bias", c.conv.bias)],
+                        "GCNConv(normalize=False, aggr='mean'): mean over the node and its sampled in-neighbours",
+                        "add_self_loops on the sampled subgraph before every GCNConv"),
 }
 
 
