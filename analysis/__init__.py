@@ -7,6 +7,8 @@ The names below are shared by every module so labels and colours agree everywher
 
 from __future__ import annotations
 
+from runners.adapters import registry  # light: no torch, PyG or DGL
+
 STATUSES = ("ok", "hang", "timeout", "crashed", "killed", "error", "skipped")
 
 # Colours of the status map and of status cells; "not run" is a grid point with no result.
@@ -24,9 +26,12 @@ STATUS_COLOURS = {
 # Most severe first: a cell with mixed repeats is coloured by its worst outcome.
 STATUS_SEVERITY = ("error", "crashed", "killed", "timeout", "hang", "skipped", "ok")
 
-FRAMEWORK_LABELS = {"pyg": "PyG", "dgl": "DGL"}
-FRAMEWORK_COLOURS = {"pyg": "#3b75af", "dgl": "#ef8636"}
-MODEL_LABELS = {"sage": "GraphSAGE", "gat": "GAT"}
+# Frameworks and models, their order, labels and colours: from the one registry.
+FRAMEWORK_ORDER = registry.FRAMEWORK_NAMES
+MODEL_ORDER = registry.MODEL_NAMES
+FRAMEWORK_LABELS = {f.name: f.label for f in registry.FRAMEWORKS.values()}
+FRAMEWORK_COLOURS = {f.name: f.colour for f in registry.FRAMEWORKS.values()}
+MODEL_LABELS = {m.name: m.label for m in registry.MODELS.values()}
 
 PHASES = ("load_wait_s", "copy_s", "forward_s", "backward_s", "optimizer_s")
 PHASE_LABELS = {

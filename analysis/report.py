@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import base64
 import datetime as dt
+import functools
+import itertools
 import json
 import numbers
 import sys
@@ -25,6 +27,7 @@ import pandas as pd
 from analysis import GRID_KEYS, STATUS_COLOURS, framework_label, model_label
 from analysis import deadlocks, plots, tables
 from analysis.aggregate import Aggregate
+from runners.adapters import registry
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 TABLE_NAMES = ("table2", "paper_comparison", "scaling", "breakdown", "throughput", "accuracy",
@@ -42,47 +45,60 @@ def _describe(p) -> str:
             f"batch {p['batch_size']}, {p['workers']} worker{'s' if p['workers'] != 1 else ''}")
 
 
-def framework_pairs(points: pd.DataFrame, value: str) -> pd.DataFrame:
-    """PyG and DGL side by side for every grid point where both have an ok mean of `value`."""
+def framework_pairs(points: pd.DataFrame, value: str) -> list:
+    """[(a, b, frame)] for every pair of frameworks, in the registry's order: the grid points
+    where both have an ok mean of `value`, one column per framework of the pair."""
     keys = ["experiment", "model", "devices", "batch_size", "workers"]
     ok = points[(points["n_ok"] > 0) & points[f"{value}_mean"].notna()]
-    pyg = ok[ok["framework"] == "pyg"].set_index(keys)[f"{value}_mean"]
-    dgl = ok[ok["framework"] == "dgl"].set_index(keys)[f"{value}_mean"]
-    both = pd.concat({"pyg": pyg, "dgl": dgl}, axis=1).dropna()
-    return both.reset_index()
+    present = set(ok["framework"])
+    fws = [f for f in tables.FRAMEWORK_ORDER if f in present] + sorted(present - set(tables.FRAMEWORK_ORDER))
+    means = {f: ok[ok["framework"] == f].set_index(keys)[f"{value}_mean"] for f in fws}
+    pairs = []
+    for a, b in itertools.combinations(fws, 2):
+        both = pd.concat({a: means[a], b: means[b]}, axis=1).dropna().reset_index()
+        if len(both):
+            pairs.append((a, b, both))
+    return pairs
 
 
-def _wins_by(pairs: pd.DataFrame, key: str, label) -> str:
+def _pair_prefix(pairs, a, b) -> str:
+    """'PyG vs DGL: ' when there is more than one pair to tell apart, else nothing."""
+    return f"{framework_label(a)} vs {framework_label(b)}: " if len(pairs) > 1 else ""
+
+
+def _wins_by(pairs: pd.DataFrame, a: str, b: str, key: str, label) -> str:
     parts = []
     for v, g in pairs.groupby(key):
-        wins = {"DGL": int((g["dgl"] < g["pyg"]).sum()), "PyG": int((g["pyg"] < g["dgl"]).sum())}
+        wins = {framework_label(b): int((g[b] < g[a]).sum()), framework_label(a): int((g[a] < g[b]).sum())}
         lead = ", ".join(f"{f} {n}" for f, n in sorted(wins.items(), key=lambda x: -x[1]) if n)
         parts.append(f"{label(v)}: {lead or 'ties'} of {len(g)}")
     return "; ".join(parts)
 
 
 def speed_findings(points: pd.DataFrame) -> list:
-    """Which framework is faster, where and by how much (one experiment)."""
-    g = framework_pairs(points, "train_time_s")
-    if g.empty:
-        return ["No configuration has an ok run of both frameworks, so their speed cannot be compared."]
+    """Which framework is faster, where and by how much (one experiment; every pair of frameworks)."""
+    pairs = framework_pairs(points, "train_time_s")
+    if not pairs:
+        return ["No configuration has an ok run of two frameworks, so their speed cannot be compared."]
     out = []
-    sentences = []
-    for fast, slow in (("dgl", "pyg"), ("pyg", "dgl")):
-        won = g[g[fast] < g[slow]]
-        if won.empty:
-            continue
-        ratio = won[slow] / won[fast]
-        top = won.loc[ratio.idxmax()]
-        sentences.append(
-            f"{framework_label(fast)} is faster in {len(won)} of {len(g)} configurations run by both "
-            f"(median {ratio.median():.2f}×, most in {_describe(top)}: {ratio.max():.2f}×)")
-    out.append("; ".join(sentences) + ".")
-    if g["devices"].nunique() > 1:
-        out.append("Faster framework by device count — "
-                   + _wins_by(g, "devices", lambda d: f"{d} device{'s' if d != 1 else ''}") + ".")
-    if g["batch_size"].nunique() > 1:
-        out.append("By batch size — " + _wins_by(g, "batch_size", lambda b: f"batch {b}") + ".")
+    for a, b, g in pairs:
+        prefix = _pair_prefix(pairs, a, b)
+        sentences = []
+        for fast, slow in ((b, a), (a, b)):
+            won = g[g[fast] < g[slow]]
+            if won.empty:
+                continue
+            ratio = won[slow] / won[fast]
+            top = won.loc[ratio.idxmax()]
+            sentences.append(
+                f"{framework_label(fast)} is faster in {len(won)} of {len(g)} configurations run by both "
+                f"(median {ratio.median():.2f}×, most in {_describe(top)}: {ratio.max():.2f}×)")
+        out.append(prefix + ("; ".join(sentences) or "equally fast everywhere") + ".")
+        if g["devices"].nunique() > 1:
+            out.append(prefix + "Faster framework by device count — "
+                       + _wins_by(g, a, b, "devices", lambda d: f"{d} device{'s' if d != 1 else ''}") + ".")
+        if g["batch_size"].nunique() > 1:
+            out.append(prefix + "By batch size — " + _wins_by(g, a, b, "batch_size", lambda v: f"batch {v}") + ".")
     return out
 
 
@@ -152,22 +168,23 @@ def failure_findings(runs: pd.DataFrame) -> list:
 
 
 def accuracy_findings(points: pd.DataFrame) -> list:
+    out = []
     pairs = framework_pairs(points, "final_val_acc")
-    if pairs.empty:
-        return []
-    gap = (pairs["pyg"] - pairs["dgl"]).abs()
-    warn = f"{100 * tables.ACCURACY_GAP_WARN:.0f} points"
-    text = (f"Accuracy parity: final validation accuracy of the two frameworks differs by "
-            f"{100 * gap.median():.1f} points at the median and {100 * gap.max():.1f} at most "
-            f"({len(pairs)} configurations)")
-    wide = pairs[gap > tables.ACCURACY_GAP_WARN]
-    if len(wide):
-        worst = pairs.loc[gap.idxmax()]
-        text += (f"; {len(wide)} differ by more than {warn} (largest: {_describe(worst)}, "
-                 f"PyG {100 * worst['pyg']:.1f}% vs DGL {100 * worst['dgl']:.1f}%)")
-    else:
-        text += f", within {warn} everywhere"
-    return [text + "."]
+    for a, b, g in pairs:
+        gap = (g[a] - g[b]).abs()
+        warn = f"{100 * tables.ACCURACY_GAP_WARN:.0f} points"
+        text = (f"{_pair_prefix(pairs, a, b)}Accuracy parity: final validation accuracy of the two frameworks "
+                f"differs by {100 * gap.median():.1f} points at the median and {100 * gap.max():.1f} at most "
+                f"({len(g)} configurations)")
+        wide = g[gap > tables.ACCURACY_GAP_WARN]
+        if len(wide):
+            worst = g.loc[gap.idxmax()]
+            text += (f"; {len(wide)} differ by more than {warn} (largest: {_describe(worst)}, "
+                     f"{framework_label(a)} {100 * worst[a]:.1f}% vs {framework_label(b)} {100 * worst[b]:.1f}%)")
+        else:
+            text += f", within {warn} everywhere"
+        out.append(text + ".")
+    return out
 
 
 def loader_findings(points: pd.DataFrame) -> list:
@@ -190,9 +207,8 @@ def paper_findings(comparison: pd.DataFrame) -> list:
     wide = d.pivot_table(index=keys, columns="framework", values=["paper_s", "ours_s"]).dropna()
     if wide.empty:
         return []
-    paper_dgl = wide[("paper_s", "dgl")] < wide[("paper_s", "pyg")]
-    ours_dgl = wide[("ours_s", "dgl")] < wide[("ours_s", "pyg")]
-    agree = int((paper_dgl == ours_dgl).sum())
+    # The fastest framework per configuration, in the paper and in ours.
+    agree = int((wide["paper_s"].idxmin(axis=1) == wide["ours_s"].idxmin(axis=1)).sum())
     return [f"Against the seed study's Table 2: the faster framework agrees in {agree} of {len(wide)} "
             f"configurations measured by both."]
 
@@ -277,15 +293,19 @@ def _choices(runs, key) -> pd.Series:
     return runs["adapter_choices"].map(get)
 
 
+LOOP_MODELS = [m for m in registry.MODELS.values() if m.self_loops]  # models --no-self-loops changes
+
 FAIRNESS_ROWS = (
     ("fan-outs as given (hop nearest the seeds first)", lambda r: r["fanouts"]),
     ("fan-outs as passed to the framework's sampler", lambda r: r["fanouts_framework"]),
     ("sampler", lambda r: _choices(r, "sampler")),
     ("PyG sampler backend (recorded per run)", lambda r: r["env_pyg_sampler_backend"].where(r["framework"] == "pyg")),
-    ("GAT self-loops", lambda r: r["self_loops"].where(r["model"] == "gat")),
-    ("GAT self-loop implementation", lambda r: _choices(r, "self_loops").where(r["model"] == "gat")),
+    (f"self-loops ({', '.join(m.label for m in LOOP_MODELS)})",
+     lambda r: r["self_loops"].where(r["model"].isin([m.name for m in LOOP_MODELS]))),
+    ("self-loop implementation", lambda r: _choices(r, "self_loops").where(r["model"].isin([m.name for m in LOOP_MODELS]))),
     ("sampling with replacement", lambda r: r["replace"]),
     ("PyG layer trimming", lambda r: r["pyg_trim"].where(r["framework"] == "pyg")),
+    ("model layer (per model)", lambda r: _choices(r, "layer")),
     ("layer computation", lambda r: _choices(r, "layer_compute")),
     ("seed split across ranks", lambda r: _choices(r, "seed_split")),
     ("uneven batches (naive split)", lambda r: r["uneven_batches"]),
@@ -294,8 +314,7 @@ FAIRNESS_ROWS = (
     ("LR scaling with processes", lambda r: r["lr_scaling"]),
     ("effective LR", lambda r: r["lr_effective"]),
     ("weight decay", lambda r: r["weight_decay"]),
-    ("GraphSAGE layers / hidden / dropout", lambda r: _model_arch(r, "sage")),
-    ("GAT layers / hidden / heads / dropout", lambda r: _model_arch(r, "gat")),
+    *((f"{m.label} {' / '.join(m.settings)}", lambda r, m=m: _model_arch(r, m)) for m in registry.MODELS.values()),
     ("threads per rank (by devices)", lambda r: r["devices"].astype(str) + " dev: " + r["threads_per_rank"].astype(str)),
     ("base seeds", lambda r: r["seed_base"]),
     ("per-phase step timing", lambda r: r["breakdown"]),
@@ -304,11 +323,9 @@ FAIRNESS_ROWS = (
 
 
 def _model_arch(runs, model):
-    m = runs["model"] == model
-    parts = runs["layers"].astype(str) + " / " + runs["hidden"].astype(str)
-    if model == "gat":
-        parts = parts + " / " + runs["heads"].astype(str)
-    return (parts + " / " + runs["dropout"].astype(str)).where(m)
+    """'3 / 256 / 0.5': the settings `model` (a registry.Model) uses, for its runs only."""
+    parts = [runs[k].astype(str) for k in model.settings]
+    return functools.reduce(lambda x, y: x + " / " + y, parts).where(runs["model"] == model.name)
 
 
 def fairness_frame(runs: pd.DataFrame) -> pd.DataFrame:

@@ -17,8 +17,8 @@ from pathlib import Path
 import pandas as pd
 from scipy import stats
 
-from analysis import (EXPERIMENT_KEYS, GRID_KEYS, MODEL_KEYS, PHASE_LABELS, PHASES,
-                      STATUS_SEVERITY, framework_label, model_label)
+from analysis import (EXPERIMENT_KEYS, FRAMEWORK_ORDER, GRID_KEYS, MODEL_KEYS, MODEL_ORDER,  # noqa: F401
+                      PHASE_LABELS, PHASES, STATUS_SEVERITY, framework_label, model_label)
 
 PAPER_CSV = Path(__file__).resolve().parent / "paper_table2.csv"
 PAPER_EPOCHS = 50
@@ -27,8 +27,6 @@ PAPER_DATASET = "reddit"
 EFFICIENCY_WARN = 0.5   # parallel efficiency below this: scaling has stopped paying off
 SUPERLINEAR_WARN = 1.2  # above this the baseline was probably disturbed, not the scaling superb
 ACCURACY_GAP_WARN = 0.02  # accuracy difference between frameworks worth flagging (2 points)
-MODEL_ORDER = ("sage", "gat")
-FRAMEWORK_ORDER = ("pyg", "dgl")
 
 
 # -- display primitives ---------------------------------------------------------------------
@@ -510,7 +508,7 @@ def paper_comparison(points: pd.DataFrame, paper: pd.DataFrame) -> TableSet:
         rows += exp_rows
         d = pd.DataFrame(exp_rows)
         batches = sorted(d["batch_size"].unique())
-        header = [[("Model", 1), ("Devices", 1), ("Workers", 1)] + [(f"Batch size {b}", 4) for b in batches],
+        header = [[("Model", 1), ("Devices", 1), ("Workers", 1)] + [(f"Batch size {b}", 2 * len(FRAMEWORK_ORDER)) for b in batches],
                   [("", 1)] * 3 + [(framework_label(f), 2) for b in batches for f in FRAMEWORK_ORDER],
                   [("", 1)] * 3 + [(s, 1) for b in batches for f in FRAMEWORK_ORDER
                                    for s in ("paper", f"ours ({epochs} ep.)")]]
@@ -525,7 +523,7 @@ def paper_comparison(points: pd.DataFrame, paper: pd.DataFrame) -> TableSet:
                 group = {}
                 for src in ("paper_s", "ours_s"):
                     vals = {f: getattr(by_fw[f], src) for f in FRAMEWORK_ORDER if f in by_fw and not pd.isna(getattr(by_fw[f], src))}
-                    winner = min(vals, key=vals.get) if len(vals) == 2 and len(set(vals.values())) == 2 else None
+                    winner = min(vals, key=vals.get) if len(vals) >= 2 and list(vals.values()).count(min(vals.values())) == 1 else None
                     for f in FRAMEWORK_ORDER:
                         r = by_fw.get(f)
                         if r is None or (src == "paper_s" and pd.isna(r.paper_s)):

@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 
 from runners import datasets
-from runners.adapters import get_adapter_class
+from runners.adapters import get_adapter_class, registry
 from runners.config import build_parser, config_from_args
 from runners.harness import split_seeds
 
@@ -66,7 +66,7 @@ def build(framework: str, path, workers: int, rank: int, world: int):
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--framework", choices=("pyg", "dgl"), required=True)
+    p.add_argument("--framework", choices=registry.FRAMEWORK_NAMES, required=True)
     p.add_argument("--dataset", required=True, help="directory of the measured dataset")
     p.add_argument("--warmup", required=True, help="directory of a small dataset for the warm-up")
     p.add_argument("--workers", type=int, default=0)

@@ -14,18 +14,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-FRAMEWORKS = ("pyg", "dgl")
-MODELS = ("sage", "gat")
+from runners.adapters import registry  # light: no torch, PyG or DGL
+
+FRAMEWORKS = registry.FRAMEWORK_NAMES
+MODELS = registry.MODEL_NAMES
 FAULTS = ("uneven-batches", "stall-rank", "hang-worker", "crash-rank", "kill-worker")
 FAULTS_NEEDING_WORKERS = ("hang-worker", "kill-worker")
 LR_SCALINGS = ("none", "linear")
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
 
-# The seed study's Table 1 (per model); any of them can be overridden on the command line.
-MODEL_DEFAULTS = {
-    "sage": {"layers": 3, "hidden": 256, "heads": 1, "dropout": 0.5},
-    "gat": {"layers": 3, "hidden": 16, "heads": 1, "dropout": 0.6},
-}
+# Per model (the seed study's Table 1, declared in the registry); any of them can be
+# overridden on the command line.
+MODEL_DEFAULTS = {name: dict(m.defaults) for name, m in registry.MODELS.items()}
 
 
 # Fields that say where a run writes or how its processes meet, not what it measures: left
@@ -40,7 +40,11 @@ class ConfigError(ValueError):
 
 @dataclass
 class RunConfig:
-    """Every setting of one run. Field names are the keys of result.json's `config`."""
+    """Every setting of one run. Field names are the keys of result.json's `config`.
+
+    The field defaults are THE defaults of the runner's options (build_parser reads them);
+    the model settings left None take the model's defaults from the registry.
+    """
 
     framework: str
     model: str
@@ -61,10 +65,10 @@ class RunConfig:
     node_rank: int = 0
     master_addr: str = "127.0.0.1"
     master_port: int = 0
-    layers: int = 3
-    hidden: int = 256
-    heads: int = 1
-    dropout: float = 0.5
+    layers: Optional[int] = None
+    hidden: Optional[int] = None
+    heads: Optional[int] = None
+    dropout: Optional[float] = None
     lr: float = 5e-3
     weight_decay: float = 5e-4
     lr_scaling: str = "none"
@@ -93,6 +97,11 @@ class RunConfig:
     max_steps_per_epoch: int = 0
     skip_reason: Optional[str] = None
     memory_limit_bytes: int = 0  # 0: no cap; else the process tree runs in a memory cgroup
+
+    def __post_init__(self):
+        for key, value in registry.model(self.model).defaults.items():
+            if getattr(self, key) is None:
+                setattr(self, key, value)
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -132,6 +141,12 @@ class RunConfig:
         return self.inject_rank if self.inject_rank >= 0 else self.world_size - 1
 
 
+def default(name: str):
+    """The default of RunConfig field `name` (the one place the runner's defaults live)."""
+    f = RunConfig.__dataclass_fields__[name]
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+
+
 def parse_fanouts(text: str) -> list:
     """'15,10,5' -> [15, 10, 5]; each a positive integer (or -1 for all neighbours)."""
     try:
@@ -162,31 +177,31 @@ def build_parser() -> argparse.ArgumentParser:
     req.add_argument("--epochs", type=int, required=True)
     req.add_argument("--out", required=True, help="run directory to write")
     opt = p.add_argument_group("training settings")
-    opt.add_argument("--fanouts", default="10,10,10",
+    opt.add_argument("--fanouts", default=",".join(str(f) for f in default("fanouts")),
                      help="neighbours per hop, hop nearest the seeds FIRST (PyG order); "
                      "translated for DGL. Length = number of layers")
-    opt.add_argument("--repeat", type=int, default=0, help="repeat index (changes nothing but the label)")
-    opt.add_argument("--seed", type=int, default=0)
-    opt.add_argument("--data-root", default="results/datasets")
+    opt.add_argument("--repeat", type=int, default=default("repeat"), help="repeat index (changes nothing but the label)")
+    opt.add_argument("--seed", type=int, default=default("seed"))
+    opt.add_argument("--data-root", default=default("data_root"))
     opt.add_argument("--device", choices=DEVICE_CHOICES, default="auto",
                      help="auto: GPUs when visible, else CPU processes")
     opt.add_argument("--layers", type=int, default=None)
     opt.add_argument("--hidden", type=int, default=None)
     opt.add_argument("--heads", type=int, default=None)
     opt.add_argument("--dropout", type=float, default=None)
-    opt.add_argument("--lr", type=float, default=5e-3)
-    opt.add_argument("--weight-decay", type=float, default=5e-4)
-    opt.add_argument("--lr-scaling", default="none",
+    opt.add_argument("--lr", type=float, default=default("lr"))
+    opt.add_argument("--weight-decay", type=float, default=default("weight_decay"))
+    opt.add_argument("--lr-scaling", default=default("lr_scaling"),
                      help="none, or linear: lr x processes with linear warm-up over --warmup-epochs")
-    opt.add_argument("--warmup-epochs", type=int, default=0)
+    opt.add_argument("--warmup-epochs", type=int, default=default("warmup_epochs"))
     opt.add_argument("--no-self-loops", action="store_true",
                      help="GAT without self-attention edges (default: both frameworks add them)")
     opt.add_argument("--replace", action="store_true", help="sample neighbours with replacement")
     opt.add_argument("--pyg-trim", action="store_true",
                      help="PyG: trim each layer to the nodes it still needs (off as in PyG's DDP example)")
-    opt.add_argument("--eval-every", type=int, default=1, help="validate every N epochs (0: never)")
-    opt.add_argument("--eval-batch-size", type=int, default=4096)
-    opt.add_argument("--max-steps-per-epoch", type=int, default=0,
+    opt.add_argument("--eval-every", type=int, default=default("eval_every"), help="validate every N epochs (0: never)")
+    opt.add_argument("--eval-batch-size", type=int, default=default("eval_batch_size"))
+    opt.add_argument("--max-steps-per-epoch", type=int, default=default("max_steps_per_epoch"),
                      help="cap steps per epoch (0: the whole training split); for quick checks")
     opt.add_argument("--uneven-batches", action="store_true",
                      help="naive split: the last rank gets one batch fewer (reproduces the DDP hang)")
@@ -195,17 +210,17 @@ def build_parser() -> argparse.ArgumentParser:
                        help="switch off the per-phase step timing, CPU and NVML samplers")
     probe.add_argument("--breakdown", choices=("auto", "on", "off"), default="auto",
                        help="split each step into phases; on GPUs this synchronises (auto: on for CPU)")
-    probe.add_argument("--cpu-sample-interval", type=float, default=1.0)
-    probe.add_argument("--nvml-sample-interval", type=float, default=0.5)
+    probe.add_argument("--cpu-sample-interval", type=float, default=default("cpu_sample_interval_s"))
+    probe.add_argument("--nvml-sample-interval", type=float, default=default("nvml_sample_interval_s"))
     probe.add_argument("--threads-per-rank", type=int, default=0,
                        help="intra-op threads per rank (0: cores // local processes)")
     wd = p.add_argument_group("watchdog")
-    wd.add_argument("--time-limit", type=float, default=3600.0, help="overall limit in seconds")
-    wd.add_argument("--stall-floor", type=float, default=60.0,
+    wd.add_argument("--time-limit", type=float, default=default("time_limit_s"), help="overall limit in seconds")
+    wd.add_argument("--stall-floor", type=float, default=default("stall_floor_s"),
                     help="never declare a hang before this many seconds without progress")
-    wd.add_argument("--stall-factor", type=float, default=20.0,
+    wd.add_argument("--stall-factor", type=float, default=default("stall_factor"),
                     help="hang = no progress for factor x the slowest step seen (at least the floor)")
-    wd.add_argument("--startup-timeout", type=float, default=600.0,
+    wd.add_argument("--startup-timeout", type=float, default=default("startup_timeout_s"),
                     help="seconds allowed from launch to the first step")
     wd.add_argument("--memory-limit", default=None, metavar="SIZE",
                     help="run the whole process tree (torchrun, ranks, loader workers) under this memory "
@@ -214,15 +229,15 @@ def build_parser() -> argparse.ArgumentParser:
     wd.add_argument("--inject", default=None, help=f"fault injection: one of {', '.join(FAULTS)}")
     wd.add_argument("--allow-fault-injection", action="store_true",
                     help="required together with --inject, so no fault is switched on by accident")
-    wd.add_argument("--inject-rank", type=int, default=-1)
+    wd.add_argument("--inject-rank", type=int, default=default("inject_rank"))
     opt.add_argument("--skip-unavailable", action="store_true",
                      help="record a 'skipped' result instead of failing when this node has fewer GPUs "
                      "than --devices (what a sweep wants; on the command line the error is clearer)")
     mn = p.add_argument_group("multi-node (torchrun static rendezvous)")
-    mn.add_argument("--nnodes", type=int, default=1)
-    mn.add_argument("--node-rank", type=int, default=0)
-    mn.add_argument("--master-addr", default="127.0.0.1")
-    mn.add_argument("--master-port", type=int, default=0, help="0: pick a free port (single node only)")
+    mn.add_argument("--nnodes", type=int, default=default("nodes"))
+    mn.add_argument("--node-rank", type=int, default=default("node_rank"))
+    mn.add_argument("--master-addr", default=default("master_addr"))
+    mn.add_argument("--master-port", type=int, default=default("master_port"), help="0: pick a free port (single node only)")
     return p
 
 
@@ -315,7 +330,7 @@ def config_from_args(args: argparse.Namespace, visible_gpus: int, cpu_cores: int
     if args.nnodes > 1 and args.node_rank > 0:
         # Nodes may share a file system: node 0 owns result.json, the others write beside it.
         out = out / f"node{args.node_rank}"
-    framework_fanouts = list(reversed(fanouts)) if args.framework == "dgl" else list(fanouts)
+    framework_fanouts = registry.framework(args.framework).framework_fanouts(fanouts)
     uneven = bool(args.uneven_batches or args.inject == "uneven-batches")
 
     return RunConfig(

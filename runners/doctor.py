@@ -14,14 +14,15 @@ import subprocess
 import sys
 
 from runners import envinfo
+from runners.adapters import registry
 
-FRAMEWORKS = ("pyg", "dgl")
+FRAMEWORKS = registry.FRAMEWORK_NAMES
 
 
 def check_framework(name: str) -> dict:
     """Import and exercise one framework in a subprocess; never raises."""
     try:
-        code = f"from runners.adapters.{name} import self_check; print(self_check())"
+        code = f"from {registry.framework(name).adapter} import self_check; print(self_check())"
         res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                              timeout=300, cwd=str(envinfo.REPO_ROOT))
     except subprocess.TimeoutExpired:

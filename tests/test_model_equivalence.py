@@ -2,7 +2,7 @@
 subgraph, the seed-node outputs agree to 1e-5, and parameter counts are equal.
 
 This is the fairness claim the whole comparison rests on (BRIEF, "Fairness"), so it is
-proven here for both models and every layer rather than assumed.
+proven here for every registered model and every layer rather than assumed.
 """
 
 import os
@@ -19,6 +19,7 @@ from torch_geometric.loader import NeighborLoader  # noqa: E402
 
 from runners.adapters.dgl import DglModel, add_self_loops  # noqa: E402
 from runners.adapters.pyg import PygModel  # noqa: E402
+from runners.adapters import registry  # noqa: E402
 from runners.config import MODEL_DEFAULTS  # noqa: E402
 
 N, F_IN, CLASSES, SEEDS = 300, 12, 5, 24
@@ -33,11 +34,16 @@ def copy_weights(pyg: PygModel, dglm: DglModel, kind: str) -> None:
                 d.fc_neigh.weight.copy_(p.lin_l.weight)
                 d.fc_self.weight.copy_(p.lin_r.weight)
                 d.fc_self.bias.copy_(p.lin_l.bias)
-            else:
+            elif kind == "gat":
                 d.fc.weight.copy_(p.lin.weight)
                 d.attn_l.copy_(p.att_src)  # attention term of the source node
                 d.attn_r.copy_(p.att_dst)  # attention term of the destination node
                 d.bias.copy_(p.bias)
+            elif kind == "gcn":
+                d.weight.copy_(p.conv.lin.weight.t())  # GraphConv keeps (in, out); PyG's Linear (out, in)
+                d.bias.copy_(p.conv.bias)
+            else:
+                raise AssertionError(f"no weight mapping for model {kind!r}")
 
 
 def sampled_subgraph(seed: int = 0):
@@ -65,10 +71,11 @@ def blocks_from_subgraph(edge_index, num_nodes: int, seeds: int, layers: int):
     return blocks, dst  # dst: input node ids of the first block, in block order
 
 
-@pytest.mark.parametrize("kind", ["sage", "gat"])
+@pytest.mark.parametrize("kind", registry.MODEL_NAMES)
 def test_seed_outputs_agree_with_copied_weights(kind):
     d = MODEL_DEFAULTS[kind]
-    hidden = 32 if kind == "sage" else d["hidden"]
+    hidden = min(32, d["hidden"])
+    loops = registry.model(kind).self_loops
     torch.manual_seed(1)
     pyg = PygModel(kind, F_IN, hidden, CLASSES, d["layers"], d["heads"], d["dropout"], self_loops=True).eval()
     dglm = DglModel(kind, F_IN, hidden, CLASSES, d["layers"], d["heads"], d["dropout"]).eval()
@@ -81,13 +88,13 @@ def test_seed_outputs_agree_with_copied_weights(kind):
 
         # (a) DGL on the whole sampled subgraph, the way PyG computes it.
         g = dgl.graph((edge_index[0], edge_index[1]), num_nodes=x.size(0))
-        if kind == "gat":
+        if loops:
             g = dgl.add_self_loop(g)
         whole = dglm([g] * d["layers"], x)[:seeds]
 
         # (b) DGL on shrinking blocks with the adapter's self-loop handling, as in training.
         blocks, input_ids = blocks_from_subgraph(edge_index, x.size(0), seeds, d["layers"])
-        if kind == "gat":
+        if loops:
             blocks = [add_self_loops(b) for b in blocks]
         by_blocks = dglm(blocks, x[input_ids])
 
@@ -96,7 +103,7 @@ def test_seed_outputs_agree_with_copied_weights(kind):
     torch.testing.assert_close(by_blocks, expected, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("kind", ["sage", "gat"])
+@pytest.mark.parametrize("kind", registry.MODEL_NAMES)
 def test_canonical_init_gives_identical_models(kind):
     """The harness's shared initialiser makes both frameworks start from the same weights."""
     from runners.adapters import init_canonical
@@ -108,7 +115,7 @@ def test_canonical_init_gives_identical_models(kind):
     init_canonical(dglm.canonical_parameters(), seed=3)
     x, edge_index, seeds = sampled_subgraph()
     g = dgl.graph((edge_index[0], edge_index[1]), num_nodes=x.size(0))
-    if kind == "gat":
+    if registry.model(kind).self_loops:
         g = dgl.add_self_loop(g)
     with torch.no_grad():
         torch.testing.assert_close(dglm([g] * 3, x)[:seeds], pyg(x, edge_index)[:seeds], atol=1e-5, rtol=1e-5)
@@ -124,6 +131,23 @@ def test_models_differ_without_copied_weights():
     g = dgl.graph((edge_index[0], edge_index[1]), num_nodes=x.size(0))
     with torch.no_grad():
         assert not torch.allclose(pyg(x, edge_index)[:seeds], dglm([g] * 3, x)[:seeds], atol=1e-3)
+
+
+def test_symmetric_gcn_normalisations_are_not_the_same_function():
+    """Why GCN averages: PyG's GCNConv (symmetric, in-degrees of the subgraph) and DGL's
+    GraphConv(norm='both') (the source's out-degree) differ on a sampled subgraph even with
+    copied weights and the same self-loops, so they could not be compared as one model."""
+    from dgl.nn.pytorch import GraphConv
+    from torch_geometric.nn import GCNConv
+
+    torch.manual_seed(1)
+    pyg, dglm = GCNConv(F_IN, CLASSES).eval(), GraphConv(F_IN, CLASSES, norm="both")
+    with torch.no_grad():
+        dglm.weight.copy_(pyg.lin.weight.t())
+        dglm.bias.copy_(pyg.bias)
+        x, edge_index, seeds = sampled_subgraph()
+        g = dgl.add_self_loop(dgl.graph((edge_index[0], edge_index[1]), num_nodes=x.size(0)))
+        assert not torch.allclose(pyg(x, edge_index)[:seeds], dglm(g, x)[:seeds], atol=1e-3)
 
 
 def test_fanouts_translate_to_dgl_order():

@@ -11,6 +11,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from runners.adapters import registry
 from tests.helpers import REPO, free_port, run_config, steps_losses
 
 SCHEMA = json.loads((REPO / "runners" / "schemas" / "result.schema.json").read_text())
@@ -39,6 +40,9 @@ def check_ok_result(out: Path, devices: int) -> dict:
 
 GRID = [(fw, model, devices, workers)
         for fw in ("pyg", "dgl") for model in ("sage", "gat") for devices in (1, 2) for workers in (0, 1)]
+# Every other registered model: one DDP run with a loader worker per framework.
+GRID += [(fw, model, 2, 1) for fw in registry.FRAMEWORK_NAMES for model in registry.MODEL_NAMES
+         if model not in ("sage", "gat")]
 
 
 @pytest.mark.parametrize("framework,model,devices,workers", GRID,
@@ -73,7 +77,7 @@ def test_same_configuration_gives_identical_losses(tmp_path, framework):
 
 BAD = [
     (["--framework", "tensorflow"], "--framework 'tensorflow'"),
-    (["--model", "gcn"], "--model 'gcn'"),
+    (["--model", "gin"], "--model 'gin'"),
     (["--dataset", "cora"], "--dataset 'cora'"),
     (["--devices", "0"], "--devices 0"),
     (["--batch-size", "0"], "--batch-size 0"),

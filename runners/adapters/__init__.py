@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, NamedTuple, Optional
+
+from runners.adapters import registry
 
 
 @dataclass
@@ -83,7 +85,7 @@ class Adapter:
 
 def layer_shapes(model: str, in_dim: int, hidden: int, out_dim: int, layers: int, heads: int) -> list:
     """(in, out, heads) of every layer; both frameworks' models are built from this list."""
-    width = hidden * (heads if model == "gat" else 1)  # GAT concatenates its heads
+    width = hidden * (heads if registry.model(model).concat_heads else 1)
     dims = [in_dim] + [width] * (layers - 1)
     return [(dims[i], out_dim if i == layers - 1 else hidden, 1 if i == layers - 1 else heads)
             for i in range(layers)]
@@ -93,7 +95,8 @@ def between_layers(x, model: str, dropout: float, training: bool):
     """Activation and dropout between two layers, the same code for both frameworks."""
     import torch.nn.functional as F
 
-    x = F.relu(x) if model == "sage" else F.elu(x)
+    activation = {"relu": F.relu, "elu": F.elu}[registry.model(model).activation]
+    x = activation(x)
     return F.dropout(x, p=dropout, training=training)
 
 
@@ -120,6 +123,31 @@ def init_canonical(params, seed: int) -> None:
             tensor.copy_(torch.rand(tensor.shape, generator=gen) * 2 * bound - bound)
 
 
+class ModelBuilder(NamedTuple):
+    """How an adapter builds one layer of a model (an entry of its MODEL_BUILDERS)."""
+
+    build: Callable  # (in_dim, out_dim, heads, dropout, self_loops) -> the framework's conv
+    parameters: Callable  # conv -> [(role, tensor)] in init_canonical's framework-independent order
+    layer: str = ""  # the framework's layer and its settings (recorded as the adapter choice "layer")
+    self_loops: Optional[str] = None  # how the layer gets self-loops (recorded as an adapter choice)
+
+
+def model_builder(builders: dict, framework: str, model: str) -> ModelBuilder:
+    """The adapter's builder for `model`; a model it has no builder for raises, naming the
+    ones it has (never a silent fall-back to another model)."""
+    registry.model(model)  # an unknown name says which models exist
+    try:
+        return builders[model]
+    except KeyError:
+        raise ValueError(f"the {framework} adapter has no builder for model {model!r}; "
+                         f"it builds: {', '.join(builders)}") from None
+
+
+def layer_choice(builders: dict, model: str) -> str:
+    """The adapter choice "layer": 'GraphSAGE: SAGEConv(aggr="mean")'."""
+    return f"{registry.model(model).label}: {builders[model].layer}"
+
+
 def get_adapter_class(framework: str):
-    module = importlib.import_module(f"runners.adapters.{framework}")
+    module = importlib.import_module(registry.framework(framework).adapter)
     return module.ADAPTER

@@ -1,4 +1,4 @@
-"""DGL adapter: dgl.dataloading.DataLoader with NeighborSampler over blocks, SAGEConv/GATConv.
+"""DGL adapter: dgl.dataloading.DataLoader with NeighborSampler over blocks, SAGEConv/GATConv/GraphConv.
 
 Measurement choices (recorded in every result):
 - The graph is built from the memory-mapped CSC with only the CSC format materialised
@@ -12,6 +12,10 @@ Measurement choices (recorded in every result):
 - GAT self-attention: DGL's GATConv has no self-loop option, so each sampled block gets one
   self-loop edge per destination node, which is what PyG's GATConv(add_self_loops=True)
   does on its subgraph.
+- GCN: GraphConv(norm='right') on blocks with the same self-loops: the mean over each
+  destination and its sampled in-neighbours. Not norm='both': its source side uses the
+  source's out-degree in the block, which PyG's GCNConv normalisation (in-degrees on the
+  whole subgraph) does not, so the two would be different functions.
 """
 
 from __future__ import annotations
@@ -22,9 +26,11 @@ os.environ.setdefault("DGLBACKEND", "pytorch")
 
 import dgl  # noqa: E402
 import torch  # noqa: E402
-from dgl.nn.pytorch import GATConv, SAGEConv  # noqa: E402
+from dgl.nn.pytorch import GATConv, GraphConv, SAGEConv  # noqa: E402
 
-from runners.adapters import Adapter, Batch, between_layers, layer_shapes  # noqa: E402
+from runners.adapters import (Adapter, Batch, ModelBuilder, between_layers, layer_choice,  # noqa: E402
+                              layer_shapes, model_builder)
+from runners.adapters.registry import FRAMEWORKS, MODELS  # noqa: E402
 from runners.adapters.dgl_data import shared_tensor as as_tensor  # noqa: E402
 from runners.adapters.dgl_data import to_dgl_graph  # noqa: E402
 
@@ -59,37 +65,48 @@ def self_check() -> str:
     return f"dgl {dgl.__version__}"
 
 
+# model name -> how to build one layer (adapters.ModelBuilder). Self-loops are the
+# adapter's: each sampled block gets one per destination node (see unpack).
+MODEL_BUILDERS = {
+    "sage": ModelBuilder(lambda d_in, d_out, h, dropout, loops: SAGEConv(d_in, d_out, "mean"),
+                         lambda c: [("weight", c.fc_neigh.weight), ("weight", c.fc_self.weight),
+                                    ("bias", c.fc_self.bias)],
+                         "SAGEConv('mean')"),
+    "gat": ModelBuilder(lambda d_in, d_out, h, dropout, loops: GATConv(d_in, d_out, num_heads=h, attn_drop=dropout,
+                                                                       allow_zero_in_degree=True),
+                        lambda c: [("weight", c.fc.weight), ("att", c.attn_l), ("att", c.attn_r), ("bias", c.bias)],
+                        "GATConv, heads flattened, attn_drop = dropout",
+                        "one self-loop per destination added to each block"),
+    "gcn": ModelBuilder(lambda d_in, d_out, h, dropout, loops: GraphConv(d_in, d_out, norm="right",
+                                                                         allow_zero_in_degree=True),
+                        # GraphConv's weight is (in, out): its transpose is PyG's (out, in) weight.
+                        lambda c: [("weight", c.weight.t()), ("bias", c.bias)],
+                        "GraphConv(norm='right'): mean over the node and its sampled in-neighbours",
+                        "one self-loop per destination added to each block"),
+}
+
+
 class DglModel(torch.nn.Module):
-    """GraphSAGE (mean) or GAT as a stack of DGL convolutions over blocks."""
+    """A stack of DGL convolutions over blocks, built by MODEL_BUILDERS[model] from layer_shapes()."""
 
     def __init__(self, model: str, in_dim: int, hidden: int, out_dim: int, layers: int,
                  heads: int, dropout: float):
         super().__init__()
+        spec = model_builder(MODEL_BUILDERS, "dgl", model)
+        self._params = spec.parameters
         self.kind, self.dropout = model, dropout
-        self.convs = torch.nn.ModuleList()
-        for d_in, d_out, h in layer_shapes(model, in_dim, hidden, out_dim, layers, heads):
-            if model == "sage":
-                self.convs.append(SAGEConv(d_in, d_out, "mean"))
-            else:
-                self.convs.append(GATConv(d_in, d_out, num_heads=h, attn_drop=dropout, allow_zero_in_degree=True))
+        self.convs = torch.nn.ModuleList(
+            spec.build(d_in, d_out, h, dropout, True)
+            for d_in, d_out, h in layer_shapes(model, in_dim, hidden, out_dim, layers, heads))
 
     def canonical_parameters(self) -> list:
         """(role, tensor) in the framework-independent order of adapters.init_canonical."""
-        out = []
-        for conv in self.convs:
-            if self.kind == "sage":
-                out += [("weight", conv.fc_neigh.weight), ("weight", conv.fc_self.weight),
-                        ("bias", conv.fc_self.bias)]
-            else:
-                out += [("weight", conv.fc.weight), ("att", conv.attn_l), ("att", conv.attn_r),
-                        ("bias", conv.bias)]
-        return out
+        return [p for conv in self.convs for p in self._params(conv)]
 
     def forward(self, blocks, x):
         for i, (conv, block) in enumerate(zip(self.convs, blocks)):
             x = conv(block, x)
-            if self.kind == "gat":
-                x = x.flatten(1)
+            x = x.flatten(1)  # attention heads (node, head, feature) side by side
             if i < len(self.convs) - 1:
                 x = between_layers(x, self.kind, self.dropout, self.training)
         return x
@@ -103,14 +120,15 @@ class DglAdapter(Adapter):
         if device.type == "cuda":
             require_cuda_build()
         self.g = to_dgl_graph(graph).formats(["csc"])
-        self.gat_loops = cfg.model == "gat" and cfg.self_loops
+        self.loops = MODELS[cfg.model].self_loops and cfg.self_loops
         self.choices = {
             "graph_input": "dgl.graph(('csc', ...)) on the memory-mapped CSC, csc format only",
             "sampler": "dgl.dataloading.NeighborSampler + DataLoader",
             "layer_compute": "blocks shrink layer by layer",
             "neighbourhoods": "sampled afresh for every destination node of every layer",
             "seed_split": "harness: fresh equal padded share per rank every epoch (same as PyG)",
-            "self_loops": "one self-loop per destination added to each block" if self.gat_loops else "none",
+            "self_loops": MODEL_BUILDERS[cfg.model].self_loops if self.loops else "none",
+            "layer": layer_choice(MODEL_BUILDERS, cfg.model),
         }
 
     def seed(self, seed: int) -> None:
@@ -147,7 +165,7 @@ class DglAdapter(Adapter):
         edges = sum(int(b.num_edges()) for b in blocks)
         x = blocks[0].srcdata["feat"]
         y = blocks[-1].dstdata["label"]
-        if self.gat_loops:
+        if self.loops:
             blocks = [add_self_loops(b) for b in blocks]
         return Batch(inputs=(blocks, x), labels=y, seed_nodes=int(output_nodes.numel()),
                      sampled_nodes=int(input_nodes.numel()), sampled_edges=edges, seed_ids=output_nodes)

@@ -1,4 +1,4 @@
-"""PyTorch Geometric adapter: NeighborLoader over a zero-copy CSC graph, SAGEConv/GATConv models.
+"""PyTorch Geometric adapter: NeighborLoader over a zero-copy CSC graph, SAGEConv/GATConv/GCNConv models.
 
 Measurement choices (recorded in every result):
 - The graph reaches NeighborLoader as a transposed `SparseTensor` (`adj_t`) built directly
@@ -8,6 +8,9 @@ Measurement choices (recorded in every result):
   it into /dev/shm once per rank: that is PyG's behaviour and is measured as such.
 - Every layer runs on all sampled nodes and the seed rows are sliced at the end, as in
   PyG's own DDP example (`--pyg-trim` switches to trimming layer by layer).
+- GCN: GCNConv(normalize=False, aggr='mean') over the subgraph with self-loops, i.e. the
+  mean over each node and its sampled in-neighbours, times one weight matrix (the same
+  function as DGL's GraphConv(norm='right') on blocks with self-loops; see MeanGCNConv).
 - Seeds are split across ranks by the harness (a fresh padded share per rank every epoch,
   the same shares the DGL adapter trains), as PyG's examples split them by hand;
   NeighborLoader iterates the share in the harness's order.
@@ -17,7 +20,8 @@ from __future__ import annotations
 
 import torch
 
-from runners.adapters import Adapter, Batch, between_layers, layer_shapes
+from runners.adapters import (Adapter, Batch, ModelBuilder, between_layers, layer_choice, layer_shapes,
+                              model_builder)
 from runners.adapters.pyg_data import shared_tensor as as_tensor
 
 
@@ -49,33 +53,74 @@ def self_check() -> str:
     return sampler_backend()
 
 
+def _sage(d_in, d_out, heads, dropout, self_loops):
+    from torch_geometric.nn import SAGEConv
+
+    return SAGEConv(d_in, d_out, aggr="mean")
+
+
+def _gat(d_in, d_out, heads, dropout, self_loops):
+    from torch_geometric.nn import GATConv
+
+    return GATConv(d_in, d_out, heads=heads, concat=True, dropout=dropout, add_self_loops=self_loops)
+
+
+class MeanGCNConv(torch.nn.Module):
+    """GCNConv averaging over the node itself and its in-neighbours in the sampled subgraph.
+
+    GCNConv's own symmetric normalisation divides by sqrt(deg(i) deg(j)) with both degrees
+    counted as IN-degrees of the sampled subgraph, while DGL's GraphConv(norm='both') counts
+    the source's OUT-degree in the block: on a sampled (directed) subgraph they are different
+    functions, and a block does not even know a source node's in-degree. The mean depends only
+    on the destination's in-degree, which both frameworks' subgraphs share.
+    """
+
+    def __init__(self, d_in: int, d_out: int, self_loops: bool):
+        super().__init__()
+        from torch_geometric.nn import GCNConv
+
+        self.conv = GCNConv(d_in, d_out, normalize=False, aggr="mean")
+        self.self_loops = self_loops
+
+    def forward(self, x, edge_index):
+        if self.self_loops:
+            from torch_geometric.utils import add_self_loops
+
+            edge_index, _ = add_self_loops(edge_index, num_nodes=x.size(0))
+        return self.conv(x, edge_index)
+
+
+# model name -> how to build one layer (adapters.ModelBuilder)
+MODEL_BUILDERS = {
+    "sage": ModelBuilder(_sage, lambda c: [("weight", c.lin_l.weight), ("weight", c.lin_r.weight),
+                                           ("bias", c.lin_l.bias)],
+                         "SAGEConv(aggr='mean')"),
+    "gat": ModelBuilder(_gat, lambda c: [("weight", c.lin.weight), ("att", c.att_src), ("att", c.att_dst),
+                                         ("bias", c.bias)],
+                        "GATConv(concat=True), attention dropout = dropout", "GATConv(add_self_loops=True)"),
+    "gcn": ModelBuilder(lambda d_in, d_out, h, dropout, loops: MeanGCNConv(d_in, d_out, loops),
+                        lambda c: [("weight", c.conv.lin.weight), ("bias", c.conv.bias)],
+                        "GCNConv(normalize=False, aggr='mean'): mean over the node and its sampled in-neighbours",
+                        "add_self_loops on the sampled subgraph before every GCNConv"),
+}
+
+
 class PygModel(torch.nn.Module):
-    """GraphSAGE (mean) or GAT as a stack of PyG convolutions."""
+    """A stack of PyG convolutions, built by MODEL_BUILDERS[model] from layer_shapes()."""
 
     def __init__(self, model: str, in_dim: int, hidden: int, out_dim: int, layers: int,
                  heads: int, dropout: float, self_loops: bool, trim: bool = False):
         super().__init__()
-        from torch_geometric.nn import GATConv, SAGEConv
-
+        spec = model_builder(MODEL_BUILDERS, "pyg", model)
+        self._params = spec.parameters
         self.kind, self.dropout, self.trim = model, dropout, trim
-        self.convs = torch.nn.ModuleList()
-        for d_in, d_out, h in layer_shapes(model, in_dim, hidden, out_dim, layers, heads):
-            if model == "sage":
-                self.convs.append(SAGEConv(d_in, d_out, aggr="mean"))
-            else:
-                self.convs.append(GATConv(d_in, d_out, heads=h, concat=True, dropout=dropout,
-                                          add_self_loops=self_loops))
+        self.convs = torch.nn.ModuleList(
+            spec.build(d_in, d_out, h, dropout, self_loops)
+            for d_in, d_out, h in layer_shapes(model, in_dim, hidden, out_dim, layers, heads))
 
     def canonical_parameters(self) -> list:
         """(role, tensor) in the framework-independent order of adapters.init_canonical."""
-        out = []
-        for conv in self.convs:
-            if self.kind == "sage":
-                out += [("weight", conv.lin_l.weight), ("weight", conv.lin_r.weight), ("bias", conv.lin_l.bias)]
-            else:
-                out += [("weight", conv.lin.weight), ("att", conv.att_src), ("att", conv.att_dst),
-                        ("bias", conv.bias)]
-        return out
+        return [p for conv in self.convs for p in self._params(conv)]
 
     def forward(self, x, edge_index, num_sampled_nodes=None, num_sampled_edges=None):
         for i, conv in enumerate(self.convs):
@@ -111,7 +156,8 @@ class PygAdapter(Adapter):
             "layer_compute": "trim_to_layer" if cfg.pyg_trim else "all sampled nodes every layer",
             "seed_split": "harness: fresh equal padded share per rank every epoch (same as DGL)",
             "neighbourhoods": "sampled once per node (hop k samples only the nodes new at hop k-1)",
-            "self_loops": "GATConv(add_self_loops=True)" if cfg.self_loops else "none",
+            "self_loops": (MODEL_BUILDERS[cfg.model].self_loops if cfg.self_loops else None) or "none",
+            "layer": layer_choice(MODEL_BUILDERS, cfg.model),
         }
 
     def build_model(self):

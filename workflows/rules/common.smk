@@ -34,9 +34,29 @@ def resolve_devices(devices):
 GRID = config["grid"]
 DEVICES = resolve_devices(GRID["devices"])
 
+# Frameworks and models, with every model's default settings, come from the registry
+# (runners/adapters/registry.py; light, no torch), so the config names only overrides.
+if workflow.basedir not in sys.path:
+    sys.path.insert(0, workflow.basedir)
+from runners.adapters import registry  # noqa: E402
+
+
+def model_settings(name):
+    """The settings of model `name`: the registry's defaults, then the config's overrides."""
+    return {**registry.model(name).defaults, **config["models"].get(name, {})}
+
+
 # Cross-field rules the schema cannot express.
+for _model, _given in config["models"].items():
+    _unused = sorted(set(_given) - set(registry.model(_model).settings))
+    if _unused:
+        config_error(
+            f"models.{_model}",
+            f"{', '.join(_unused)} not used by {_model}; it takes "
+            f"{', '.join(registry.model(_model).settings)}",
+        )
 for _model in GRID["models"]:
-    _layers = config["models"][_model]["layers"]
+    _layers = model_settings(_model)["layers"]
     if len(config["fanouts"]) != _layers:
         config_error(
             "fanouts",
@@ -54,8 +74,8 @@ MACHINE_THREADS = workflow.resource_settings.cores or 1
 # Wildcards are restricted so that run ids parse back unambiguously.
 wildcard_constraints:
     dataset=r"[A-Za-z0-9_.-]+",
-    framework="pyg|dgl",
-    model="sage|gat",
+    framework=registry.wildcard_pattern(registry.FRAMEWORK_NAMES),
+    model=registry.wildcard_pattern(registry.MODEL_NAMES),
     devices=r"\d+",
     batch=r"\d+",
     workers=r"\d+",
@@ -124,7 +144,7 @@ def run_settings(wildcards):
     Only configuration goes here: as a param it is a rerun trigger, so changing
     a setting reruns the affected runs, and nothing else does.
     """
-    model = config["models"][wildcards.model]
+    model = model_settings(wildcards.model)
     opt = config["optimizer"]
     flags = [
         f"--epochs {config['epochs']}",
@@ -134,7 +154,7 @@ def run_settings(wildcards):
         f"--layers {model['layers']}",
         f"--dropout {model['dropout']}",
     ]
-    if "heads" in model:
+    if "heads" in registry.model(wildcards.model).settings:
         flags.append(f"--heads {model['heads']}")
     flags += [
         f"--lr {opt['lr']}",
@@ -272,8 +292,9 @@ def report_outputs():
 
 
 def analysis_sources():
-    """Analysis code, templates and reference data, as input of aggregate/report:
-    editing them reruns only those two jobs, never a training run."""
+    """Analysis code, templates and reference data (and the registry, whose labels, colours
+    and order the analysis uses), as input of aggregate/report: editing them reruns only
+    those two jobs, never a training run."""
     root = os.path.join(workflow.basedir, "analysis")
     return sorted(
         os.path.join(d, f)
@@ -281,4 +302,4 @@ def analysis_sources():
         if "__pycache__" not in d
         for f in files
         if not f.endswith(".pyc")
-    )
+    ) + [registry.__file__]
