@@ -148,6 +148,21 @@ def layer_choice(builders: dict, model: str) -> str:
     return f"{registry.model(model).label}: {builders[model].layer}"
 
 
+def shared_tensor(arr):
+    """torch.from_numpy on a (possibly read-only memory-mapped) array, without a copy.
+
+    torch warns about non-writable arrays because it has no read-only tensors; these tensors
+    are inputs that nothing writes to. Writing to one would fault, not corrupt the dataset.
+    """
+    import warnings
+
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        return torch.from_numpy(arr)
+
+
 def get_adapter_class(framework: str):
     module = importlib.import_module(registry.framework(framework).adapter)
     return module.ADAPTER

@@ -31,7 +31,6 @@ from dgl.nn.pytorch import GATConv, GraphConv, SAGEConv  # noqa: E402
 from runners.adapters import (Adapter, Batch, ModelBuilder, between_layers, layer_choice,  # noqa: E402
                               layer_shapes, model_builder)
 from runners.adapters.registry import FRAMEWORKS, MODELS  # noqa: E402
-from runners.adapters.dgl_data import shared_tensor as as_tensor  # noqa: E402
 from runners.adapters.dgl_data import to_dgl_graph  # noqa: E402
 
 

@@ -22,7 +22,7 @@ import torch
 
 from runners.adapters import (Adapter, Batch, ModelBuilder, between_layers, layer_choice, layer_shapes,
                               model_builder)
-from runners.adapters.pyg_data import shared_tensor as as_tensor
+from runners.adapters.pyg_data import to_pyg_data
 
 
 def sampler_backend() -> str:
@@ -139,16 +139,8 @@ class PygAdapter(Adapter):
 
     def __init__(self, cfg, graph, rank, world_size, device):
         super().__init__(cfg, graph, rank, world_size, device)
-        from torch_geometric.data import Data
-        from torch_sparse import SparseTensor
-
         self.backend = sampler_backend()
-        n = graph.num_nodes
-        # adj_t is the transposed adjacency: its CSR over destinations IS the CSC on disk.
-        adj_t = SparseTensor(rowptr=as_tensor(graph.indptr), col=as_tensor(graph.indices),
-                             sparse_sizes=(n, n), is_sorted=True, trust_data=True)
-        self.data = Data(x=as_tensor(graph.features), y=as_tensor(graph.labels), adj_t=adj_t,
-                         num_nodes=n)
+        self.data = to_pyg_data(graph)
         self.choices = {
             "graph_input": "adj_t SparseTensor on the memory-mapped CSC (zero-copy"
                            + ("; PyG copies it to shared memory for its workers)" if cfg.workers else ")"),
