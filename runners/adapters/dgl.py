@@ -110,6 +110,15 @@ class DglAdapter(Adapter):
             "neighbourhoods": "sampled afresh for every destination node of every layer",
             "seed_split": "harness naive split" if cfg.uneven_batches else "DGL use_ddp=True (padded)",
             "self_loops": "one self-loop per destination added to each block" if self.gat_loops else "none",
+            # prefetch_node_feats: DGL's loader gathers the features in the training process
+            # even when workers sample (on CPU without a prefetch thread, inside next(), so it
+            # shows as loader wait); PyG gathers them where it samples.
+            "feature_gather": ("in the training process inside next() (prefetch_node_feats), sampling in "
+                               "the loader workers" if cfg.workers
+                               else "in the training process inside next() (prefetch_node_feats)"),
+            "batch_prepare": ("self-loops added to every block (timed as the prepare phase)" if self.gat_loops
+                              else "none (blocks used as sampled)"),
+            "sampled_edges": "sum of the blocks' edges: a node's neighbours count once per layer they are sampled in",
         }
 
     def seed(self, seed: int) -> None:

@@ -111,6 +111,10 @@ class PygAdapter(Adapter):
             "seed_split": "harness: equal padded share per rank",
             "neighbourhoods": "sampled once per node (hop k samples only the nodes new at hop k-1)",
             "self_loops": "GATConv(add_self_loops=True)" if cfg.self_loops else "none",
+            "feature_gather": ("in the loader workers, with the sampling" if cfg.workers
+                               else "in the training process, with the sampling"),
+            "batch_prepare": "adj_t.coo() -> edge_index (timed as the prepare phase)",
+            "sampled_edges": "edges of the sampled subgraph, each counted once",
         }
 
     def build_model(self):
