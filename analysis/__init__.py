@@ -27,9 +27,10 @@ FRAMEWORK_LABELS = {"pyg": "PyG", "dgl": "DGL"}
 FRAMEWORK_COLOURS = {"pyg": "#3b75af", "dgl": "#ef8636"}
 MODEL_LABELS = {"sage": "GraphSAGE", "gat": "GAT"}
 
-PHASES = ("load_wait_s", "copy_s", "forward_s", "backward_s", "optimizer_s")
+PHASES = ("load_wait_s", "prepare_s", "copy_s", "forward_s", "backward_s", "optimizer_s")
 PHASE_LABELS = {
     "load_wait_s": "waiting for loader",
+    "prepare_s": "batch preparation (framework)",
     "copy_s": "host-to-device copy",
     "forward_s": "forward",
     "backward_s": "backward + all-reduce",
