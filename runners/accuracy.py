@@ -30,7 +30,6 @@ BASELINE_VERSION = 1  # bump when the method changes: cached values are then rec
 TARGETS = {
     "tiny": (0.60, "synthetic; features-only baseline ~0.46"),
     "small": (0.75, "synthetic; features-only baseline ~0.58, GraphSAGE/GAT reach 0.85-0.95"),
-    "bench": (0.75, "synthetic; features-only baseline ~0.58, GraphSAGE/GAT reach 0.85-0.95"),
     "reddit": (0.93, "GraphSAGE reaches ~0.95 on Reddit (Hamilton et al., 2017)"),
     "ogbn-products": (0.89, "GraphSAGE reaches ~0.91 validation accuracy (OGB leaderboard)"),
 }
