@@ -50,7 +50,7 @@ EXPERIMENT_KEYS = (
 
 # Settings whose defaults differ per model (the seed study's Table 1): they only split
 # experiments when they differ between runs of the SAME model.
-MODEL_KEYS = ("layers", "hidden", "heads", "dropout")
+MODEL_KEYS = ("layers", "hidden", "heads", "dropout", "epochs")
 
 
 def framework_label(name) -> str:

@@ -139,6 +139,8 @@ def speedup_intervals(scaling: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame
     series = ["experiment", "framework", "model", "batch_size", "series_workers"]
     ok = runs[runs["status"] == "ok"]
     rows = []
+    if scaling.empty:
+        return pd.DataFrame(columns=list(scaling.columns) + ["low", "high", "verdict"])
     for _, g in scaling.groupby(series, sort=False):
         base = g[g["devices"] == g["base_devices"]]
         if base.empty:
@@ -146,7 +148,7 @@ def speedup_intervals(scaling: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame
         b = base.iloc[0]
         sel = (ok["framework"] == b["framework"]) & (ok["model"] == b["model"]) & (ok["batch_size"] == b["batch_size"])
         base_times = ok.loc[sel & (ok["devices"] == b["devices"]) & (ok["workers"] == b["workers"]), "train_time_s"]
-        for r in g[g["devices"] > g["base_devices"]].to_dict("records"):
+        for r in g[(g["devices"] > g["base_devices"]) & g["efficiency"].notna()].to_dict("records"):
             times = ok.loc[sel & (ok["devices"] == r["devices"]) & (ok["workers"] == r["workers"]), "train_time_s"]
             _, lo, hi = tables.ratio_interval(base_times, times)
             rows.append({**r, "low": lo, "high": hi,
@@ -156,10 +158,9 @@ def speedup_intervals(scaling: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame
 
 def scaling_findings(scaling: pd.DataFrame, runs: pd.DataFrame) -> list:
     """How far each framework scales (with intervals), and where efficiency drops below the threshold."""
-    g = scaling[(scaling["devices"] > scaling["base_devices"]) & scaling["efficiency"].notna()]
+    g = speedup_intervals(scaling, runs)
     if g.empty:
         return ["Scaling cannot be judged: no configuration has ok runs at two device counts."]
-    g = speedup_intervals(g, runs)
     per = []
     for (fw, d), s in tables.paper_order(g, ["framework", "devices"]).groupby(["framework", "devices"], sort=False):
         counts = Counter(s["verdict"])

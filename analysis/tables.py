@@ -157,9 +157,19 @@ def add_experiment(runs: pd.DataFrame) -> pd.DataFrame:
     texts = runs[keys].map(_key_text)
     varying = [k for k in keys if (texts.groupby(runs["model"])[k].nunique().max()
                                    if k in MODEL_KEYS else texts[k].nunique()) > 1]
+    # Epochs may be set per model (a model that needs more steps to learn); then the label
+    # names each model's epochs, so both models stay in one experiment.
+    per_model_epochs = "epochs" not in varying and texts["epochs"].nunique() > 1
     labels = []
     for _, t in texts.iterrows():
-        parts = [f"dataset {t['dataset']}", t["device_type"], f"{t['epochs']} epochs"]
+        if per_model_epochs:
+            same = texts[(texts["dataset"] == t["dataset"]) & (texts["device_type"] == t["device_type"])]
+            by_model = same.groupby(runs.loc[same.index, "model"])["epochs"].first()
+            epochs = "epochs " + ", ".join(f"{model_label(m)} {e}" for m, e in sorted(
+                by_model.items(), key=lambda x: MODEL_ORDER.index(x[0]) if x[0] in MODEL_ORDER else 99))
+        else:
+            epochs = f"{t['epochs']} epochs"
+        parts = [f"dataset {t['dataset']}", t["device_type"], epochs]
         if t.get("inject", "none") != "none":
             parts.append(f"fault injection: {t['inject']}")
         for k in varying:
@@ -648,7 +658,7 @@ def paper_comparison(points: pd.DataFrame, paper: pd.DataFrame) -> TableSet:
     paper = paper.rename(columns={"gpus": "devices", "seconds": "paper_s"})
     keys = ["model", "devices", "workers", "batch_size", "framework"]
     for exp, g in ours.groupby("experiment", sort=False):
-        epochs = int(g["epochs"].iloc[0])
+        epochs = int(g["epochs"].max())
         merged = paper.merge(g, on=keys, how="outer")
         exp_rows = []
         for r in merged.itertuples():

@@ -419,3 +419,11 @@ def test_order_finding_checks_interleaving(agg):
     assert "Runs executed interleaved" in report.order_findings(interleaved)[0]
     blocked = interleaved.sort_values(["framework", "repeat"]).assign(started_at=interleaved["started_at"].values)
     assert "did NOT execute interleaved" in report.order_findings(blocked)[0]
+
+
+def test_per_model_epochs_keep_one_experiment(agg):
+    runs = agg.runs[agg.runs["run_id"].isin(["pyg-sage-d1", "dgl-sage-d1"])]
+    both = pd.concat([runs, runs.assign(model="gat", epochs=runs["epochs"] * 2,
+                                        run_id=runs["run_id"] + "-gat")], ignore_index=True)
+    labels = tables.add_experiment(both)["experiment"].unique()
+    assert len(labels) == 1 and "epochs GraphSAGE 2, GAT 4" in labels[0]

@@ -179,7 +179,8 @@ def run_settings(wildcards):
     model = config["models"][wildcards.model]
     opt = config["optimizer"]
     flags = [
-        f"--epochs {config['epochs']}",
+        # a model may train for its own number of epochs (GAT needs more steps to learn)
+        f"--epochs {model.get('epochs') or config['epochs']}",
         "--fanouts " + ",".join(str(f) for f in config["fanouts"]),
         # Each repeat trains from its own seed (weights, sampling, dropout), the same for
         # both frameworks, so accuracy intervals over repeats reflect training randomness.
