@@ -240,7 +240,8 @@ def accuracy_findings(runs: pd.DataFrame, points: pd.DataFrame) -> list:
                    f"({100 * base:.1f}% validation accuracy) — {_where(bad)}. Their accuracy says nothing about "
                    f"the frameworks; train longer (more epochs/steps) before comparing.")
     keys = ["model", "devices", "batch_size", "workers"]
-    both_conv = ok.assign(_c=conv).groupby(keys)["_c"].transform(lambda c: bool((c == True).all()))  # noqa: E712
+    both_conv = ok.assign(_c=conv).groupby(keys)["_c"].transform(
+        lambda c: bool((c == True).all())).astype(bool)  # noqa: E712
     cmp = tables.framework_comparison(ok[both_conv], "final_val_acc", kind="diff")
     if not cmp.empty:
         labels = ("PyG higher", "DGL higher", tables.NO_CLEAR)
