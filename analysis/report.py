@@ -111,8 +111,8 @@ def steady_state_findings(runs: pd.DataFrame) -> list:
         out.append(f"Timed part / start-up: {ratio.min():.1f}× to {ratio.max():.1f}× (median {ratio.median():.1f}×); "
                    f"steps per epoch {steps.min():.0f} to {steps.max():.0f}"
                    + (f". {short} run{'s' if short != 1 else ''} trained for less than "
-                      f"{tables.TIMED_TO_STARTUP_WARN:.0f}× their start-up: their totals are dominated by one-off "
-                      f"costs." if short else "."))
+                      f"{tables.TIMED_TO_STARTUP_WARN:.0f}× {'its' if short == 1 else 'their'} start-up: "
+                      f"such totals are dominated by one-off costs." if short else "."))
     return out
 
 

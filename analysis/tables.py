@@ -460,7 +460,7 @@ def accuracy_table(points: pd.DataFrame) -> TableSet:
                ("target (%)", lambda p: Cell(
                    "—" if pd.isna(p["target_val_acc_mean"]) else f"{100 * p['target_val_acc_mean']:.0f}")),
                ("time to target (s)", tta),
-               ("epochs to target", lambda p: Cell(fmt_num(p["epochs_to_target_mean"]) if p["n_reached_target"]
+               ("epochs to target", lambda p: Cell(f"{p['epochs_to_target_mean']:.3g}" if p["n_reached_target"]
                                                    else "—"))]
     keep = ["experiment", *GRID_KEYS, "n_runs", "n_ok", "n_converged", "n_not_converged", "n_reached_target",
             "final_val_acc_mean", "final_val_acc_ci95", "baseline_val_acc_mean", "target_val_acc_mean",
