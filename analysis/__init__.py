@@ -33,9 +33,10 @@ FRAMEWORK_LABELS = {f.name: f.label for f in registry.FRAMEWORKS.values()}
 FRAMEWORK_COLOURS = {f.name: f.colour for f in registry.FRAMEWORKS.values()}
 MODEL_LABELS = {m.name: m.label for m in registry.MODELS.values()}
 
-PHASES = ("load_wait_s", "copy_s", "forward_s", "backward_s", "optimizer_s")
+PHASES = ("load_wait_s", "prepare_s", "copy_s", "forward_s", "backward_s", "optimizer_s")
 PHASE_LABELS = {
     "load_wait_s": "waiting for loader",
+    "prepare_s": "batch preparation (framework)",
     "copy_s": "host-to-device copy",
     "forward_s": "forward",
     "backward_s": "backward + all-reduce",
@@ -55,7 +56,7 @@ EXPERIMENT_KEYS = (
 
 # Settings whose defaults differ per model (the seed study's Table 1): they only split
 # experiments when they differ between runs of the SAME model.
-MODEL_KEYS = ("layers", "hidden", "heads", "dropout")
+MODEL_KEYS = ("layers", "hidden", "heads", "dropout", "epochs")
 
 
 def framework_label(name) -> str:

@@ -49,6 +49,10 @@ CONFIG_COLUMNS = (
 SUMMARY_COLUMNS = (
     "train_time_s", "median_epoch_time_s", "throughput_seed_nodes_per_s", "sampled_edges_per_s",
     "final_val_acc", "startup_s", "first_loss", "last_loss",
+    # Steady state, warm-up and accuracy against the dataset's target and baseline.
+    "warmup_epoch_time_s", "steady_epochs", "steady_epoch_time_s", "steady_epoch_q1_s", "steady_epoch_q3_s",
+    "steady_epoch_min_s", "steady_epoch_max_s", "steady_epoch_cv", "timed_to_startup_ratio",
+    "best_val_acc", "target_val_acc", "time_to_target_s", "epochs_to_target", "baseline_val_acc", "converged",
 )
 STEP_COLUMNS = tuple(f"step_{p}" for p in PHASES) + ("step_s",)
 ENV_COLUMNS = (

@@ -45,72 +45,140 @@ def _describe(p) -> str:
             f"batch {p['batch_size']}, {p['workers']} worker{'s' if p['workers'] != 1 else ''}")
 
 
-def framework_pairs(points: pd.DataFrame, value: str) -> list:
-    """[(a, b, frame)] for every pair of frameworks, in the registry's order: the grid points
-    where both have an ok mean of `value`, one column per framework of the pair."""
-    keys = ["experiment", "model", "devices", "batch_size", "workers"]
-    ok = points[(points["n_ok"] > 0) & points[f"{value}_mean"].notna()]
-    present = set(ok["framework"])
-    fws = [f for f in tables.FRAMEWORK_ORDER if f in present] + sorted(present - set(tables.FRAMEWORK_ORDER))
-    means = {f: ok[ok["framework"] == f].set_index(keys)[f"{value}_mean"] for f in fws}
-    pairs = []
-    for a, b in itertools.combinations(fws, 2):
-        both = pd.concat({a: means[a], b: means[b]}, axis=1).dropna().reset_index()
-        if len(both):
-            pairs.append((a, b, both))
-    return pairs
+def _interval(r, unit="×", scale=1.0, digits=2) -> str:
+    """'1.32× [1.20, 1.45]' or '1.32× (no interval: 1 repeat)'."""
+    est = f"{scale * r['estimate']:.{digits}f}{unit}"
+    if pd.isna(r["low"]):
+        return f"{est} (no interval: fewer than 2 repeats per framework)"
+    return f"{est} [95% CI {scale * r['low']:.{digits}f}, {scale * r['high']:.{digits}f}]"
 
 
-def _pair_prefix(pairs, a, b) -> str:
-    """'PyG vs DGL: ' when there is more than one pair to tell apart, else nothing."""
-    return f"{framework_label(a)} vs {framework_label(b)}: " if len(pairs) > 1 else ""
+def _comparison_list(cmp: pd.DataFrame, unit="×", scale=1.0, digits=2, limit=8) -> str:
+    items = [f"{_describe(r)}: {_interval(r, unit, scale, digits)}, {r['verdict']}"
+             for r in cmp.head(limit).to_dict("records")]
+    more = f"; and {len(cmp) - limit} more (see the tables)" if len(cmp) > limit else ""
+    return "; ".join(items) + more
 
 
-def _wins_by(pairs: pd.DataFrame, a: str, b: str, key: str, label) -> str:
-    parts = []
-    for v, g in pairs.groupby(key):
-        wins = {framework_label(b): int((g[b] < g[a]).sum()), framework_label(a): int((g[a] < g[b]).sum())}
-        lead = ", ".join(f"{f} {n}" for f, n in sorted(wins.items(), key=lambda x: -x[1]) if n)
-        parts.append(f"{label(v)}: {lead or 'ties'} of {len(g)}")
-    return "; ".join(parts)
+def _verdict_counts(cmp: pd.DataFrame, labels) -> str:
+    counts = Counter(cmp["verdict"])
+    return ", ".join(f"{label} in {counts[label]}" for label in labels if counts[label]) + f" of {len(cmp)}"
 
 
-def speed_findings(points: pd.DataFrame) -> list:
-    """Which framework is faster, where and by how much (one experiment; every pair of frameworks)."""
-    pairs = framework_pairs(points, "train_time_s")
-    if not pairs:
-        return ["No configuration has an ok run of two frameworks, so their speed cannot be compared."]
+def _pair_label(pair, sep=" / ") -> str:
+    return sep.join(framework_label(f) for f in pair)
+
+
+def speed_findings(runs: pd.DataFrame) -> list:
+    """Which framework is faster, per configuration, with a 95% interval (one experiment; every
+    pair of frameworks in the registry's order).
+
+    The headline is the steady-state epoch time (warm-up excluded); the seed study's total
+    training time follows. A ratio whose interval includes 1× is "no clear difference"."""
     out = []
-    for a, b, g in pairs:
-        prefix = _pair_prefix(pairs, a, b)
-        sentences = []
-        for fast, slow in ((b, a), (a, b)):
-            won = g[g[fast] < g[slow]]
-            if won.empty:
+    pairs = tables.framework_pairs(runs)
+    if not pairs:
+        return ["No configuration has ok runs of two frameworks, so their speed cannot be compared."]
+    for pair in pairs:
+        for value, what in (("steady_epoch_time_s", "Steady-state epoch time (warm-up excluded)"),
+                            ("train_time_s", "Total training time (the seed study's metric, warm-up included)")):
+            cmp = tables.framework_comparison(runs, value, kind="ratio", pair=pair)
+            if cmp.empty:
                 continue
-            ratio = won[slow] / won[fast]
-            top = won.loc[ratio.idxmax()]
-            sentences.append(
-                f"{framework_label(fast)} is faster in {len(won)} of {len(g)} configurations run by both "
-                f"(median {ratio.median():.2f}×, most in {_describe(top)}: {ratio.max():.2f}×)")
-        out.append(prefix + ("; ".join(sentences) or "equally fast everywhere") + ".")
-        if g["devices"].nunique() > 1:
-            out.append(prefix + "Faster framework by device count — "
-                       + _wins_by(g, a, b, "devices", lambda d: f"{d} device{'s' if d != 1 else ''}") + ".")
-        if g["batch_size"].nunique() > 1:
-            out.append(prefix + "By batch size — " + _wins_by(g, a, b, "batch_size", lambda v: f"batch {v}") + ".")
+            labels = (*tables.comparison_labels(pair), tables.NO_CLEAR)
+            text = (f"{what}, {_pair_label(pair)} ({tables.CI_METHOD_RATIO}; above 1× "
+                    f"{framework_label(pair[1])} is faster): {_verdict_counts(cmp, labels)} configurations")
+            if value == "steady_epoch_time_s" or len(cmp) <= 4:
+                text += " — " + _comparison_list(cmp)
+            out.append(text + ".")
+    return out or ["No configuration has ok runs of two frameworks, so their speed cannot be compared."]
+
+
+def steady_state_findings(runs: pd.DataFrame) -> list:
+    """Warm-up cost and run-to-run noise of the steady-state epoch time, per framework."""
+    ok = runs[runs["status"] == "ok"]
+    if ok.empty or "steady_epoch_time_s" not in ok or ok["steady_epoch_time_s"].isna().all():
+        return ["No run has an epoch after the warm-up epoch: run at least 2 epochs (better 5+) for a "
+                "steady-state time."] if not ok.empty else []
+    parts = []
+    for fw in tables.FRAMEWORK_ORDER:
+        g = ok[ok["framework"] == fw]
+        if g.empty:
+            continue
+        within = pd.to_numeric(g["steady_epoch_cv"], errors="coerce").median()
+        # between repeats: CV of each configuration's steady-state times across its repeats
+        between = g.groupby(["model", "devices", "batch_size", "workers"])["steady_epoch_time_s"].agg(
+            lambda v: v.std(ddof=1) / v.mean() if v.notna().sum() > 1 and v.mean() > 0 else float("nan")).median()
+        warm = (g["warmup_epoch_time_s"] / g["steady_epoch_time_s"]).median()
+        parts.append(f"{framework_label(fw)}: warm-up epoch {warm:.2f}× the steady-state epoch, CV of the "
+                     f"steady epochs within a run {tables.fmt_pct(within)}, across repeats "
+                     f"{tables.fmt_pct(between) if not pd.isna(between) else 'n/a (1 repeat)'}")
+    out = ["Steady state (medians over configurations) — " + "; ".join(parts) + "."]
+    ratio = pd.to_numeric(ok.get("timed_to_startup_ratio"), errors="coerce")
+    steps = pd.to_numeric(ok.get("steps_per_epoch"), errors="coerce")
+    if ratio.notna().any():
+        short = int((ratio < tables.TIMED_TO_STARTUP_WARN).sum())
+        out.append(f"Timed part / start-up: {ratio.min():.1f}× to {ratio.max():.1f}× (median {ratio.median():.1f}×); "
+                   f"steps per epoch {steps.min():.0f} to {steps.max():.0f}"
+                   + (f". {short} run{'s' if short != 1 else ''} trained for less than "
+                      f"{tables.TIMED_TO_STARTUP_WARN:.0f}× {'its' if short == 1 else 'their'} start-up: "
+                      f"such totals are dominated by one-off costs." if short else "."))
     return out
 
 
-def scaling_findings(scaling: pd.DataFrame) -> list:
-    """How far each framework scales, and where efficiency drops below the threshold."""
-    g = scaling[(scaling["devices"] > scaling["base_devices"]) & scaling["efficiency"].notna()]
+def order_findings(runs: pd.DataFrame) -> list:
+    """Did the runs execute interleaved (all of repeat r before any of repeat r + 1)?"""
+    ok = runs.dropna(subset=["started_at"])
+    if ok["repeat"].nunique() < 2:
+        return []
+    ordered = ok.assign(t=pd.to_datetime(ok["started_at"], utc=True, errors="coerce")).sort_values("t")
+    rep = ordered["repeat"].astype(int).tolist()
+    interleaved = all(a <= b for a, b in zip(rep, rep[1:]))
+    if interleaved:
+        return [f"Runs executed interleaved: every configuration's repeat r started before any repeat r + 1 "
+                f"({ok['repeat'].nunique()} repeats, by each result's started_at), so drift over the sweep "
+                f"affects both frameworks alike."]
+    return [f"Runs did NOT execute interleaved by repeat (started_at order of repeats: "
+            f"{''.join(str(r) for r in rep[:40])}{'...' if len(rep) > 40 else ''}): drift over the sweep may "
+            f"favour one framework; compare with care."]
+
+
+def speedup_intervals(scaling: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """Each multi-device row of `scaling` with a 95% interval on its speed-up (training time
+    of the base device count over this one; ratio of geometric means, Welch t on the logs)."""
+    series = ["experiment", "framework", "model", "batch_size", "series_workers"]
+    ok = runs[runs["status"] == "ok"]
+    rows = []
+    if scaling.empty:
+        return pd.DataFrame(columns=list(scaling.columns) + ["low", "high", "verdict"])
+    for _, g in scaling.groupby(series, sort=False):
+        base = g[g["devices"] == g["base_devices"]]
+        if base.empty:
+            continue
+        b = base.iloc[0]
+        sel = (ok["framework"] == b["framework"]) & (ok["model"] == b["model"]) & (ok["batch_size"] == b["batch_size"])
+        base_times = ok.loc[sel & (ok["devices"] == b["devices"]) & (ok["workers"] == b["workers"]), "train_time_s"]
+        for r in g[(g["devices"] > g["base_devices"]) & g["efficiency"].notna()].to_dict("records"):
+            times = ok.loc[sel & (ok["devices"] == r["devices"]) & (ok["workers"] == r["workers"]), "train_time_s"]
+            _, lo, hi = tables.ratio_interval(base_times, times)
+            rows.append({**r, "low": lo, "high": hi,
+                         "verdict": tables.verdict(lo, hi, 1.0, "faster", "slower")})
+    return pd.DataFrame(rows)
+
+
+def scaling_findings(scaling: pd.DataFrame, runs: pd.DataFrame) -> list:
+    """How far each framework scales (with intervals), and where efficiency drops below the threshold."""
+    g = speedup_intervals(scaling, runs)
     if g.empty:
         return ["Scaling cannot be judged: no configuration has ok runs at two device counts."]
-    per = [f"{framework_label(fw)} on {d} devices {s['speedup'].median():.2f}× "
-           f"({100 * s['efficiency'].median():.0f}% efficiency)"
-           for (fw, d), s in tables.paper_order(g, ["framework", "devices"]).groupby(["framework", "devices"], sort=False)]
-    out = ["Median speed-up over the fewest devices: " + "; ".join(per) + "."]
+    per = []
+    for (fw, d), s in tables.paper_order(g, ["framework", "devices"]).groupby(["framework", "devices"], sort=False):
+        counts = Counter(s["verdict"])
+        per.append(f"{framework_label(fw)} on {d} devices {s['speedup'].median():.2f}× "
+                   f"({100 * s['efficiency'].median():.0f}% efficiency; faster than the base in {counts['faster']}, "
+                   f"slower in {counts['slower']}, {tables.NO_CLEAR} in {counts[tables.NO_CLEAR]} of {len(s)})")
+    out = ["Median speed-up of the training time over the fewest devices (each configuration's interval: "
+           f"{tables.CI_METHOD_RATIO}): " + "; ".join(per) + "."]
     superlinear = g[g["efficiency"] > tables.SUPERLINEAR_WARN]
     if len(superlinear):
         out.append(f"{len(superlinear)} configuration{'s' if len(superlinear) != 1 else ''} scale better than "
@@ -167,23 +235,39 @@ def failure_findings(runs: pd.DataFrame) -> list:
     return out
 
 
-def accuracy_findings(points: pd.DataFrame) -> list:
+def accuracy_findings(runs: pd.DataFrame, points: pd.DataFrame) -> list:
+    """Accuracy: convergence first (against the features-only baseline), then the frameworks'
+    differences (every pair) with 95% intervals for configurations where both frameworks converged."""
+    ok = runs[runs["status"] == "ok"]
+    if ok.empty or ok["final_val_acc"].isna().all():
+        return []
     out = []
-    pairs = framework_pairs(points, "final_val_acc")
-    for a, b, g in pairs:
-        gap = (g[a] - g[b]).abs()
-        warn = f"{100 * tables.ACCURACY_GAP_WARN:.0f} points"
-        text = (f"{_pair_prefix(pairs, a, b)}Accuracy parity: final validation accuracy of the two frameworks "
-                f"differs by {100 * gap.median():.1f} points at the median and {100 * gap.max():.1f} at most "
-                f"({len(g)} configurations)")
-        wide = g[gap > tables.ACCURACY_GAP_WARN]
-        if len(wide):
-            worst = g.loc[gap.idxmax()]
-            text += (f"; {len(wide)} differ by more than {warn} (largest: {_describe(worst)}, "
-                     f"{framework_label(a)} {100 * worst[a]:.1f}% vs {framework_label(b)} {100 * worst[b]:.1f}%)")
-        else:
-            text += f", within {warn} everywhere"
-        out.append(text + ".")
+    conv = ok["converged"].map(tables._truthy) if "converged" in ok else pd.Series(None, index=ok.index)
+    bad = ok[conv == False]  # noqa: E712
+    if len(bad):
+        base = pd.to_numeric(bad["baseline_val_acc"], errors="coerce").median()
+        out.append(f"Not converged: {len(bad)} of {len(ok)} ok runs end at or below the features-only baseline "
+                   f"({100 * base:.1f}% validation accuracy) — {_where(bad)}. Their accuracy says nothing about "
+                   f"the frameworks; train longer (more epochs/steps) before comparing.")
+    keys = ["model", "devices", "batch_size", "workers"]
+    both_conv = ok.assign(_c=conv).groupby(keys)["_c"].transform(
+        lambda c: bool((c == True).all())).astype(bool)  # noqa: E712
+    target = pd.to_numeric(ok["target_val_acc"], errors="coerce").dropna()
+    reached = int(ok["time_to_target_s"].notna().sum())
+    if len(target):
+        out.append(f"Time to {100 * target.iloc[0]:.0f}% validation accuracy (target of dataset "
+                   f"{ok['dataset'].iloc[0]}): {reached} of {len(ok)} ok runs reached it.")
+    for pair in tables.framework_pairs(ok):
+        cmp = tables.framework_comparison(ok[both_conv], "final_val_acc", kind="diff", pair=pair)
+        if not cmp.empty:
+            labels = (*tables.comparison_labels(pair, "diff"), tables.NO_CLEAR)
+            out.append(f"Final validation accuracy where both frameworks converged, {_pair_label(pair, ' − ')} "
+                       f"({tables.CI_METHOD_DIFF}, percentage points): {_verdict_counts(cmp, labels)} "
+                       "configurations — " + _comparison_list(cmp, unit=" pts", scale=100, digits=1) + ".")
+        tta = tables.framework_comparison(ok, "time_to_target_s", kind="ratio", pair=pair)
+        if not tta.empty:
+            out.append(f"Time to the target, {_pair_label(pair)} over runs that reached it "
+                       f"({tables.CI_METHOD_RATIO}): " + _comparison_list(tta) + ".")
     return out
 
 
@@ -226,6 +310,7 @@ def findings(runs, points, scaling, comparison, invalid) -> list:
         overall.append(f"{len(invalid)} result{'s' if len(invalid) != 1 else ''} could not be used "
                        f"(malformed or missing; see 'Malformed results').")
     overall += failure_findings(runs)
+    overall += order_findings(tables.performance_runs(runs))
     busy = runs[pd.to_numeric(runs.get("cpu_busy_before"), errors="coerce") > BUSY_WARN_PERCENT] \
         if "cpu_busy_before" in runs else runs.iloc[0:0]
     if len(busy):
@@ -235,8 +320,10 @@ def findings(runs, points, scaling, comparison, invalid) -> list:
     groups = [{"title": "Overall", "items": overall}]
     for exp in dict.fromkeys(points["experiment"]):
         p = points[points["experiment"] == exp]
-        items = speed_findings(p) + scaling_findings(scaling[scaling["experiment"] == exp]) + loader_findings(p) \
-            + accuracy_findings(p) + paper_findings(comparison[comparison["experiment"] == exp])
+        r = tables.performance_runs(runs[runs["experiment"] == exp])
+        items = speed_findings(r) + steady_state_findings(r) \
+            + scaling_findings(scaling[scaling["experiment"] == exp], r) + loader_findings(p) \
+            + accuracy_findings(r, p) + paper_findings(comparison[comparison["experiment"] == exp])
         groups.append({"title": exp, "items": items})
     return groups
 
@@ -310,6 +397,11 @@ FAIRNESS_ROWS = (
     ("seed split across ranks", lambda r: _choices(r, "seed_split")),
     ("uneven batches (naive split)", lambda r: r["uneven_batches"]),
     ("graph input", lambda r: _choices(r, "graph_input")),
+    ("where node features are gathered", lambda r: _choices(r, "feature_gather")),
+    ("batch preparation (timed as its own phase)", lambda r: _choices(r, "batch_prepare")),
+    ("what a sampled-edge count counts", lambda r: _choices(r, "sampled_edges")),
+    ("warm-up (outside the steady-state time)", lambda r: r["framework"].map(lambda _: "first epoch")),
+    ("accuracy target / features-only baseline", lambda r: _accuracy_reference(r)),
     ("learning rate", lambda r: r["lr"]),
     ("LR scaling with processes", lambda r: r["lr_scaling"]),
     ("effective LR", lambda r: r["lr_effective"]),
@@ -320,6 +412,13 @@ FAIRNESS_ROWS = (
     ("per-phase step timing", lambda r: r["breakdown"]),
     ("probes (CPU/NVML samplers)", lambda r: r["probes"]),
 )
+
+
+def _accuracy_reference(runs):
+    def pct(v):
+        return "—" if pd.isna(v) else f"{100 * float(v):.1f}%"
+    return pd.to_numeric(runs["target_val_acc"], errors="coerce").map(pct) + " / " + \
+        pd.to_numeric(runs["baseline_val_acc"], errors="coerce").map(pct)
 
 
 def _model_arch(runs, model):
@@ -368,9 +467,12 @@ def frame_table(df: pd.DataFrame, name: str, title: str, description: str, code_
 def runs_frame(runs: pd.DataFrame) -> pd.DataFrame:
     cols = {"experiment": "experiment", "framework": "framework", "model": "model", "devices": "devices",
             "batch_size": "batch", "workers": "workers", "repeat": "repeat", "status": "status",
-            "train_time_s": "train time (s)", "final_val_acc": "val acc", "command": "rerun command"}
+            "started_at": "started", "train_time_s": "train time (s)",
+            "steady_epoch_time_s": "steady epoch (s)", "warmup_epoch_time_s": "warm-up epoch (s)",
+            "final_val_acc": "val acc", "converged": "converged", "time_to_target_s": "time to target (s)",
+            "command": "rerun command"}
     df = tables.paper_order(runs, ["experiment", "model", "framework", "devices", "batch_size", "workers", "repeat"])
-    df = df[list(cols)].rename(columns=cols)
+    df = df.reindex(columns=list(cols)).rename(columns=cols)
     df["framework"] = df["framework"].map(framework_label)
     df["model"] = df["model"].map(model_label)
     return df

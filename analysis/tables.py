@@ -9,6 +9,7 @@ confidence interval (t-distribution); a grid point without an ok run shows its s
 from __future__ import annotations
 
 import html
+import itertools
 import math
 from collections import Counter
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ PAPER_DATASET = "reddit"
 EFFICIENCY_WARN = 0.5   # parallel efficiency below this: scaling has stopped paying off
 SUPERLINEAR_WARN = 1.2  # above this the baseline was probably disturbed, not the scaling superb
 ACCURACY_GAP_WARN = 0.02  # accuracy difference between frameworks worth flagging (2 points)
+TIMED_TO_STARTUP_WARN = 5.0  # training time below 5x the start-up: the run is too short to mean much
 
 
 # -- display primitives ---------------------------------------------------------------------
@@ -154,9 +156,19 @@ def add_experiment(runs: pd.DataFrame) -> pd.DataFrame:
     texts = runs[keys].map(_key_text)
     varying = [k for k in keys if (texts.groupby(runs["model"])[k].nunique().max()
                                    if k in MODEL_KEYS else texts[k].nunique()) > 1]
+    # Epochs may be set per model (a model that needs more steps to learn); then the label
+    # names each model's epochs, so both models stay in one experiment.
+    per_model_epochs = "epochs" not in varying and texts["epochs"].nunique() > 1
     labels = []
     for _, t in texts.iterrows():
-        parts = [f"dataset {t['dataset']}", t["device_type"], f"{t['epochs']} epochs"]
+        if per_model_epochs:
+            same = texts[(texts["dataset"] == t["dataset"]) & (texts["device_type"] == t["device_type"])]
+            by_model = same.groupby(runs.loc[same.index, "model"])["epochs"].first()
+            epochs = "epochs " + ", ".join(f"{model_label(m)} {e}" for m, e in sorted(
+                by_model.items(), key=lambda x: MODEL_ORDER.index(x[0]) if x[0] in MODEL_ORDER else 99))
+        else:
+            epochs = f"{t['epochs']} epochs"
+        parts = [f"dataset {t['dataset']}", t["device_type"], epochs]
         if t.get("inject", "none") != "none":
             parts.append(f"fault injection: {t['inject']}")
         for k in varying:
@@ -193,6 +205,98 @@ def mean_ci(values) -> tuple:
     return m, float(stats.t.ppf(0.975, len(vals) - 1) * sd / math.sqrt(len(vals)))
 
 
+CI_METHOD_RATIO = ("ratio of geometric means over repeats, 95% Welch t-interval on the log scale")
+CI_METHOD_DIFF = "difference of means over repeats, 95% Welch t-interval"
+NO_CLEAR = "no clear difference"
+
+
+def _clean(values) -> list:
+    return [float(v) for v in values if v is not None and not pd.isna(v)]
+
+
+def welch_interval(a, b) -> tuple:
+    """(mean(a) - mean(b), low, high) with a 95% Welch t-interval; NaN bounds when either
+    side has fewer than 2 values (no interval can be given)."""
+    a, b = _clean(a), _clean(b)
+    if not a or not b:
+        return float("nan"), float("nan"), float("nan")
+    d = sum(a) / len(a) - sum(b) / len(b)
+    if len(a) < 2 or len(b) < 2:
+        return d, float("nan"), float("nan")
+    va, vb = pd.Series(a).var(ddof=1) / len(a), pd.Series(b).var(ddof=1) / len(b)
+    se = math.sqrt(va + vb)
+    if se == 0:
+        return d, d, d
+    dof = (va + vb) ** 2 / ((va ** 2 / (len(a) - 1) if va else 0) + (vb ** 2 / (len(b) - 1) if vb else 0))
+    h = float(stats.t.ppf(0.975, dof)) * se
+    return d, d - h, d + h
+
+
+def ratio_interval(a, b) -> tuple:
+    """(ratio, low, high): geometric mean of `a` over that of `b` with a 95% interval (Welch t
+    on the logs, so the interval is multiplicative, as timing noise is). NaN bounds below 2
+    repeats per side."""
+    a, b = [v for v in _clean(a) if v > 0], [v for v in _clean(b) if v > 0]
+    d, lo, hi = welch_interval([math.log(v) for v in a], [math.log(v) for v in b])
+    return tuple(math.exp(x) if not pd.isna(x) else float("nan") for x in (d, lo, hi))
+
+
+def verdict(low: float, high: float, null: float, above: str, below: str) -> str:
+    """`above` when the whole interval lies above `null`, `below` when below it, else
+    "no clear difference" (also when there is no interval: a single repeat proves nothing)."""
+    if pd.isna(low) or pd.isna(high):
+        return NO_CLEAR
+    if low > null:
+        return above
+    if high < null:
+        return below
+    return NO_CLEAR
+
+
+def framework_pairs(runs: pd.DataFrame) -> list:
+    """Every pair (a, b) of the frameworks with ok runs, in the registry's order."""
+    present = set(runs.loc[runs["status"] == "ok", "framework"]) if not runs.empty else set()
+    fws = [f for f in FRAMEWORK_ORDER if f in present]
+    return list(itertools.combinations(fws, 2))
+
+
+def comparison_labels(pair, kind: str = "ratio") -> tuple:
+    """Verdict labels of a comparison of pair (a, b): (below-1/above-0 side, other side)."""
+    la, lb = (framework_label(f) for f in pair)
+    return (f"{lb} faster", f"{la} faster") if kind == "ratio" else (f"{la} higher", f"{lb} higher")
+
+
+def framework_comparison(runs: pd.DataFrame, value: str, kind: str = "ratio", pair=None) -> pd.DataFrame:
+    """Framework a against framework b (`pair`, default the first two of the registry) per
+    experiment and configuration, from the ok runs' `value`.
+
+    kind "ratio": a / b (for times: above 1 means b is faster); "diff": a - b.
+    Columns: experiment, model, devices, batch_size, workers, n_a, n_b, estimate, low, high,
+    verdict (comparison_labels, or "no clear difference")."""
+    pair = tuple(pair or FRAMEWORK_ORDER[:2])
+    keys = ["experiment", "model", "devices", "batch_size", "workers"]
+    cols = keys + ["n_a", "n_b", "estimate", "low", "high", "verdict"]
+    ok = runs[(runs["status"] == "ok")] if not runs.empty else runs
+    if ok.empty or value not in ok:
+        return pd.DataFrame(columns=cols)
+    high_side, low_side = comparison_labels(pair, kind)
+    out = []
+    for key, g in ok.groupby(keys, sort=False):
+        a = g.loc[g["framework"] == pair[0], value].dropna()
+        b = g.loc[g["framework"] == pair[1], value].dropna()
+        if a.empty or b.empty:
+            continue
+        if kind == "ratio":
+            est, lo, hi = ratio_interval(a, b)
+            v = verdict(lo, hi, 1.0, high_side, low_side)
+        else:
+            est, lo, hi = welch_interval(a, b)
+            v = verdict(lo, hi, 0.0, high_side, low_side)
+        out.append({**dict(zip(keys, key)), "n_a": len(a), "n_b": len(b), "estimate": est, "low": lo,
+                    "high": hi, "verdict": v})
+    return paper_order(pd.DataFrame(out, columns=cols), ["experiment", "model", "devices", "batch_size", "workers"])
+
+
 def status_text(statuses: Counter) -> str:
     """'hang', 'hang ×2', 'hang ×2, crashed' (most severe first)."""
     order = sorted(statuses, key=lambda s: STATUS_SEVERITY.index(s) if s in STATUS_SEVERITY else -1)
@@ -207,13 +311,23 @@ def worst_status(statuses) -> str:
 CARRIED = ("dataset", "epochs", "device_type")
 
 
+def _truthy(v):
+    """True/False from a bool or its CSV text; None when unknown."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return None
+    if isinstance(v, str):
+        return {"true": True, "false": False}.get(v.strip().lower())
+    return bool(v)
+
+
 def grid_points(runs: pd.DataFrame, values) -> pd.DataFrame:
     """One row per experiment and grid point: counts, statuses, mean and CI of each value."""
     cols = ["experiment", *GRID_KEYS]
     rows = []
     if runs.empty:
         return pd.DataFrame(columns=cols + list(CARRIED) + ["n_runs", "n_ok", "statuses", "worst_status", "run_ids",
-                                            "command"] + [f"{v}_{s}" for v in values for s in ("mean", "ci95", "n")])
+                                            "command", "n_converged", "n_not_converged", "n_reached_target"]
+                            + [f"{v}_{s}" for v in values for s in ("mean", "ci95", "n")])
     for key, g in runs.groupby(cols, sort=False, dropna=False):
         ok = g[g["status"] == "ok"]
         statuses = Counter(g["status"])
@@ -223,6 +337,10 @@ def grid_points(runs: pd.DataFrame, values) -> pd.DataFrame:
         row.update({"n_runs": len(g), "n_ok": len(ok), "statuses": status_text(statuses),
                     "worst_status": worst_status(statuses),
                     "run_ids": " ".join(g["run_id"]), "command": g.sort_values("repeat")["command"].iloc[0]})
+        conv = ok["converged"].map(_truthy) if "converged" in ok else pd.Series(dtype=object)
+        row.update({"n_converged": int((conv == True).sum()),  # noqa: E712 (None stays unknown)
+                    "n_not_converged": int((conv == False).sum()),  # noqa: E712
+                    "n_reached_target": int(ok["time_to_target_s"].notna().sum()) if "time_to_target_s" in ok else 0})
         for v in values:
             m, ci = mean_ci(ok[v]) if v in ok else (float("nan"), float("nan"))
             row.update({f"{v}_mean": m, f"{v}_ci95": ci, f"{v}_n": int(ok[v].notna().sum()) if v in ok else 0})
@@ -310,21 +428,65 @@ def training_time_table(points: pd.DataFrame) -> TableSet:
                    "train_time_s_ci95", "command"]] if not points.empty else points
     return TableSet(
         "table2", "Training time (seed study's Table 2 layout)",
-        "Slowest rank's total training time in seconds (summary.train_time_s), mean ± 95% CI "
-        "over repeats. Batch size is per process. The faster framework of each pair is bold; "
+        "Slowest rank's total training time in seconds (summary.train_time_s, the seed study's metric; "
+        "it includes the warm-up epoch), mean ± 95% CI over repeats. Batch size is per process. The faster framework of each pair is bold; "
         "a cell without any ok run shows its status instead.",
         data, table2_grids(points, "train_time_s", best="min"))
 
 
 def accuracy_table(points: pd.DataFrame) -> TableSet:
-    data = points[["experiment", *GRID_KEYS, "n_ok", "final_val_acc_mean", "final_val_acc_ci95"]] \
-        if not points.empty else points
+    """Accuracy per configuration: repeats, final accuracy with its interval, the features-only
+    baseline, convergence and time to the dataset's target accuracy."""
+    def acc(p):
+        m, ci = p["final_val_acc_mean"], p["final_val_acc_ci95"]
+        if pd.isna(m):
+            return Cell("n/a")
+        text = f"{100 * m:.1f}" + ("" if pd.isna(ci) else f" ± {100 * ci:.1f}")
+        if p["n_not_converged"] and not p["n_converged"]:
+            return Cell(f"{text} (not converged)", css="warn",
+                        title="not above the features-only baseline: no accuracy comparison is possible")
+        return Cell(text, css="warn" if p["n_not_converged"] else "")
+
+    def conv(p):
+        known = p["n_converged"] + p["n_not_converged"]
+        if not known:
+            return Cell("unknown", css="muted")
+        text = "yes" if p["n_converged"] == known else ("not converged" if not p["n_converged"] else
+                                                          f"{p['n_converged']} of {known}")
+        return Cell(text, css="" if p["n_converged"] == known else "warn")
+
+    def tta(p):
+        m, ci = p["time_to_target_s_mean"], p["time_to_target_s_ci95"]
+        if pd.isna(p["target_val_acc_mean"]):
+            return Cell("no target", css="muted")
+        if not p["n_reached_target"]:
+            return Cell("not reached", css="warn")
+        text = fmt_num(m) + ("" if pd.isna(ci) else f" ± {fmt_num(ci, ref=m)}")
+        if p["n_reached_target"] < p["n_ok"]:
+            text += f" ({p['n_reached_target']} of {p['n_ok']} reached it)"
+        return Cell(text)
+
+    columns = [("repeats (ok / run)", lambda p: Cell(f"{p['n_ok']} / {p['n_runs']}")),
+               ("final val acc (%)", acc),
+               ("features-only baseline (%)", lambda p: Cell(
+                   "n/a" if pd.isna(p["baseline_val_acc_mean"]) else f"{100 * p['baseline_val_acc_mean']:.1f}")),
+               ("converged", conv),
+               ("target (%)", lambda p: Cell(
+                   "—" if pd.isna(p["target_val_acc_mean"]) else f"{100 * p['target_val_acc_mean']:.0f}")),
+               ("time to target (s)", tta),
+               ("epochs to target", lambda p: Cell(f"{p['epochs_to_target_mean']:.3g}" if p["n_reached_target"]
+                                                   else "—"))]
+    keep = ["experiment", *GRID_KEYS, "n_runs", "n_ok", "n_converged", "n_not_converged", "n_reached_target",
+            "final_val_acc_mean", "final_val_acc_ci95", "baseline_val_acc_mean", "target_val_acc_mean",
+            "time_to_target_s_mean", "time_to_target_s_ci95", "epochs_to_target_mean"]
     return TableSet(
-        "accuracy", "Final validation accuracy",
-        f"Validation accuracy after the last epoch (%, mean ± 95% CI). Pairs whose frameworks "
-        f"differ by more than {100 * ACCURACY_GAP_WARN:.0f} points are highlighted.",
-        data, table2_grids(points, "final_val_acc", fmt=lambda v: f"{v:.1f}", scale=100,
-                           gap_warn=100 * ACCURACY_GAP_WARN))
+        "accuracy", "Validation accuracy and time to accuracy",
+        "Validation accuracy after the last epoch (%, mean ± 95% CI over repeats). A run converged when it beats "
+        "the features-only baseline (logistic regression on the node features, same splits); a configuration "
+        "whose runs do not is marked 'not converged' and its accuracy is not compared. Time to target: "
+        "training time (evaluation excluded) until the first evaluation at or above the dataset's target "
+        "accuracy (MLPerf-style; targets in runners/accuracy.py), mean ± 95% CI over the repeats that reached it.",
+        points[[c for c in keep if c in points]] if not points.empty else points, flat_grids(points, columns))
 
 
 # -- scaling --------------------------------------------------------------------------------
@@ -455,19 +617,38 @@ def throughput_table(points: pd.DataFrame) -> TableSet:
             m, ci = p[f"{col}_mean"], p[f"{col}_ci95"]
             return Cell(fmt_si(m) + ("" if pd.isna(ci) else f" ± {fmt_si(ci)}"))
         return cell
-    columns = [("seed nodes / s", rate("throughput_seed_nodes_per_s")),
-               ("sampled edges / s", rate("sampled_edges_per_s")),
-               ("median epoch (s)", lambda p: Cell(fmt_num(p["median_epoch_time_s_mean"]))),
-               ("start-up (s)", lambda p: Cell(fmt_num(p["startup_s_mean"])))]
-    keep = ["experiment", *GRID_KEYS, "n_ok"] + [f"{c}_{s}" for c in (
-        "throughput_seed_nodes_per_s", "sampled_edges_per_s", "median_epoch_time_s", "startup_s")
-        for s in ("mean", "ci95")]
+
+    def steady(p):
+        m, ci = p["steady_epoch_time_s_mean"], p["steady_epoch_time_s_ci95"]
+        if pd.isna(m):
+            return Cell("n/a", css="muted", title="no epoch after the warm-up epoch")
+        return Cell(fmt_num(m) + ("" if pd.isna(ci) else f" ± {fmt_num(ci, ref=m)}"))
+
+    columns = [("steady-state epoch (s)", steady),
+               ("epoch CV", lambda p: Cell(fmt_pct(p["steady_epoch_cv_mean"]))),
+               ("warm-up epoch (s)", lambda p: Cell(fmt_num(p["warmup_epoch_time_s_mean"]))),
+               ("steps / epoch", lambda p: Cell(fmt_num(p["steps_per_epoch_mean"]))),
+               ("seed nodes / s", rate("throughput_seed_nodes_per_s")),
+               ("sampled edges / s †", rate("sampled_edges_per_s")),
+               ("start-up (s)", lambda p: Cell(fmt_num(p["startup_s_mean"]))),
+               ("timed / start-up", lambda p: Cell(
+                   "n/a" if pd.isna(p["timed_to_startup_ratio_mean"]) else f"{p['timed_to_startup_ratio_mean']:.1f}×",
+                   css="warn" if p["timed_to_startup_ratio_mean"] < TIMED_TO_STARTUP_WARN else ""))]
+    values = ("steady_epoch_time_s", "steady_epoch_cv", "warmup_epoch_time_s", "steps_per_epoch",
+              "throughput_seed_nodes_per_s", "sampled_edges_per_s", "median_epoch_time_s", "startup_s",
+              "timed_to_startup_ratio")
+    keep = ["experiment", *GRID_KEYS, "n_ok"] + [f"{c}_{s}" for c in values for s in ("mean", "ci95")]
     return TableSet(
-        "throughput", "Throughput",
-        "Training seed nodes and sampled edges processed per second by all processes together "
-        "(mean ± 95% CI over repeats), the median epoch time of the slowest rank and the start-up "
-        "time before the first step (not part of the training time).",
-        points[keep] if not points.empty else points, flat_grids(points, columns))
+        "throughput", "Steady state, warm-up and throughput",
+        "Steady-state epoch time: the median epoch time (slowest rank) after the first epoch, which is "
+        "reported apart as warm-up (loader start, first touch of the graph, lazy initialisation); mean ± 95% "
+        "CI over repeats, and the mean coefficient of variation of the steady epochs within a run. Seed nodes "
+        "per second by all processes together over the whole training time. † Sampled edges mean different "
+        "things in the two frameworks (PyG: edges of the sampled subgraph, once; DGL: the sum over layers' "
+        "blocks, a node's neighbours counted once per layer): compare them within a framework only. Start-up "
+        f"is the time before the first step (not training time); timed / start-up below "
+        f"{TIMED_TO_STARTUP_WARN:.0f}× is highlighted: such runs measure mostly start-up effects.",
+        points[[c for c in keep if c in points]] if not points.empty else points, flat_grids(points, columns))
 
 
 # -- the seed study, side by side ------------------------------------------------------------
@@ -493,7 +674,7 @@ def paper_comparison(points: pd.DataFrame, paper: pd.DataFrame) -> TableSet:
     paper = paper.rename(columns={"gpus": "devices", "seconds": "paper_s"})
     keys = ["model", "devices", "workers", "batch_size", "framework"]
     for exp, g in ours.groupby("experiment", sort=False):
-        epochs = int(g["epochs"].iloc[0])
+        epochs = int(g["epochs"].max())
         merged = paper.merge(g, on=keys, how="outer")
         exp_rows = []
         for r in merged.itertuples():
@@ -549,7 +730,10 @@ def paper_comparison(points: pd.DataFrame, paper: pd.DataFrame) -> TableSet:
 # -- all tables -----------------------------------------------------------------------------
 
 POINT_VALUES = ("train_time_s", "median_epoch_time_s", "throughput_seed_nodes_per_s",
-                "sampled_edges_per_s", "final_val_acc", "startup_s", "step_s") + tuple(f"step_{p}" for p in PHASES)
+                "sampled_edges_per_s", "final_val_acc", "startup_s", "step_s",
+                "steady_epoch_time_s", "steady_epoch_cv", "warmup_epoch_time_s", "steps_per_epoch",
+                "timed_to_startup_ratio", "baseline_val_acc", "target_val_acc", "time_to_target_s",
+                "epochs_to_target") + tuple(f"step_{p}" for p in PHASES)
 
 
 def performance_points(runs: pd.DataFrame) -> pd.DataFrame:

@@ -30,11 +30,13 @@ from runners.probes import CpuSampler, CsvAppender, Heartbeat, NvmlSampler, star
 
 # seed_id_sum: the sum of the batch's seed node ids, a cheap fingerprint of which seeds the
 # loader really delivered (tests compare it with the harness's split across frameworks).
-STEP_COLUMNS = ["epoch", "step", "seed_nodes", "sampled_nodes", "sampled_edges", "load_wait_s", "copy_s",
-                "forward_s", "backward_s", "optimizer_s", "step_s", "loss", "seed_id_sum"]
+# prepare_s: the adapter turning the loader's output into model inputs (PyG's edge_index from
+# adj_t, DGL's self-loops): framework work, not waiting for the loader.
+STEP_COLUMNS = ["epoch", "step", "seed_nodes", "sampled_nodes", "sampled_edges", "load_wait_s", "prepare_s",
+                "copy_s", "forward_s", "backward_s", "optimizer_s", "step_s", "loss", "seed_id_sum"]
 EPOCH_COLUMNS = ["epoch", "rank", "time_s", "steps", "loss", "seed_nodes", "sampled_nodes", "sampled_edges",
-                 "load_wait_s", "copy_s", "forward_s", "backward_s", "optimizer_s"]
-PHASE_KEYS = ("load_wait_s", "copy_s", "forward_s", "backward_s", "optimizer_s")
+                 "load_wait_s", "prepare_s", "copy_s", "forward_s", "backward_s", "optimizer_s"]
+PHASE_KEYS = ("load_wait_s", "prepare_s", "copy_s", "forward_s", "backward_s", "optimizer_s")
 
 
 def worker_seed(base: int, rank: int, worker_id: int) -> int:
@@ -313,7 +315,9 @@ class Rank:
                 self.faults.at("before-load", epoch, step)
                 self.hb.beat("loading", step=step)
                 t0 = now()
-                batch = adapter.unpack(next(it))
+                raw = next(it)
+                tp = now()
+                batch = adapter.unpack(raw)
                 t1 = now()
                 if epoch == 0 and step == 0:
                     self.mark("first_batch")
@@ -342,7 +346,8 @@ class Rank:
                 if timed:
                     sync()
                 t5 = now()
-                phases = [t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4] if phases_valid else [None] * 5
+                phases = ([tp - t0, t1 - tp, t2 - t1, t3 - t2, t4 - t3, t5 - t4] if phases_valid
+                          else [None] * len(PHASE_KEYS))
                 rows.append([epoch, step, batch.seed_nodes, batch.sampled_nodes, batch.sampled_edges,
                              *phases, t5 - t0, loss.detach(), int(batch.seed_ids.sum())])
             sync()
@@ -354,8 +359,8 @@ class Rank:
                 r[-2] = float(r[-2])  # the losses stay on the device until here: no sync per step
             step_csv.write(rows)
             counts = np.array([r[2:5] for r in rows], dtype=np.int64).sum(axis=0) if rows else np.zeros(3, int)
-            phase_sums = ([round(sum(r[5 + i] for r in rows), 6) for i in range(5)] if phases_valid
-                          else [None] * 5)
+            phase_sums = ([round(sum(r[5 + i] for r in rows), 6) for i in range(len(PHASE_KEYS))]
+                          if phases_valid else [None] * len(PHASE_KEYS))
             mean_loss = float(np.mean([r[-2] for r in rows])) if rows else None
             epoch_csv.write([[epoch, self.rank, round(epoch_s, 6), len(rows), mean_loss, *map(int, counts),
                               *phase_sums]])

@@ -23,6 +23,8 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
+
 from runners import envinfo
 from runners.config import ConfigError, RunConfig, build_parser, config_from_args
 
@@ -113,8 +115,9 @@ def collect_measurements(out: Path, local_ranks: list) -> dict:
             if row["load_wait_s"] in ("", None):
                 continue  # unsynchronised GPU steps carry no phase times (see the harness)
             step_count += 1
-            for k in ("load_wait_s", "copy_s", "forward_s", "backward_s", "optimizer_s", "step_s"):
-                step_sums[k] = step_sums.get(k, 0.0) + float(row[k])
+            for k in ("load_wait_s", "prepare_s", "copy_s", "forward_s", "backward_s", "optimizer_s", "step_s"):
+                if row.get(k) not in (None, ""):  # prepare_s is absent from older harnesses' files
+                    step_sums[k] = step_sums.get(k, 0.0) + float(row[k])
         startup = info.get("startup", {})
         ranks.append({"rank": r, "steps_per_epoch": info.get("steps_per_epoch"),
                       "startup_s": startup.get("training_started"), "startup_detail": startup,
@@ -134,8 +137,39 @@ def collect_measurements(out: Path, local_ranks: list) -> dict:
             "breakdown": breakdown, "infos": infos}
 
 
-def summarise(m: dict, cfg: RunConfig) -> dict:
-    """The headline numbers. train_time_s is the slowest rank's total training time."""
+WARMUP_EPOCHS = 1  # epochs reported as warm-up, outside the steady-state figures
+
+
+def steady_state(epoch_times: list, warmup: int = WARMUP_EPOCHS) -> dict:
+    """Steady-state epoch time: the median of the epochs after the warm-up, with its spread.
+
+    The first epoch carries one-off costs (loader workers starting, first-touch of the
+    memory-mapped graph, allocator growth, lazy initialisation in both frameworks), so it is
+    reported separately as warm-up. With fewer than warmup + 1 epochs there is no steady state.
+    """
+    warm = epoch_times[:warmup]
+    steady = epoch_times[warmup:]
+    out = {"warmup_epochs": len(warm), "warmup_epoch_time_s": warm[0] if warm else None,
+           "steady_epochs": len(steady), "steady_epoch_time_s": None, "steady_epoch_q1_s": None,
+           "steady_epoch_q3_s": None, "steady_epoch_min_s": None, "steady_epoch_max_s": None,
+           "steady_epoch_cv": None}
+    if not steady:
+        return out
+    arr = np.asarray(steady, dtype=float)
+    q1, med, q3 = np.percentile(arr, [25, 50, 75])
+    out.update({"steady_epoch_time_s": float(med), "steady_epoch_q1_s": float(q1), "steady_epoch_q3_s": float(q3),
+                "steady_epoch_min_s": float(arr.min()), "steady_epoch_max_s": float(arr.max()),
+                "steady_epoch_cv": float(arr.std(ddof=1) / arr.mean()) if len(arr) > 1 and arr.mean() > 0 else None})
+    return out
+
+
+def summarise(m: dict, cfg: RunConfig, reference: dict | None = None) -> dict:
+    """The headline numbers. train_time_s is the slowest rank's total training time (the seed
+    study's metric); steady_epoch_time_s the median epoch after the warm-up (see steady_state).
+    `reference` (runners.accuracy.reference) supplies the accuracy target and baseline."""
+    from runners import accuracy
+
+    reference = reference or {}
     infos = m["infos"]
     all_ranks = next((i["all_ranks"] for i in infos.values() if i.get("all_ranks")), None)
     times = [a["train_time_s"] for a in all_ranks] if all_ranks else [
@@ -144,18 +178,37 @@ def summarise(m: dict, cfg: RunConfig) -> dict:
     per_epoch: dict = {}
     for e in m["epochs"]:
         per_epoch[e["epoch"]] = max(per_epoch.get(e["epoch"], 0.0), e["time_s"])
+    epoch_times = [per_epoch[k] for k in sorted(per_epoch)]
     seeds_local = sum(e.get("seed_nodes") or 0 for e in m["epochs"])
     edges_local = sum(e.get("sampled_edges") or 0 for e in m["epochs"])
     scale = cfg.world_size / max(1, len(m["ranks"]))  # other nodes' ranks do the same work
     rank0 = [e for e in m["epochs"] if e["rank"] == min(r["rank"] for r in m["ranks"])]
     startups = [r["startup_s"] for r in m["ranks"] if r["startup_s"] is not None]
+    startup = max(startups) if startups else None
+    steps = [r["steps_per_epoch"] for r in m["ranks"] if r.get("steps_per_epoch") is not None]
+    val = m["validation"]
+    final_acc = val[-1]["accuracy"] if val else None
+    target_acc = reference.get("target_val_acc")
+    baseline = reference.get("baseline_val_acc")
+    tta, epochs_to = accuracy.time_to_target(epoch_times, val, target_acc)
     return {
         "train_time_s": train_time,  # unrounded: it must equal the slowest rank's own figure
         "median_epoch_time_s": statistics.median(per_epoch.values()),
+        **steady_state(epoch_times),
+        "steps_per_epoch": min(steps) if steps else None,
+        "timed_to_startup_ratio": round(train_time / startup, 3) if startup else None,
         "throughput_seed_nodes_per_s": round(seeds_local * scale / train_time, 3) if train_time else 0.0,
         "sampled_edges_per_s": round(edges_local * scale / train_time, 3) if train_time else None,
-        "final_val_acc": m["validation"][-1]["accuracy"] if m["validation"] else None,
-        "startup_s": max(startups) if startups else None,
+        "final_val_acc": final_acc,
+        "best_val_acc": max(v["accuracy"] for v in val) if val else None,
+        "target_val_acc": target_acc,
+        "time_to_target_s": tta,
+        "epochs_to_target": epochs_to,
+        "baseline_val_acc": baseline,
+        # Beating the features-only baseline is the least a GNN must do; below it, accuracy
+        # comparisons between frameworks mean nothing.
+        "converged": (final_acc > baseline) if (final_acc is not None and baseline is not None) else None,
+        "startup_s": startup,
         "step_breakdown_s": m["breakdown"],
         "first_loss": rank0[0]["loss"] if rank0 else None,
         "last_loss": rank0[-1]["loss"] if rank0 else None,
@@ -337,6 +390,9 @@ def main(argv=None) -> int:
                   "dataset_bytes": int(sum(a.nbytes for a in (graph.indptr, graph.indices, graph.features,
                                                              graph.labels))),
                   "adjacency_bytes": int(graph.indptr.nbytes + graph.indices.nbytes)}
+    from runners import accuracy
+
+    reference = accuracy.reference(graph)  # cached per dataset; computed before the launch
     del graph
 
     out = Path(cfg.out)
@@ -433,7 +489,7 @@ def main(argv=None) -> int:
         codes = {x["rank"]: x.get("exit_code") for x in outcome.diagnosis.get("ranks", [])}
     for r in m["ranks"]:
         r["exit_code"] = codes.get(r["rank"], 0 if outcome.status == "ok" else None)
-    summary = summarise(m, cfg) if outcome.status == "ok" else None
+    summary = summarise(m, cfg, reference) if outcome.status == "ok" else None
     first_info = next(iter(m["infos"].values()), {})
     result = {
         "schema_version": SCHEMA_VERSION,
@@ -454,6 +510,7 @@ def main(argv=None) -> int:
         "ranks": m["ranks"],
         "epochs": m["epochs"],
         "validation": m["validation"],
+        "accuracy_reference": reference,
         "summary": summary,
         "diagnosis": outcome.diagnosis,
         "probes": {
@@ -489,9 +546,13 @@ def print_summary(result: dict) -> None:
     print(head, flush=True)
     if s:
         acc = f"{s['final_val_acc']:.4f}" if s["final_val_acc"] is not None else "n/a"
-        print(f"[gnnscale]   train time (slowest rank) {s['train_time_s']:.2f}s, median epoch "
-              f"{s['median_epoch_time_s']:.3f}s, start-up {s['startup_s']:.1f}s, "
-              f"{s['throughput_seed_nodes_per_s']:.0f} seed nodes/s, val acc {acc}", flush=True)
+        steady = (f"steady-state epoch {s['steady_epoch_time_s']:.3f}s (warm-up epoch "
+                  f"{s['warmup_epoch_time_s']:.3f}s)" if s.get("steady_epoch_time_s") is not None
+                  else f"median epoch {s['median_epoch_time_s']:.3f}s (no epoch after the warm-up)")
+        conv = {True: "", False: " NOT CONVERGED (not above the features-only baseline)", None: ""}[s.get("converged")]
+        print(f"[gnnscale]   train time (slowest rank) {s['train_time_s']:.2f}s, {steady}, start-up "
+              f"{s['startup_s']:.1f}s, {s['throughput_seed_nodes_per_s']:.0f} seed nodes/s, val acc {acc}{conv}",
+              flush=True)
     if result["diagnosis"]:
         print(f"[gnnscale]   {result['diagnosis']['summary']}", flush=True)
     print(f"[gnnscale]   result: {Path(result['config']['out']) / 'result.json'}", flush=True)

@@ -61,7 +61,7 @@ def test_configs_name_only_registered_frameworks_and_models(path):
     assert set(cfg["grid"]["models"]) <= MODELS
     for name, settings in (cfg.get("models") or {}).items():
         assert name in MODELS
-        assert set(settings) <= set(registry.model(name).settings), (name, settings)
+        assert set(settings) <= set(registry.model(name).settings) | {"epochs"}, (name, settings)
 
 
 def test_analysis_orders_labels_and_colours_come_from_the_registry():
@@ -161,7 +161,7 @@ SCHEMA_TO_OPTION = {
 }
 # Workflow-only settings (the runner has no such option, or a different meaning).
 WORKFLOW_ONLY = {"raw_dir", "download", "grid.repeats", "node_gpus", "max_cpu_devices", "nodes",
-                 "request_gpus", "master_port", "models", "optimizer", "sampling"}
+                 "request_gpus", "master_port", "models", "optimizer", "sampling", "run_order_seed"}
 
 
 def schema_defaults(node, prefix=""):

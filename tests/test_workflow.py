@@ -76,7 +76,7 @@ def dry_run(cwd, *configfiles, args=(), snakefile=ROOT / "Snakefile", **extra_en
 @pytest.mark.parametrize(
     "config,runs",
     [
-        ("config.yaml", 2 * 3 * 2 * 2 * 2),  # frameworks x models x devices x batch x workers
+        ("config.yaml", 2 * 3 * 1 * 1 * 1 * 3),  # frameworks x models x devices x batch x workers x repeats
         ("paper.yaml", 2 * 2 * 3 * 3 * 2),  # Reddit need not be present for -n
         ("minimal.yaml", 2),
     ],
@@ -115,10 +115,11 @@ def test_slurm_profile_dry_run(tmp_path):
 
 
 def test_run_message_numbers_runs(tmp_path):
+    """Runs are numbered in their execution order (each framework once here)."""
     res = snakemake("-n", "--configfile", str(CONFIGS / "minimal.yaml"), cwd=tmp_path)
     out = res.stdout + res.stderr
-    assert re.search(r"run 1/2: pyg sage devices=2 batch=64 workers=0", out), out
-    assert re.search(r"run 2/2: dgl sage", out), out
+    numbered = dict(re.findall(r"run (\d)/2: (pyg|dgl) sage devices=2 batch=64 workers=0", out))
+    assert set(numbered) == {"1", "2"} and set(numbered.values()) == {"pyg", "dgl"}, out
 
 
 def test_report_outputs_match_analysis(tmp_path):
@@ -218,6 +219,43 @@ def copy_project(dst):
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     for name in ("workflows", "config", "profiles", "runners", "analysis"):
         shutil.copytree(ROOT / name, dst / name, ignore=ignore)
+
+
+def test_slow_runs_start_interleaved_by_repeat(tmp_path):
+    """With repeats, every configuration's repeat r starts before any repeat r + 1, in the
+    shuffled order the run messages number (checked on the real runs' started_at)."""
+    reason = tools_ready()
+    if reason:
+        pytest.skip(reason)
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    copy_project(proj)
+    cfg = minimal_with(**{"grid.repeats": 2, "max_steps_per_epoch": 2})
+    (proj / "order.yaml").write_text(yaml.safe_dump(cfg))
+    res = snakemake(
+        "--configfile",
+        str(proj / "order.yaml"),
+        "--until",
+        "run",
+        cwd=proj,
+        snakefile=proj / "Snakefile",
+        timeout=600,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    results = [
+        json.loads(p.read_text()) for p in (proj / "results/runs/tiny").glob("*/result.json")
+    ]
+    assert len(results) == 4
+    started = sorted(results, key=lambda r: (r["started_at"], r["finished_at"]))
+    assert [r["config"]["repeat"] for r in started] == [0, 0, 1, 1]
+    numbered = re.findall(
+        r"run (\d)/4: (\w+) sage devices=2 batch=64 workers=0 repeat=(\d)",
+        res.stdout + res.stderr,
+    )
+    by_number = [(fw, int(rep)) for _, fw, rep in sorted(numbered)]
+    assert by_number == [(r["config"]["framework"], r["config"]["repeat"]) for r in started]
+    # each repeat trains from its own seed, the same for both frameworks
+    assert {(r["config"]["repeat"], r["config"]["seed"]) for r in results} == {(0, 0), (1, 1)}
 
 
 def test_slow_end_to_end_minimal_sweep(tmp_path):

@@ -128,6 +128,15 @@ class DglAdapter(Adapter):
             "seed_split": "harness: fresh equal padded share per rank every epoch (same as PyG)",
             "self_loops": MODEL_BUILDERS[cfg.model].self_loops if self.loops else "none",
             "layer": layer_choice(MODEL_BUILDERS, cfg.model),
+            # prefetch_node_feats: DGL's loader gathers the features in the training process
+            # even when workers sample (on CPU without a prefetch thread, inside next(), so it
+            # shows as loader wait); PyG gathers them where it samples.
+            "feature_gather": ("in the training process inside next() (prefetch_node_feats), sampling in "
+                               "the loader workers" if cfg.workers
+                               else "in the training process inside next() (prefetch_node_feats)"),
+            "batch_prepare": ("self-loops added to every block (timed as the prepare phase)" if self.loops
+                              else "none (blocks used as sampled)"),
+            "sampled_edges": "sum of the blocks' edges: a node's neighbours count once per layer they are sampled in",
         }
 
     def seed(self, seed: int) -> None:

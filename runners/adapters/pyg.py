@@ -150,6 +150,10 @@ class PygAdapter(Adapter):
             "neighbourhoods": "sampled once per node (hop k samples only the nodes new at hop k-1)",
             "self_loops": (MODEL_BUILDERS[cfg.model].self_loops if cfg.self_loops else None) or "none",
             "layer": layer_choice(MODEL_BUILDERS, cfg.model),
+            "feature_gather": ("in the loader workers, with the sampling" if cfg.workers
+                               else "in the training process, with the sampling"),
+            "batch_prepare": "adj_t.coo() -> edge_index (timed as the prepare phase)",
+            "sampled_edges": "edges of the sampled subgraph, each counted once",
         }
 
     def build_model(self):

@@ -48,7 +48,8 @@ def model_settings(name):
 
 # Cross-field rules the schema cannot express.
 for _model, _given in config["models"].items():
-    _unused = sorted(set(_given) - set(registry.model(_model).settings))
+    # epochs: any model may train for its own number of epochs
+    _unused = sorted(set(_given) - set(registry.model(_model).settings) - {"epochs"})
     if _unused:
         config_error(
             f"models.{_model}",
@@ -111,7 +112,7 @@ RUN_RESULTS = [os.path.join(d, "result.json") for d in RUN_DIRS]
 
 
 class RunNumber:
-    """Formats a run's result path as "i/N" (its place in the grid).
+    """Formats a run's result path as "i/N" (its place in the execution order).
 
     The run jobs' message formats "{RUN_NUMBER:{output.result}}": messages see
     the workflow's globals, and the position must not be a param, or growing the
@@ -125,7 +126,41 @@ class RunNumber:
         return f"{self.index.get(path, '?')}/{len(self.index)}"
 
 
-RUN_NUMBER = RunNumber(RUN_RESULTS)
+def interleaved_order(results, repeats, seed):
+    """Execution order of the runs: all of repeat 0 (configurations shuffled), then repeat 1
+    (shuffled anew), ...: drift over the sweep and bursts of outside load hit every
+    configuration and both frameworks alike instead of one block of runs. The shuffle is
+    drawn from random.Random(seed), so the order is reproducible and recorded in the config.
+    """
+    import random
+
+    rng = random.Random(seed)
+    order = []
+    for r in range(repeats):
+        block = [p for i, p in enumerate(results) if i % repeats == r]
+        rng.shuffle(block)
+        order += block
+    return order
+
+
+# RUNS varies the repeat fastest, so the results of repeat r are every repeats-th entry.
+RUN_ORDER = interleaved_order(RUN_RESULTS, GRID["repeats"], config["run_order_seed"])
+_ORDER_INDEX = {path: i for i, path in enumerate(RUN_ORDER)}
+RUN_NUMBER = RunNumber(RUN_ORDER)
+
+
+def run_priority(wildcards):
+    """Scheduling priority of a run job: earlier in RUN_ORDER = higher.
+
+    Snakemake (>= 9) picks the highest-priority ready job first; with bench=1 only one run
+    may run at a time, so runs start in RUN_ORDER (each result's started_at shows it).
+    Not a param: reordering never invalidates a finished run.
+    """
+    keys = ("dataset", "framework", "model", "devices", "batch", "workers", "repeat")
+    path = os.path.join(
+        RUN_DIR.format(**{k: getattr(wildcards, k) for k in keys}), "result.json"
+    )
+    return len(RUN_ORDER) - _ORDER_INDEX.get(path, len(RUN_ORDER))
 
 
 def dataset_source(wildcards):
@@ -147,9 +182,12 @@ def run_settings(wildcards):
     model = model_settings(wildcards.model)
     opt = config["optimizer"]
     flags = [
-        f"--epochs {config['epochs']}",
+        # a model may train for its own number of epochs (GAT needs more steps to learn)
+        f"--epochs {model.get('epochs') or config['epochs']}",
         "--fanouts " + ",".join(str(f) for f in config["fanouts"]),
-        f"--seed {config['seed']}",
+        # Each repeat trains from its own seed (weights, sampling, dropout), the same for
+        # both frameworks, so accuracy intervals over repeats reflect training randomness.
+        f"--seed {config['seed'] + int(wildcards.repeat)}",
         f"--hidden {model['hidden']}",
         f"--layers {model['layers']}",
         f"--dropout {model['dropout']}",

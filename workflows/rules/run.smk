@@ -15,6 +15,8 @@ rule run:
         result="results/runs/{dataset}/{framework}-{model}-d{devices}-b{batch}-w{workers}-r{repeat}/result.json",
     log:
         "results/logs/run/{dataset}/{framework}-{model}-d{devices}-b{batch}-w{workers}-r{repeat}.log",
+    # Interleaved order: repeat r of every configuration before repeat r + 1 (common.smk).
+    priority: run_priority
     conda:
         "../../environment.yml"
     # The whole machine: timings must not share the CPU with another job, and
