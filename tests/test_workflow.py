@@ -91,7 +91,9 @@ def test_dry_run_counts(tmp_path, config, runs):
     "visible,extra,devices",
     [
         ("", {}, 2),  # no GPU: 1..max_cpu_devices
-        ("0,1,2,3", {}, 4),  # 1..visible GPUs
+        # A mask cannot add GPUs: with none on the machine, still 1..max_cpu_devices
+        # (the suite's one counter, runners.envinfo.visible_gpu_count, also for the runner).
+        ("0,1,2,3", {}, 2),
         ("", {"node_gpus": 3}, 3),  # explicit node size wins
     ],
 )

@@ -6,7 +6,6 @@ Everything here runs at parse time, so a bad config fails before any job starts.
 import itertools
 import os
 import sys
-from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
@@ -19,8 +18,12 @@ def config_error(key, problem):
     raise WorkflowError(f"Invalid config: {key}: {problem}")
 
 
-sys.path.insert(0, str(Path(workflow.basedir)))
-from runners.envinfo import visible_gpu_count  # noqa: E402  (the suite's one GPU counter)
+# Frameworks and models, with every model's default settings, come from the registry
+# (runners/adapters/registry.py; light, no torch), so the config names only overrides.
+if workflow.basedir not in sys.path:
+    sys.path.insert(0, workflow.basedir)
+from runners.adapters import registry  # noqa: E402
+from runners.envinfo import visible_gpu_count  # noqa: E402 (the one GPU counter)
 
 
 def resolve_devices(devices):
@@ -33,12 +36,6 @@ def resolve_devices(devices):
 
 GRID = config["grid"]
 DEVICES = resolve_devices(GRID["devices"])
-
-# Frameworks and models, with every model's default settings, come from the registry
-# (runners/adapters/registry.py; light, no torch), so the config names only overrides.
-if workflow.basedir not in sys.path:
-    sys.path.insert(0, workflow.basedir)
-from runners.adapters import registry  # noqa: E402
 
 
 def model_settings(name):
