@@ -381,7 +381,7 @@ def test_intervals_that_include_one_are_no_clear_difference():
 def _repeated(agg, factor_pyg, factor_dgl, jitter=(1.0, 1.03, 0.97)):
     """The real d1 runs as three repeats each, their times scaled (to set a known difference)."""
     runs = tables.add_experiment(agg.runs)
-    base = runs[runs["run_id"].isin(["pyg-sage-d1", "dgl-sage-d1"])]
+    base = runs[runs["run_name"].isin(["pyg-sage-d1", "dgl-sage-d1"])]
     base = base.assign(steady_epoch_time_s=1.0, train_time_s=5.0)
     out = []
     for rep, j in enumerate(jitter):
@@ -422,7 +422,7 @@ def test_order_finding_checks_interleaving(agg):
 
 
 def test_per_model_epochs_keep_one_experiment(agg):
-    runs = agg.runs[agg.runs["run_id"].isin(["pyg-sage-d1", "dgl-sage-d1"])]
+    runs = agg.runs[agg.runs["run_name"].isin(["pyg-sage-d1", "dgl-sage-d1"])]
     both = pd.concat([runs, runs.assign(model="gat", epochs=runs["epochs"] * 2,
                                         run_id=runs["run_id"] + "-gat")], ignore_index=True)
     labels = tables.add_experiment(both)["experiment"].unique()
