@@ -38,8 +38,11 @@ CONFIG_COLUMNS = (
     "replace", "pyg_trim", "breakdown", "probes", "uneven_batches", "inject", "threads_per_rank",
     # Written by the current runner but not required by the schema.
     "warmup_epochs", "max_steps_per_epoch", "eval_every", "lr_effective", "inject_rank",
-    "time_limit_s", "stall_floor_s", "stall_factor",
+    "time_limit_s", "stall_floor_s", "stall_factor", "harness",
 )
+# Work per rank (computed from the per-epoch records, so older results have it too).
+WORK_COLUMNS = ("seed_nodes_per_rank_epoch", "seed_nodes_per_epoch_all_ranks", "train_split_seed_nodes",
+                "split_passes_per_epoch")
 SUMMARY_COLUMNS = (
     "train_time_s", "median_epoch_time_s", "throughput_seed_nodes_per_s", "sampled_edges_per_s",
     "final_val_acc", "startup_s", "first_loss", "last_loss",
@@ -53,7 +56,7 @@ ENV_COLUMNS = (
 )
 RUN_COLUMNS = (
     ("run_id", "status") + CONFIG_COLUMNS + ("world_size",) + SUMMARY_COLUMNS + STEP_COLUMNS
-    + ("wall_time_s", "started_at", "finished_at", "epochs_completed", "steps_per_epoch",
+    + ("wall_time_s", "started_at", "finished_at", "epochs_completed", "steps_per_epoch") + WORK_COLUMNS + (
        "seed_base", "adapter_choices", "nvml_available", "nvml_reason", "preflight_warnings",
        "diag_cause", "diag_summary", "diag_remedy", "detected_after_s", "cpu_busy_before")
     + tuple(f"env_{k}" for k in ENV_COLUMNS)
@@ -211,6 +214,7 @@ def run_row(data: dict, result_path: Path) -> dict:
     diag = data.get("diagnosis") or {}
     row = {"run_id": data["run_id"], "status": data["status"]}
     row.update({k: _scalar(cfg.get(k)) for k in CONFIG_COLUMNS})
+    row["harness"] = cfg.get("harness") or "fair"  # results from before --harness were all fair
     row["world_size"] = cfg["devices"] * cfg["nodes"]
     row.update({k: summary.get(k) for k in SUMMARY_COLUMNS})
     row.update({f"step_{p}": breakdown.get(p) for p in PHASES})
@@ -238,12 +242,29 @@ def run_row(data: dict, result_path: Path) -> dict:
         "command": data["command"]["shell"], "run_dir": str(result_path.parent),
         "result_path": str(result_path),
     })
+    row.update(work_per_rank(data))
     for k in ENV_COLUMNS:
         row[f"env_{k}"] = _scalar(env.get(k))
     row["env_gpus"] = ", ".join(str(g.get("name", g)) if isinstance(g, dict) else str(g)
                                 for g in env.get("gpus") or []) or None
     row["env_omp_num_threads"] = rank_env.get("OMP_NUM_THREADS")
     return row
+
+
+def work_per_rank(data: dict) -> dict:
+    """Seed nodes one rank trained per epoch (mean over its epochs, then over ranks), all
+    ranks together, and that total against the training split (passes over it per epoch)."""
+    per_rank: dict = {}
+    for e in data["epochs"]:
+        if e.get("seed_nodes") is not None:
+            per_rank.setdefault(e["rank"], []).append(float(e["seed_nodes"]))
+    means = [sum(v) / len(v) for v in per_rank.values()]
+    cfg = data["config"]
+    per_rank_mean = sum(means) / len(means) if means else None
+    total = per_rank_mean * cfg["devices"] * cfg["nodes"] if means else None
+    split = (data.get("summary") or {}).get("train_split_seed_nodes")
+    return {"seed_nodes_per_rank_epoch": per_rank_mean, "seed_nodes_per_epoch_all_ranks": total,
+            "train_split_seed_nodes": split, "split_passes_per_epoch": total / split if total and split else None}
 
 
 def epoch_rows(data: dict) -> list:

@@ -10,6 +10,11 @@ Measurement choices (recorded in every result):
 - GAT self-attention: DGL's GATConv has no self-loop option, so each sampled block gets one
   self-loop edge per destination node, which is what PyG's GATConv(add_self_loops=True)
   does on its subgraph.
+- Seed-study harness (`--harness study`): the graph gets one self-loop edge per node, as the
+  study loaded Reddit (`RedditDataset(self_loop=True)`), so the sampler may draw a node as its
+  own neighbour and blocks get no extra self-loops; the DataLoader over the whole training
+  split is built without use_ddp and handed to trainer.fit, as the study did. Its dataset is
+  iterable, so Lightning leaves it unsharded and every rank trains the whole split.
 """
 
 from __future__ import annotations
@@ -101,15 +106,23 @@ class DglAdapter(Adapter):
         super().__init__(cfg, graph, rank, world_size, device)
         if device.type == "cuda":
             require_cuda_build()
-        self.g = to_dgl_graph(graph).formats(["csc"])
-        self.gat_loops = cfg.model == "gat" and cfg.self_loops
+        self.study = cfg.harness == "study"
+        g = to_dgl_graph(graph)
+        if self.study:
+            g = dgl.add_self_loop(g)  # RedditDataset(self_loop=True), as the seed study loaded it
+        self.g = g.formats(["csc"])
+        self.gat_loops = cfg.model == "gat" and cfg.self_loops and not self.study
         self.choices = {
             "graph_input": "dgl.graph(('csc', ...)) on the memory-mapped CSC, csc format only",
             "sampler": "dgl.dataloading.NeighborSampler + DataLoader",
             "layer_compute": "blocks shrink layer by layer",
             "neighbourhoods": "sampled afresh for every destination node of every layer",
-            "seed_split": "harness naive split" if cfg.uneven_batches else "DGL use_ddp=True (padded)",
-            "self_loops": "one self-loop per destination added to each block" if self.gat_loops else "none",
+            "seed_split": ("none: every rank iterates the whole split (loader without use_ddp passed to "
+                           "trainer.fit, as the seed study did)" if self.study
+                           else "harness naive split" if cfg.uneven_batches else "DGL use_ddp=True (padded)"),
+            "self_loops": ("graph-level self-loop on every node (dgl.add_self_loop, as RedditDataset("
+                           "self_loop=True)); sampled like any edge" if self.study
+                           else "one self-loop per destination added to each block" if self.gat_loops else "none"),
         }
 
     def seed(self, seed: int) -> None:
@@ -135,6 +148,16 @@ class DglAdapter(Adapter):
             ddp_seed=self.cfg.seed, batch_size=self.cfg.batch_size, shuffle=True, drop_last=False,
             num_workers=self.cfg.workers, **kwargs,
         )
+
+    def study_train_loader(self, worker_init_fn):
+        # PyTorch's default non-persistent workers, as the study left them: forked afresh every epoch.
+        kwargs = {"worker_init_fn": worker_init_fn} if self.cfg.workers > 0 else {}
+        return dgl.dataloading.DataLoader(
+            self.g, as_tensor(self.graph.train_idx), self._sampler(), device="cpu",
+            batch_size=self.cfg.batch_size, shuffle=True, drop_last=False, num_workers=self.cfg.workers, **kwargs)
+
+    def study_eval_loader(self):
+        return self.eval_loader(self.graph.val_idx)
 
     def start_epoch(self, loader, epoch: int) -> None:
         # DGL's node DataLoader reshuffles its DDP share on every iteration by itself

@@ -10,6 +10,9 @@ Measurement choices (recorded in every result):
   PyG's own DDP example (`--pyg-trim` switches to trimming layer by layer).
 - Seeds are split across ranks by the harness into equal shares (padded), as PyG's
   examples split them by hand; NeighborLoader then shuffles within the share.
+- Seed-study harness (`--harness study`): the NeighborLoader over the whole training split
+  is built inside a LightningDataModule's train_dataloader hook, as the seed study built it,
+  so Lightning rebuilds it with a DistributedSampler (each rank trains 1/N of the seeds).
 """
 
 from __future__ import annotations
@@ -108,7 +111,9 @@ class PygAdapter(Adapter):
                            + ("; PyG copies it to shared memory for its workers)" if cfg.workers else ")"),
             "sampler": f"torch_geometric.loader.NeighborLoader ({self.backend})",
             "layer_compute": "trim_to_layer" if cfg.pyg_trim else "all sampled nodes every layer",
-            "seed_split": "harness: equal padded share per rank",
+            "seed_split": ("Lightning's DistributedSampler (loader built in a LightningDataModule hook, "
+                           "as the seed study did)" if cfg.harness == "study"
+                           else "harness: equal padded share per rank"),
             "neighbourhoods": "sampled once per node (hop k samples only the nodes new at hop k-1)",
             "self_loops": "GATConv(add_self_loops=True)" if cfg.self_loops else "none",
         }
@@ -118,14 +123,14 @@ class PygAdapter(Adapter):
         return PygModel(c.model, self.graph.num_features, c.hidden, self.graph.num_classes,
                         c.layers, c.heads, c.dropout, c.self_loops, trim=c.pyg_trim)
 
-    def _loader(self, seeds, batch_size, shuffle, workers, worker_init_fn=None):
+    def _loader(self, seeds, batch_size, shuffle, workers, worker_init_fn=None, persistent=True):
         from torch_geometric.loader import NeighborLoader
 
         return NeighborLoader(
             self.data, num_neighbors=list(self.cfg.fanouts_framework),
             input_nodes=torch.as_tensor(seeds, dtype=torch.long), batch_size=batch_size,
             shuffle=shuffle, replace=self.cfg.replace, num_workers=workers,
-            persistent_workers=workers > 0, worker_init_fn=worker_init_fn,
+            persistent_workers=persistent and workers > 0, worker_init_fn=worker_init_fn,
         )
 
     def train_loader(self, rank_seeds, worker_init_fn):
@@ -133,6 +138,16 @@ class PygAdapter(Adapter):
 
     def eval_loader(self, seeds):
         return self._loader(seeds, self.cfg.eval_batch_size, False, 0)
+
+    study_loader_in_hook = True  # the seed study built its NeighborLoader in a DataModule hook
+
+    def study_train_loader(self, worker_init_fn):
+        # PyTorch's default non-persistent workers, as the study left them: forked afresh every epoch.
+        return self._loader(self.graph.train_idx, self.cfg.batch_size, True, self.cfg.workers, worker_init_fn,
+                            persistent=False)
+
+    def study_eval_loader(self):
+        return self.eval_loader(self.graph.val_idx)
 
     def unpack(self, raw) -> Batch:
         row, col, _ = raw.adj_t.coo()  # adj_t rows are destinations
