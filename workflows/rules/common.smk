@@ -258,6 +258,8 @@ os.environ.update(
 REPORT_TABLES = {
     "table2": "Timing",
     "paper_comparison": "Timing",
+    "study_work": "Seed study explained",
+    "study_time": "Seed study explained",
     "scaling": "Timing",
     "breakdown": "Timing",
     "throughput": "Timing",
