@@ -96,6 +96,7 @@ def harness_of(wildcards):
     """The harness a run id names (the inverse of harness_prefix)."""
     return wildcards.hprefix.rstrip("-") or "fair"
 
+
 RUN_DIR = f"results/runs/{{dataset}}/{RUN_ID}"
 
 # One entry per grid point, in a stable order (used for "run i/N" messages).
