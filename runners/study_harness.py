@@ -159,7 +159,8 @@ def _lightning_module(rank: "StudyRank", adapter, model, lr: float):
             self.correct[1] += batch.labels.numel()
 
         def on_validation_epoch_end(self) -> None:
-            totals = self.trainer.strategy.reduce(self.correct.clone(), reduce_op="sum")
+            # NCCL reduces CUDA tensors only: the counts go to the module's device first.
+            totals = self.trainer.strategy.reduce(self.correct.to(self.device), reduce_op="sum").cpu()
             if self.trainer.sanity_checking:
                 return
             acc = float(totals[0] / max(float(totals[1]), 1.0))
