@@ -368,6 +368,8 @@ FAIRNESS_ROWS = (
     ("sampling with replacement", lambda r: r["replace"]),
     ("PyG layer trimming", lambda r: r["pyg_trim"].where(r["framework"] == "pyg")),
     ("layer computation", lambda r: _choices(r, "layer_compute")),
+    ("training harness (fair: the suite's DDP loop; study: the seed study's Lightning harness)",
+     lambda r: r["harness"] if "harness" in r else None),
     ("seed split across ranks", lambda r: _choices(r, "seed_split")),
     ("uneven batches (naive split)", lambda r: r["uneven_batches"]),
     ("graph input", lambda r: _choices(r, "graph_input")),

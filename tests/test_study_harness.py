@@ -123,3 +123,18 @@ def test_bad_harness_is_refused(tmp_path):
     assert proc.returncode == 2
     assert "--harness 'lightning'" in proc.stderr and "fair, study" in proc.stderr
     assert not (tmp_path / "x").exists()
+
+
+def test_report_section_puts_harnesses_side_by_side(runs, tmp_path):
+    from analysis import report
+    from analysis.aggregate import aggregate
+
+    page = report.render(aggregate([str(p) for p in runs.values()]), tmp_path / "index.html", tmp_path)
+    text = page.read_text()
+    assert "Why the seed study saw what it saw" in text and 'id="memory-model"' in text
+    work = pd.read_csv(tmp_path / "study_work.csv").set_index(["harness", "framework"])
+    assert work.loc[("study", "dgl"), "split_passes_per_epoch"] == pytest.approx(2.0)
+    for key in (("study", "pyg"), ("fair", "pyg"), ("fair", "dgl")):
+        assert work.loc[key, "split_passes_per_epoch"] == pytest.approx(1.0, abs=0.01), key
+    time = pd.read_csv(tmp_path / "study_time.csv")
+    assert set(time["harness"]) == {"study", "fair"} and (time["train_time_s"] > 0).all()
