@@ -258,8 +258,9 @@ def study_findings(work: pd.DataFrame, time: pd.DataFrame, paper: pd.DataFrame) 
         if s_dgl < s_pyg and s_dgl < f_dgl:
             out.append(f"The shape of the seed study's result is reproduced by its harness: DGL gains less from "
                        f"more devices than PyG ({s_dgl:.2f}× vs {s_pyg:.2f}×), and with the seeds split across "
-                       f"ranks (fair harness) DGL's speed-up is {f_dgl:.2f}×. The extra work per rank accounts for "
-                       f"this: 'adding GPUs hurts DGL' describes the study's harness, not DGL.")
+                       f"ranks (fair harness) DGL's speed-up is {f_dgl:.2f}×. That is what the work per rank "
+                       f"predicts: with every DGL rank training the whole split, a rank's epoch cannot get shorter "
+                       f"with more devices. 'Adding GPUs hurts DGL' describes the study's harness, not DGL.")
         else:
             out.append(f"The work difference is there, but these timings do not show the expected effect "
                        f"(DGL under the study's harness {s_dgl:.2f}×, PyG {s_pyg:.2f}×, DGL under the fair harness "
