@@ -192,6 +192,8 @@ def run_settings(wildcards):
         flags.append("--pyg-trim")
     if config["nodes"] > 1:
         flags.append(f"--nnodes {config['nodes']}")
+    if config.get("threads_per_rank"):
+        flags.append(f"--threads-per-rank {config['threads_per_rank']}")
     if harness_of(wildcards) != "fair":
         # Only when not the default, so adding the axis reruns no finished fair run.
         flags.append(f"--harness {harness_of(wildcards)}")
