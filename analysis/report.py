@@ -202,11 +202,19 @@ def _median_by(df: pd.DataFrame, value: str) -> dict:
     return {k: float(g[value].median()) for k, g in df.groupby(["harness", "framework"]) if g[value].notna().any()}
 
 
-def study_findings(work: pd.DataFrame, time: pd.DataFrame, paper: pd.DataFrame) -> list:
-    """Why the seed study saw what it saw, in words; each sentence names the table it comes from."""
+def study_findings(work: pd.DataFrame, time: pd.DataFrame, paper: pd.DataFrame, runs=None) -> list:
+    """Why the seed study saw what it saw, in words; each sentence names the table it comes from.
+    `runs` (optional) lets it say how many of the timed runs started on a busy machine."""
     if work.empty:
         return []
     out = []
+    if runs is not None and "cpu_busy_before" in runs:
+        busy = pd.to_numeric(runs["cpu_busy_before"], errors="coerce") > BUSY_WARN_PERCENT
+        if busy.any():
+            out.append(f"Caution: {int(busy.sum())} of {len(runs)} runs started while the CPUs were more than "
+                       f"{BUSY_WARN_PERCENT}% busy with other work, so the times and speed-ups below are noisy "
+                       f"(see the confidence intervals); the work per rank is counted, not timed, and does not "
+                       f"depend on the load.")
     multi = work[work["devices"] > work["devices"].min()]
     if multi.empty:
         return ["Only one device count was measured, so work per rank cannot be compared across device counts."]
@@ -521,7 +529,8 @@ def render(agg: Aggregate, out: Path, assets: Path, source: str = "") -> Path:
         source=source, counts=Counter(runs["status"]), n_runs=len(runs), n_invalid=len(agg.invalid),
         status_colours=STATUS_COLOURS,
         findings=findings(runs, points, scaling, tabs["paper_comparison"].data, agg.invalid),
-        study_findings=study_findings(tabs["study_work"].data, tabs["study_time"].data, tables.load_paper()),
+        study_findings=study_findings(tabs["study_work"].data, tabs["study_time"].data, tables.load_paper(),
+                                      tables.performance_runs(runs)),
         tables={k: {"title": t.title, "description": t.description, "html": t.html()} for k, t in tabs.items()},
         figures=figures, n_failures=len(agg.failures),
         experiments=list(dict.fromkeys(runs["experiment"])),
