@@ -44,8 +44,11 @@ CONFIG_COLUMNS = (
     "replace", "pyg_trim", "breakdown", "probes", "uneven_batches", "inject", "threads_per_rank",
     # Written by the current runner but not required by the schema.
     "warmup_epochs", "max_steps_per_epoch", "eval_every", "lr_effective", "inject_rank",
-    "time_limit_s", "stall_floor_s", "stall_factor",
+    "time_limit_s", "stall_floor_s", "stall_factor", "harness",
 )
+# Work per rank (computed from the per-epoch records, so older results have it too).
+WORK_COLUMNS = ("seed_nodes_per_rank_epoch", "seed_nodes_per_epoch_all_ranks", "train_split_seed_nodes",
+                "split_passes_per_epoch")
 SUMMARY_COLUMNS = (
     "train_time_s", "median_epoch_time_s", "throughput_seed_nodes_per_s", "sampled_edges_per_s",
     "final_val_acc", "startup_s", "first_loss", "last_loss",
@@ -63,7 +66,7 @@ ENV_COLUMNS = (
 )
 RUN_COLUMNS = (
     ("run_id", "run_name", "status") + CONFIG_COLUMNS + ("world_size",) + SUMMARY_COLUMNS + STEP_COLUMNS
-    + ("wall_time_s", "started_at", "finished_at", "epochs_completed", "steps_per_epoch",
+    + ("wall_time_s", "started_at", "finished_at", "epochs_completed", "steps_per_epoch") + WORK_COLUMNS + (
        "seed_base", "adapter_choices", "nvml_available", "nvml_reason", "preflight_warnings",
        "diag_cause", "diag_summary", "diag_remedy", "detected_after_s", "cpu_busy_before",
        "mem_model_bytes", "mem_peak_bytes", "mem_peak_source", "mem_limit_bytes", "mem_cgroup_peak_bytes",
@@ -231,6 +234,7 @@ def run_row(data: dict, result_path: Path) -> dict:
     row = {"run_id": data["run_id"], "run_name": data.get("run_name", result_path.parent.name),
            "status": data["status"]}
     row.update({k: _scalar(cfg.get(k)) for k in CONFIG_COLUMNS})
+    row["harness"] = cfg.get("harness") or "fair"  # results from before --harness were all fair
     row["world_size"] = cfg["devices"] * cfg["nodes"]
     row.update({k: summary.get(k) for k in SUMMARY_COLUMNS})
     row.update({f"step_{p}": breakdown.get(p) for p in PHASES})
@@ -267,12 +271,29 @@ def run_row(data: dict, result_path: Path) -> dict:
         "mem_cgroup_peak_bytes": mem.get("cgroup_peak_bytes"),
         "oom_killed": ", ".join(k["role"] for k in (diag.get("oom") or {}).get("killed", [])) or None,
     })
+    row.update(work_per_rank(data))
     for k in ENV_COLUMNS:
         row[f"env_{k}"] = _scalar(env.get(k))
     row["env_gpus"] = ", ".join(str(g.get("name", g)) if isinstance(g, dict) else str(g)
                                 for g in env.get("gpus") or []) or None
     row["env_omp_num_threads"] = rank_env.get("OMP_NUM_THREADS")
     return row
+
+
+def work_per_rank(data: dict) -> dict:
+    """Seed nodes one rank trained per epoch (mean over its epochs, then over ranks), all
+    ranks together, and that total against the training split (passes over it per epoch)."""
+    per_rank: dict = {}
+    for e in data["epochs"]:
+        if e.get("seed_nodes") is not None:
+            per_rank.setdefault(e["rank"], []).append(float(e["seed_nodes"]))
+    means = [sum(v) / len(v) for v in per_rank.values()]
+    cfg = data["config"]
+    per_rank_mean = sum(means) / len(means) if means else None
+    total = per_rank_mean * cfg["devices"] * cfg["nodes"] if means else None
+    split = (data.get("summary") or {}).get("train_split_seed_nodes")
+    return {"seed_nodes_per_rank_epoch": per_rank_mean, "seed_nodes_per_epoch_all_ranks": total,
+            "train_split_seed_nodes": split, "split_passes_per_epoch": total / split if total and split else None}
 
 
 def epoch_rows(data: dict, run_id=None) -> list:

@@ -308,7 +308,7 @@ def worst_status(statuses) -> str:
     return present[0] if present else "ok"
 
 
-CARRIED = ("dataset", "epochs", "device_type")
+CARRIED = ("dataset", "epochs", "device_type", "harness")
 
 
 def _truthy(v):
@@ -727,6 +727,159 @@ def paper_comparison(points: pd.DataFrame, paper: pd.DataFrame) -> TableSet:
         pd.DataFrame(rows, columns=cols), grids)
 
 
+# -- why the seed study saw what it saw: study harness vs fair harness ------------------------
+
+HARNESS_ORDER = ("study", "fair")
+HARNESS_LABELS = {"study": "seed study's harness", "fair": "fair harness"}
+# A study-vs-fair comparison pairs runs that differ only in the harness.
+STUDY_KEYS = ("dataset", "device_type", "epochs", "framework", "model", "batch_size", "workers")
+WORK_VALUES = ("steps_per_epoch", "seed_nodes_per_rank_epoch", "seed_nodes_per_epoch_all_ranks",
+               "train_split_seed_nodes", "split_passes_per_epoch")
+
+
+def _with_harness(runs: pd.DataFrame) -> pd.DataFrame:
+    runs = performance_runs(runs)
+    if "harness" not in runs.columns:
+        runs = runs.assign(harness="fair")
+    return runs.assign(harness=runs["harness"].fillna("fair").astype(str))
+
+
+def has_study_runs(runs: pd.DataFrame) -> bool:
+    return not runs.empty and (_with_harness(runs)["harness"] == "study").any()
+
+
+def study_work_data(runs: pd.DataFrame) -> pd.DataFrame:
+    """Work per rank per epoch for every harness x grid point (ok runs, mean over repeats)."""
+    cols = ["harness", *STUDY_KEYS, "devices", "n_ok", *WORK_VALUES]
+    runs = _with_harness(runs)
+    ok = runs[runs["status"] == "ok"]
+    if ok.empty or not has_study_runs(runs):
+        return pd.DataFrame(columns=cols)
+    keys = ["harness", *STUDY_KEYS, "devices"]
+    vals = ok[list(WORK_VALUES)].apply(pd.to_numeric, errors="coerce")
+    g = pd.concat([ok[keys], vals], axis=1).groupby(keys, sort=False, dropna=False)
+    out = g.mean().reset_index().merge(g.size().rename("n_ok").reset_index(), on=keys)
+    return paper_order(out, ["harness", "model", "framework", "batch_size", "workers", "devices"])[cols]
+
+
+def study_time_data(points: pd.DataFrame) -> pd.DataFrame:
+    """Training time and median epoch time against devices per harness, with the speed-up
+    over the fewest devices of the same harness and configuration."""
+    cols = ["harness", *STUDY_KEYS, "devices", "base_devices", "n_ok", "statuses", "train_time_s", "train_time_ci95",
+            "speedup", "median_epoch_time_s", "epoch_speedup", "command"]
+    if points.empty or "harness" not in points or not (points["harness"] == "study").any():
+        return pd.DataFrame(columns=cols)
+    rows = []
+    for key, g in points.groupby(["harness", *STUDY_KEYS], sort=False, dropna=False):
+        g = g.sort_values("devices")
+        base = g.iloc[0]
+        for p in g.itertuples():
+            ok = p.n_ok > 0 and base.n_ok > 0
+            rows.append({**dict(zip(["harness", *STUDY_KEYS], key)), "devices": p.devices,
+                         "base_devices": base.devices, "n_ok": p.n_ok, "statuses": p.statuses,
+                         "train_time_s": p.train_time_s_mean, "train_time_ci95": p.train_time_s_ci95,
+                         "speedup": base.train_time_s_mean / p.train_time_s_mean if ok else float("nan"),
+                         "median_epoch_time_s": p.median_epoch_time_s_mean,
+                         "epoch_speedup": (base.median_epoch_time_s_mean / p.median_epoch_time_s_mean
+                                           if ok else float("nan")),
+                         "command": p.command})
+    out = pd.DataFrame(rows, columns=cols)
+    return paper_order(out, ["model", "framework", "batch_size", "workers", "harness", "devices"])
+
+
+def _study_grids(data: pd.DataFrame, caption: str, cell) -> list:
+    """Rows model x framework x batch x workers; columns harness x devices; `cell(row)` -> Cell."""
+    if data.empty:
+        return []
+    harnesses = [h for h in HARNESS_ORDER if h in set(data["harness"])]
+    devices = sorted(data["devices"].unique())
+    header = [[("Model", 1), ("Framework", 1), ("Batch size", 1), ("Workers", 1)]
+              + [(HARNESS_LABELS.get(h, h), len(devices)) for h in harnesses],
+              [("", 1)] * 4 + [(f"{d} device{'s' if d != 1 else ''}", 1) for _ in harnesses for d in devices]]
+    rows, prev = [], None
+    grids = []
+    for setting, exp in data.groupby(["dataset", "device_type", "epochs"], sort=False):
+        idx = {(r["model"], r["framework"], r["batch_size"], r["workers"], r["harness"], r["devices"]): r
+               for r in exp.to_dict("records")}
+        keys = paper_order(exp[["model", "framework", "batch_size", "workers"]].drop_duplicates(),
+                           ["model", "framework", "batch_size", "workers"])
+        rows, prev = [], None
+        for k in keys.itertuples(index=False):
+            labels = [model_label(k.model), framework_label(k.framework), str(k.batch_size), str(k.workers)]
+            cells = _index_cells(labels, prev)
+            prev = labels
+            for h in harnesses:
+                for d in devices:
+                    r = idx.get((k.model, k.framework, k.batch_size, k.workers, h, d))
+                    cells.append(Cell("—", css="missing", title="not in the grid") if r is None else cell(r))
+            rows.append(cells)
+        title = f"{caption} · dataset {setting[0]} · {setting[1]} · {setting[2]} epochs"
+        grids.append(GridTable(title, header, rows, n_index=4))
+    return grids
+
+
+def study_work_table(runs: pd.DataFrame) -> TableSet:
+    """Work per rank per epoch, study harness beside the fair harness."""
+    data = study_work_data(runs)
+
+    def cell(r):
+        if not r["n_ok"]:
+            return Cell("no ok run", css="muted")
+        passes = r["split_passes_per_epoch"]
+        text = (f"{fmt_num(r['seed_nodes_per_rank_epoch'])} seeds · {r['steps_per_epoch']:.0f} steps"
+                + ("" if pd.isna(passes) else f" · all ranks {passes:.2f}× split"))
+        return Cell(text, css="warn" if not pd.isna(passes) and passes > 1.05 else "",
+                    title=f"all ranks: {fmt_num(r['seed_nodes_per_epoch_all_ranks'])} seed nodes per epoch; "
+                          f"training split: {fmt_num(r['train_split_seed_nodes'])}")
+    return TableSet(
+        "study_work", "Work per rank: seed study's harness vs fair harness",
+        "Seed nodes and steps ONE rank trained per epoch (from each rank's epochs.csv), and all ranks' "
+        "seed nodes per epoch as a multiple of the training split (1.00× = the ranks shared one pass over "
+        "the split; N× = every one of N ranks trained the whole split). Highlighted: more than one pass.",
+        data, _study_grids(data, "Work per rank per epoch", cell),
+        empty_text="No run with the seed study's harness (--harness study) in these results; "
+                   "run `snakemake --cores all --configfile config/study.yaml`.")
+
+
+def study_time_table(points: pd.DataFrame) -> TableSet:
+    """Training time against devices and speed-up, study harness beside the fair harness."""
+    data = study_time_data(points)
+
+    def cell(r):
+        if not r["n_ok"]:
+            return Cell(r["statuses"], css="status", title=f"rerun: {r['command']}")
+        ci = "" if pd.isna(r["train_time_ci95"]) else f" ± {fmt_num(r['train_time_ci95'], ref=r['train_time_s'])}"
+        sp = "" if r["devices"] == r["base_devices"] or pd.isna(r["speedup"]) else f" ({r['speedup']:.2f}×)"
+        return Cell(f"{fmt_num(r['train_time_s'])}{ci} s{sp}",
+                    css="warn" if not pd.isna(r["speedup"]) and r["speedup"] < 1 else "",
+                    title=f"median epoch {fmt_num(r['median_epoch_time_s'])} s; rerun: {r['command']}")
+    return TableSet(
+        "study_time", "Time vs devices: seed study's harness vs fair harness",
+        "Training time of the slowest rank (mean ± 95% CI over repeats) and in brackets the speed-up over "
+        "the fewest devices of the same harness (below 1×, highlighted: slower with more devices). Each "
+        "harness's own definition: the study's is the wall time of trainer.fit, validation and Lightning's "
+        "set-up included, as the seed study timed it; the fair harness's is the sum of its training epochs. "
+        "The CSV also has the median epoch time (training batches only, comparable between harnesses).",
+        data, _study_grids(data, "Training time (speed-up)", cell),
+        empty_text="No run with the seed study's harness (--harness study) in these results.")
+
+
+def memory_model_table(runs: pd.DataFrame):
+    """Memory model vs measured peak host memory per configuration (issue 11, item 3).
+
+    Returns None while the results carry no memory columns; the memory-model work fills this in.
+    """
+    return None
+
+
+def paper_study_speedups(paper: pd.DataFrame) -> pd.DataFrame:
+    """The seed study's own speed-ups from 1 to 2 GPUs (Table 2), per model, batch size and framework."""
+    p = paper.pivot_table(index=["model", "batch_size", "framework"], columns="gpus", values="seconds")
+    if 1 not in p.columns or 2 not in p.columns:
+        return pd.DataFrame(columns=["model", "batch_size", "framework", "speedup_1_to_2"])
+    return (p[1] / p[2]).rename("speedup_1_to_2").reset_index()
+
+
 # -- all tables -----------------------------------------------------------------------------
 
 POINT_VALUES = ("train_time_s", "median_epoch_time_s", "throughput_seed_nodes_per_s",
@@ -746,7 +899,8 @@ def all_tables(runs: pd.DataFrame, paper: pd.DataFrame | None = None) -> dict:
     points = performance_points(runs)
     tables = [training_time_table(points), scaling_table(points), breakdown_table(points),
               throughput_table(points), accuracy_table(points),
-              paper_comparison(points, load_paper() if paper is None else paper)]
+              paper_comparison(points, load_paper() if paper is None else paper),
+              study_work_table(runs), study_time_table(points)]
     return {t.name: t for t in tables}
 
 

@@ -22,6 +22,9 @@ FAULTS = ("uneven-batches", "stall-rank", "hang-worker", "crash-rank", "kill-wor
 FAULTS_NEEDING_WORKERS = ("hang-worker", "kill-worker")
 LR_SCALINGS = ("none", "linear")
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
+# fair: the suite's own DDP loop (runners/harness.py); study: the seed study's Lightning
+# harness, loaders built as it built them (runners/study_harness.py).
+HARNESSES = ("fair", "study")
 
 # Per model (the seed study's Table 1, declared in the registry); any of them can be
 # overridden on the command line.
@@ -97,6 +100,8 @@ class RunConfig:
     max_steps_per_epoch: int = 0
     skip_reason: Optional[str] = None
     memory_limit_bytes: int = 0  # 0: no cap; else the process tree runs in a memory cgroup
+
+    harness: str = "fair"
 
     def __post_init__(self):
         for key, value in registry.model(self.model).defaults.items():
@@ -203,6 +208,9 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_argument("--eval-batch-size", type=int, default=default("eval_batch_size"))
     opt.add_argument("--max-steps-per-epoch", type=int, default=default("max_steps_per_epoch"),
                      help="cap steps per epoch (0: the whole training split); for quick checks")
+    opt.add_argument("--harness", default="fair",
+                     help="fair: the suite's DDP loop, both frameworks split the seeds equally; study: "
+                     "the seed study's PyTorch Lightning harness, loaders built as it built them")
     opt.add_argument("--uneven-batches", action="store_true",
                      help="naive split: the last rank gets one batch fewer (reproduces the DDP hang)")
     probe = p.add_argument_group("probes")
@@ -272,6 +280,11 @@ def config_from_args(args: argparse.Namespace, visible_gpus: int, cpu_cores: int
     _require(args.stall_factor >= 1, f"--stall-factor {args.stall_factor}: must be at least 1")
     _require(args.eval_every >= 0, f"--eval-every {args.eval_every}: must be 0 or more")
     _require(args.threads_per_rank >= 0, f"--threads-per-rank {args.threads_per_rank}: must be 0 or more")
+    _require(args.harness in HARNESSES,
+             f"--harness {args.harness!r} is unknown; allowed: {', '.join(HARNESSES)}")
+    _require(args.harness == "fair" or not (args.uneven_batches or args.inject),
+             f"--harness {args.harness}: --uneven-batches and --inject need the fair harness "
+             "(the study harness builds its loaders exactly as the seed study did)")
     _require(args.max_steps_per_epoch >= 0,
              f"--max-steps-per-epoch {args.max_steps_per_epoch}: must be 0 or more")
 
@@ -352,6 +365,6 @@ def config_from_args(args: argparse.Namespace, visible_gpus: int, cpu_cores: int
         stall_floor_s=args.stall_floor, stall_factor=args.stall_factor,
         startup_timeout_s=args.startup_timeout, native_stacks=args.native_stacks,
         max_steps_per_epoch=args.max_steps_per_epoch, skip_reason=skip_reason,
-        memory_limit_bytes=memory_limit,
+        memory_limit_bytes=memory_limit, harness=args.harness,
     )
 

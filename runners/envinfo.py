@@ -168,6 +168,7 @@ def collect() -> dict:
         "torch_sparse": package_version("torch_sparse") or package_version("torch-sparse"),
         "torch_scatter": package_version("torch_scatter") or package_version("torch-scatter"),
         "numpy": package_version("numpy"),
+        "lightning": package_version("lightning"),  # the seed-study harness (--harness study)
         "pyg_sampler_backend": pyg_sampler_backend(),
         "dgl_cuda": dgl_has_cuda(),
         "gpus": nvml["gpus"],

@@ -225,6 +225,7 @@ class Rank:
 
         graph = datasets.load(cfg.dataset, root=cfg.data_root)
         self.info["dataset_hash"] = graph.content_hash
+        self.info["train_split_seed_nodes"] = int(len(graph.train_idx))
         adapter = adapter_cls(cfg, graph, self.rank, self.world, device)
         adapter.seed(seed)
         self.adapter = adapter  # loader workers, forked later, seed the framework through it
@@ -426,12 +427,13 @@ class Rank:
         return hits / max(total, 1.0)
 
 
-def main(argv=None) -> int:
+def main(argv=None, rank_class=None) -> int:
+    """Run one rank; `rank_class` (default Rank) lets runners.study_harness reuse the error record."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--config", required=True)
     args = parser.parse_args(argv)
     cfg = RunConfig.load(Path(args.config))
-    rank = Rank(cfg)
+    rank = (rank_class or Rank)(cfg)
     try:
         rank.run()
     except BaseException as exc:

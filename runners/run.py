@@ -65,7 +65,8 @@ def launch_command(cfg: RunConfig, config_path: Path) -> list:
         "--nnodes", str(cfg.nodes), "--node-rank", str(cfg.node_rank),
         "--nproc-per-node", str(cfg.devices), "--master-addr", cfg.master_addr,
         "--master-port", str(cfg.master_port), "--max-restarts", "0", "--monitor-interval", "0.5",
-        "-m", "runners.harness", "--config", str(config_path),
+        "-m", "runners.study_harness" if cfg.harness == "study" else "runners.harness",
+        "--config", str(config_path),
     ]
 
 
@@ -130,6 +131,10 @@ def collect_measurements(out: Path, local_ranks: list) -> dict:
             seeds.append({"rank": r, "seed": info["seed"], "worker_seeds": info.get("worker_seeds", []),
                           "epoch_seed_digests": info.get("epoch_seed_digests", [])})
     epochs.sort(key=lambda e: (e["epoch"], e["rank"]))
+    for entry in ranks:  # work per rank: what each rank actually trained in every epoch
+        mine = [e for e in epochs if e["rank"] == entry["rank"]]
+        entry["steps_per_epoch_done"] = [e.get("steps") for e in mine]
+        entry["seed_nodes_per_epoch"] = [e.get("seed_nodes") for e in mine]
     validation = [{"epoch": int(v["epoch"]), "accuracy": float(v["accuracy"])}
                   for v in read_csv(out / f"rank{local_ranks[0]}" / "validation.csv")] if local_ranks else []
     breakdown = {k: v / step_count for k, v in step_sums.items()} if step_count else None
@@ -213,6 +218,27 @@ def summarise(m: dict, cfg: RunConfig, reference: dict | None = None) -> dict:
         "first_loss": rank0[0]["loss"] if rank0 else None,
         "last_loss": rank0[-1]["loss"] if rank0 else None,
         "rank_train_times_s": times,
+        **work_per_rank(m, cfg),
+    }
+
+
+def work_per_rank(m: dict, cfg: RunConfig) -> dict:
+    """Steps and seed nodes each rank trained per epoch, and all ranks' seeds per epoch
+    against the training split: 1.0 means the ranks shared one pass over the split, N means
+    every one of N ranks went over all of it."""
+    per_rank = {r["rank"]: r.get("seed_nodes_per_epoch") or [] for r in m["ranks"]}
+    means = [statistics.fmean(v) for v in per_rank.values() if v]
+    steps = [r["steps_per_epoch"] for r in m["ranks"] if r.get("steps_per_epoch") is not None]
+    split = next((i.get("train_split_seed_nodes") for i in m["infos"].values()
+                  if i.get("train_split_seed_nodes")), None)
+    total = statistics.fmean(means) * cfg.world_size if means else None
+    return {
+        "harness": cfg.harness,
+        "steps_per_rank_epoch": max(steps) if steps else None,
+        "seed_nodes_per_rank_epoch": statistics.fmean(means) if means else None,
+        "seed_nodes_per_epoch_all_ranks": total,
+        "train_split_seed_nodes": split,
+        "split_passes_per_epoch": total / split if total and split else None,
     }
 
 
@@ -502,6 +528,7 @@ def main(argv=None) -> int:
         "wall_time_s": round(time.time() - launch_t, 3),
         "command": {"argv": rerun, "shell": shlex.join(rerun)},
         "config": {**cfg.to_json(), "adapter_choices": first_info.get("adapter_choices"),
+                   "harness_settings": first_info.get("harness") or {"name": cfg.harness},
                    "lr_effective": first_info.get("lr_effective")},
         "env": {**env, "rank_env_vars": first_info.get("env_vars")},
         "seeds": {"base": cfg.seed, "per_rank": m["seeds"],
@@ -553,6 +580,11 @@ def print_summary(result: dict) -> None:
         print(f"[gnnscale]   train time (slowest rank) {s['train_time_s']:.2f}s, {steady}, start-up "
               f"{s['startup_s']:.1f}s, {s['throughput_seed_nodes_per_s']:.0f} seed nodes/s, val acc {acc}{conv}",
               flush=True)
+        if s.get("seed_nodes_per_rank_epoch") is not None:
+            print(f"[gnnscale]   {c['harness']} harness: each rank trained {s['steps_per_rank_epoch']} steps, "
+                  f"{s['seed_nodes_per_rank_epoch']:.0f} seed nodes per epoch; all ranks "
+                  f"{s['seed_nodes_per_epoch_all_ranks']:.0f} of a {s['train_split_seed_nodes']}-node "
+                  f"training split", flush=True)
     if result["diagnosis"]:
         print(f"[gnnscale]   {result['diagnosis']['summary']}", flush=True)
     print(f"[gnnscale]   result: {Path(result['config']['out']) / 'result.json'}", flush=True)

@@ -79,6 +79,7 @@ def dry_run(cwd, *configfiles, args=(), snakefile=ROOT / "Snakefile", **extra_en
         ("config.yaml", 2 * 3 * 1 * 1 * 1 * 3),  # frameworks x models x devices x batch x workers x repeats
         ("paper.yaml", 2 * 2 * 3 * 3 * 2),  # Reddit need not be present for -n
         ("minimal.yaml", 2),
+        ("study.yaml", 2 * 2 * 2 * 2 * 2),  # harnesses x frameworks x models x devices x repeats
     ],
 )
 def test_dry_run_counts(tmp_path, config, runs):
@@ -114,6 +115,20 @@ def test_slurm_profile_dry_run(tmp_path):
         args=("--workflow-profile", str(ROOT / "profiles" / "slurm")),
     )
     assert counts["run"] == 72
+
+
+def test_harness_axis_run_ids(tmp_path):
+    """Study-harness runs get a "study-" run id and --harness study; fair runs keep their ids
+    and their command (no --harness flag), so adding the axis reruns nothing finished."""
+    res = snakemake("-n", "-p", "--configfile", str(CONFIGS / "study.yaml"), cwd=tmp_path)
+    out = res.stdout + res.stderr
+    commands = [line for line in out.splitlines() if "runners.run" in line]
+    study = [c for c in commands if "--harness study" in c]
+    assert len(study) == len(commands) // 2 == 16, out[-3000:]
+    assert all("/study-" in c for c in study)
+    fair = [c for c in commands if c not in study]
+    assert fair and all("--harness" not in c and "/study-" not in c for c in fair)
+    assert any(re.search(r"results/runs/small/pyg-sage-d1-b512-w0-r0 ", c) for c in fair)
 
 
 def test_run_message_numbers_runs(tmp_path):

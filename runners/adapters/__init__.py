@@ -66,6 +66,20 @@ class Adapter:
         rather than copy it: persistent workers see the rewrite."""
         raise NotImplementedError
 
+    # The seed study's harness (runners/study_harness.py): True when the study built this
+    # framework's training loader inside a LightningDataModule hook, where Lightning can
+    # rebuild it with a DistributedSampler; False when it handed the loader to trainer.fit.
+    study_loader_in_hook = False
+
+    def study_train_loader(self, worker_init_fn):
+        """The training loader over the WHOLE training split, built as the seed study built it
+        (no split across ranks here: whether ranks share the work is up to Lightning)."""
+        raise NotImplementedError
+
+    def study_eval_loader(self):
+        """The validation loader over the whole validation split, as the seed study built it."""
+        raise NotImplementedError
+
     def eval_loader(self, seeds):
         raise NotImplementedError
 

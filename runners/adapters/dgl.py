@@ -16,6 +16,11 @@ Measurement choices (recorded in every result):
   destination and its sampled in-neighbours. Not norm='both': its source side uses the
   source's out-degree in the block, which PyG's GCNConv normalisation (in-degrees on the
   whole subgraph) does not, so the two would be different functions.
+- Seed-study harness (`--harness study`): the graph gets one self-loop edge per node, as the
+  study loaded Reddit (`RedditDataset(self_loop=True)`), so the sampler may draw a node as its
+  own neighbour and blocks get no extra self-loops; the DataLoader over the whole training
+  split is built without use_ddp and handed to trainer.fit, as the study did. Its dataset is
+  iterable, so Lightning leaves it unsharded and every rank trains the whole split.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import dgl  # noqa: E402
 import torch  # noqa: E402
 from dgl.nn.pytorch import GATConv, GraphConv, SAGEConv  # noqa: E402
 
-from runners.adapters import (Adapter, Batch, ModelBuilder, between_layers, layer_choice,  # noqa: E402
+from runners.adapters import (Adapter, Batch, ModelBuilder, between_layers, layer_choice, shared_tensor,  # noqa: E402
                               layer_shapes, model_builder)
 from runners.adapters.registry import FRAMEWORKS, MODELS  # noqa: E402
 from runners.adapters.dgl_data import to_dgl_graph  # noqa: E402
@@ -118,15 +123,24 @@ class DglAdapter(Adapter):
         super().__init__(cfg, graph, rank, world_size, device)
         if device.type == "cuda":
             require_cuda_build()
-        self.g = to_dgl_graph(graph).formats(["csc"])
-        self.loops = MODELS[cfg.model].self_loops and cfg.self_loops
+        self.study = cfg.harness == "study"
+        g = to_dgl_graph(graph)
+        if self.study:
+            g = dgl.add_self_loop(g)  # RedditDataset(self_loop=True), as the seed study loaded it
+        self.g = g.formats(["csc"])
+        # The study's graph already has self-loops: its blocks get none added.
+        self.loops = MODELS[cfg.model].self_loops and cfg.self_loops and not self.study
         self.choices = {
             "graph_input": "dgl.graph(('csc', ...)) on the memory-mapped CSC, csc format only",
             "sampler": "dgl.dataloading.NeighborSampler + DataLoader",
             "layer_compute": "blocks shrink layer by layer",
             "neighbourhoods": "sampled afresh for every destination node of every layer",
-            "seed_split": "harness: fresh equal padded share per rank every epoch (same as PyG)",
-            "self_loops": MODEL_BUILDERS[cfg.model].self_loops if self.loops else "none",
+            "seed_split": ("none: every rank iterates the whole split (loader without use_ddp passed to "
+                           "trainer.fit, as the seed study did)" if self.study
+                           else "harness: fresh equal padded share per rank every epoch (same as PyG)"),
+            "self_loops": ("graph-level self-loop on every node (dgl.add_self_loop, as RedditDataset("
+                           "self_loop=True)); sampled like any edge" if self.study
+                           else MODEL_BUILDERS[cfg.model].self_loops if self.loops else "none"),
             "layer": layer_choice(MODEL_BUILDERS, cfg.model),
             # prefetch_node_feats: DGL's loader gathers the features in the training process
             # even when workers sample (on CPU without a prefetch thread, inside next(), so it
@@ -162,6 +176,16 @@ class DglAdapter(Adapter):
             batch_size=self.cfg.batch_size, shuffle=False, drop_last=False,
             num_workers=self.cfg.workers, **kwargs,
         )
+
+    def study_train_loader(self, worker_init_fn):
+        # PyTorch's default non-persistent workers, as the study left them: forked afresh every epoch.
+        kwargs = {"worker_init_fn": worker_init_fn} if self.cfg.workers > 0 else {}
+        return dgl.dataloading.DataLoader(
+            self.g, shared_tensor(self.graph.train_idx), self._sampler(), device="cpu",
+            batch_size=self.cfg.batch_size, shuffle=True, drop_last=False, num_workers=self.cfg.workers, **kwargs)
+
+    def study_eval_loader(self):
+        return self.eval_loader(self.graph.val_idx)
 
     def eval_loader(self, seeds):
         return dgl.dataloading.DataLoader(self.g, torch.as_tensor(seeds), self._sampler(), device="cpu",

@@ -14,6 +14,9 @@ Measurement choices (recorded in every result):
 - Seeds are split across ranks by the harness (a fresh padded share per rank every epoch,
   the same shares the DGL adapter trains), as PyG's examples split them by hand;
   NeighborLoader iterates the share in the harness's order.
+- Seed-study harness (`--harness study`): the NeighborLoader over the whole training split
+  is built inside a LightningDataModule's train_dataloader hook, as the seed study built it,
+  so Lightning rebuilds it with a DistributedSampler (each rank trains 1/N of the seeds).
 """
 
 from __future__ import annotations
@@ -146,7 +149,9 @@ class PygAdapter(Adapter):
                            + ("; PyG copies it to shared memory for its workers)" if cfg.workers else ")"),
             "sampler": f"torch_geometric.loader.NeighborLoader ({self.backend})",
             "layer_compute": "trim_to_layer" if cfg.pyg_trim else "all sampled nodes every layer",
-            "seed_split": "harness: fresh equal padded share per rank every epoch (same as DGL)",
+            "seed_split": ("Lightning's DistributedSampler (loader built in a LightningDataModule hook, "
+                           "as the seed study did)" if cfg.harness == "study"
+                           else "harness: fresh equal padded share per rank every epoch (same as DGL)"),
             "neighbourhoods": "sampled once per node (hop k samples only the nodes new at hop k-1)",
             "self_loops": (MODEL_BUILDERS[cfg.model].self_loops if cfg.self_loops else None) or "none",
             "layer": layer_choice(MODEL_BUILDERS, cfg.model),
@@ -161,7 +166,7 @@ class PygAdapter(Adapter):
         return PygModel(c.model, self.graph.num_features, c.hidden, self.graph.num_classes,
                         c.layers, c.heads, c.dropout, c.self_loops, trim=c.pyg_trim)
 
-    def _loader(self, seeds, batch_size, shuffle, workers, worker_init_fn=None):
+    def _loader(self, seeds, batch_size, shuffle, workers, worker_init_fn=None, persistent=True):
         from torch_geometric.loader import NeighborLoader
 
         # A long tensor reaches NodeSamplerInput as it is (no copy), so workers read the
@@ -170,7 +175,7 @@ class PygAdapter(Adapter):
             self.data, num_neighbors=list(self.cfg.fanouts_framework),
             input_nodes=torch.as_tensor(seeds, dtype=torch.long), batch_size=batch_size,
             shuffle=shuffle, replace=self.cfg.replace, num_workers=workers,
-            persistent_workers=workers > 0, worker_init_fn=worker_init_fn,
+            persistent_workers=persistent and workers > 0, worker_init_fn=worker_init_fn,
         )
 
     def train_loader(self, rank_seeds, worker_init_fn):
@@ -178,6 +183,16 @@ class PygAdapter(Adapter):
 
     def eval_loader(self, seeds):
         return self._loader(seeds, self.cfg.eval_batch_size, False, 0)
+
+    study_loader_in_hook = True  # the seed study built its NeighborLoader in a DataModule hook
+
+    def study_train_loader(self, worker_init_fn):
+        # PyTorch's default non-persistent workers, as the study left them: forked afresh every epoch.
+        return self._loader(self.graph.train_idx, self.cfg.batch_size, True, self.cfg.workers, worker_init_fn,
+                            persistent=False)
+
+    def study_eval_loader(self):
+        return self.eval_loader(self.graph.val_idx)
 
     def unpack(self, raw) -> Batch:
         row, col, _ = raw.adj_t.coo()  # adj_t rows are destinations

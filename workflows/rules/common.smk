@@ -78,16 +78,32 @@ wildcard_constraints:
     batch=r"\d+",
     workers=r"\d+",
     repeat=r"\d+",
+    # "" for the fair harness (the default, so its run ids stay as they were), else
+    # "<harness>-" (see harness_prefix).
+    hprefix=r"(study-)?",
 
 
 DATASET = config["dataset"]
-RUN_ID = "{framework}-{model}-d{devices}-b{batch}-w{workers}-r{repeat}"
+RUN_ID = "{hprefix}{framework}-{model}-d{devices}-b{batch}-w{workers}-r{repeat}"
+
+
+def harness_prefix(harness):
+    """Run-id prefix of a harness: none for the fair harness, "study-" for the study's."""
+    return "" if harness == "fair" else f"{harness}-"
+
+
+def harness_of(wildcards):
+    """The harness a run id names (the inverse of harness_prefix)."""
+    return wildcards.hprefix.rstrip("-") or "fair"
+
+
 RUN_DIR = f"results/runs/{{dataset}}/{RUN_ID}"
 
 # One entry per grid point, in a stable order (used for "run i/N" messages).
 RUNS = [
     dict(
         dataset=DATASET,
+        hprefix=harness_prefix(harness),
         framework=framework,
         model=model,
         devices=devices,
@@ -95,7 +111,8 @@ RUNS = [
         workers=workers,
         repeat=repeat,
     )
-    for framework, model, devices, batch, workers, repeat in itertools.product(
+    for harness, framework, model, devices, batch, workers, repeat in itertools.product(
+        GRID.get("harnesses", ["fair"]),
         GRID["frameworks"],
         GRID["models"],
         DEVICES,
@@ -215,6 +232,11 @@ def run_settings(wildcards):
         flags.append("--pyg-trim")
     if config["nodes"] > 1:
         flags.append(f"--nnodes {config['nodes']}")
+    if config.get("threads_per_rank"):
+        flags.append(f"--threads-per-rank {config['threads_per_rank']}")
+    if harness_of(wildcards) != "fair":
+        # Only when not the default, so adding the axis reruns no finished fair run.
+        flags.append(f"--harness {harness_of(wildcards)}")
     return " ".join(flags)
 
 
@@ -279,6 +301,8 @@ os.environ.update(
 REPORT_TABLES = {
     "table2": "Timing",
     "paper_comparison": "Timing",
+    "study_work": "Seed study explained",
+    "study_time": "Seed study explained",
     "scaling": "Timing",
     "breakdown": "Timing",
     "throughput": "Timing",

@@ -12,9 +12,9 @@ rule run:
         # dataset's content hash instead.
         dataset=ancient("results/datasets/{dataset}/meta.json"),
     output:
-        result="results/runs/{dataset}/{framework}-{model}-d{devices}-b{batch}-w{workers}-r{repeat}/result.json",
+        result="results/runs/{dataset}/{hprefix}{framework}-{model}-d{devices}-b{batch}-w{workers}-r{repeat}/result.json",
     log:
-        "results/logs/run/{dataset}/{framework}-{model}-d{devices}-b{batch}-w{workers}-r{repeat}.log",
+        "results/logs/run/{dataset}/{hprefix}{framework}-{model}-d{devices}-b{batch}-w{workers}-r{repeat}.log",
     # Interleaved order: repeat r of every configuration before repeat r + 1 (common.smk).
     priority: run_priority
     conda:
@@ -29,7 +29,7 @@ rule run:
         settings=run_settings,
         launch=launcher,
     message:
-        "run {RUN_NUMBER:{output.result}}: {wildcards.framework} {wildcards.model}"
+        "run {RUN_NUMBER:{output.result}}: {wildcards.hprefix}{wildcards.framework} {wildcards.model}"
         " devices={wildcards.devices} batch={wildcards.batch}"
         " workers={wildcards.workers} repeat={wildcards.repeat}"
         " dataset={wildcards.dataset}"

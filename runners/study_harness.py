@@ -1,0 +1,323 @@
+"""The seed study's own harness, rebuilt: training through PyTorch Lightning's DDP strategy.
+
+`python -m runners.study_harness --config RUN_DIR/config.json` (started by runners.run for
+`--harness study`, under the same torchrun; Lightning detects torchrun's environment).
+It trains the same models on the same data as the fair harness (runners/harness.py), but
+builds the loaders the way the seed study did (semiluna/R244), which is what decides how
+much work each rank does:
+
+- PyG: the NeighborLoader over the whole training split is created inside a
+  LightningDataModule.train_dataloader hook, so Lightning rebuilds it with a
+  DistributedSampler and each rank trains 1/N of the seeds;
+- DGL: the dgl.dataloading.DataLoader (no use_ddp) is created before fit and passed to
+  trainer.fit; its dataset is iterable, so Lightning cannot shard it and every rank
+  trains the whole split.
+
+How each framework's loader is built lives in the adapters (study_train_loader,
+study_eval_loader, study_loader_in_hook); this module is framework-agnostic. The training
+time is the wall time of trainer.fit, validation (and Lightning's sanity check) included,
+as the study timed it. Per-rank files are the fair harness's (rank.json, steps.csv,
+epochs.csv, validation.csv, cpu.csv, heartbeats), so result.json, the watchdog and the
+analysis read them unchanged.
+
+Not reproduced, deliberately: the study's DGL GAT also applied dropout 0.6 to the raw input
+features of the first layer (feat_drop on every layer); here both harnesses train the same
+models, so a difference between harnesses comes from the harness alone. The study's
+ModelCheckpoint callback and logger are left out (they write files; nothing measured here
+depends on them).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+import time
+
+T_PROCESS_START = time.time()
+
+import numpy as np  # noqa: E402
+
+from runners.envinfo import RECORDED_ENV_VARS  # noqa: E402
+from runners.harness import EPOCH_COLUMNS, STEP_COLUMNS, Rank, main as harness_main, rank_seed, worker_seed  # noqa: E402
+from runners.probes import CpuSampler, CsvAppender, NvmlSampler, start_nvml  # noqa: E402
+
+# What result.json records about the study harness's own settings.
+STUDY_CHOICES = {
+    "trainer": "lightning Trainer(strategy=DDPStrategy, max_epochs, defaults otherwise: validation every "
+               "epoch, 2 sanity-check validation steps); no checkpoint callback, no logger",
+    "timing": "train_time_s = wall time of trainer.fit (validation and sanity check included), as the study "
+              "timed it; epochs.csv time_s = the epoch's training batches only",
+    "loaders": "adapters' study_train_loader / study_eval_loader; the training loader's workers are not "
+               "persistent (PyTorch's default, as in the study); validation loaders use no workers",
+    "model": "the fair harness's models and initial weights; the study's extra dropout on the DGL GAT's "
+             "input features (feat_drop 0.6 on layer 1) is not reproduced",
+}
+
+
+def _lightning_module(rank: "StudyRank", adapter, model, lr: float):
+    """The LightningModule: the adapter's forward and the fair harness's per-step records."""
+    import torch
+    import lightning.pytorch as pl
+
+    cfg = rank.cfg
+    now = time.perf_counter
+
+    class StudyModule(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+            self.rows: list = []
+            self.t: dict = {}
+            self.correct = torch.zeros(2, dtype=torch.float64)
+
+        # -- set-up -------------------------------------------------------------------
+        def setup(self, stage: str) -> None:
+            rank.mark("process_group_ready")  # Lightning's strategy has initialised the group here
+
+        def configure_optimizers(self):
+            return torch.optim.Adam(self.parameters(), lr=lr, weight_decay=cfg.weight_decay)
+
+        def transfer_batch_to_device(self, batch, device, dataloader_idx):
+            return batch  # the adapter copies the unpacked batch itself (and times the copy)
+
+        def on_train_start(self) -> None:
+            steps = int(self.trainer.num_training_batches)
+            rank.hb.steps_per_epoch = steps
+            rank.info["steps_per_epoch"] = steps
+            rank.info["steps_per_rank"] = self.all_ranks(steps)
+            rank.start_probes()
+            rank.mark("training_started")
+            rank.write_info()
+
+        def all_ranks(self, value) -> list:
+            import torch.distributed as dist
+
+            if not (dist.is_available() and dist.is_initialized()):
+                return [value]
+            out = [None] * dist.get_world_size()
+            dist.all_gather_object(out, value)
+            return out
+
+        # -- training -----------------------------------------------------------------
+        def on_train_epoch_start(self) -> None:
+            self.rows = []
+            self.t = {"epoch": now(), "last": now()}
+            rank.hb.beat("loading", epoch=self.current_epoch, step=0)
+
+        def on_train_batch_start(self, batch, batch_idx) -> None:
+            self.t["fetched"] = now()
+            if self.current_epoch == 0 and batch_idx == 0:
+                rank.mark("first_batch")
+
+        def training_step(self, raw, batch_idx):
+            rank.hb.beat("copy", step=batch_idx)
+            batch = adapter.unpack(raw)
+            self.t["prepared"] = now()
+            batch = adapter.to_device(batch)
+            self.t["copied"] = now()
+            rank.hb.beat("forward")
+            logits = adapter.forward(self.model, batch.inputs)
+            loss = torch.nn.functional.cross_entropy(logits, batch.labels)
+            self.t["forward"] = now()
+            self.t["batch"] = batch
+            return loss
+
+        def on_before_backward(self, loss) -> None:
+            rank.hb.beat("backward")
+
+        def on_after_backward(self) -> None:
+            self.t["backward"] = now()
+            rank.hb.beat("optimizer")
+
+        def on_train_batch_end(self, outputs, raw, batch_idx) -> None:
+            t, end = self.t, now()
+            b = t.pop("batch")
+            loss = outputs["loss"] if isinstance(outputs, dict) else outputs
+            self.rows.append([self.current_epoch, batch_idx, b.seed_nodes, b.sampled_nodes, b.sampled_edges,
+                              t["fetched"] - t["last"], t["prepared"] - t["fetched"], t["copied"] - t["prepared"],
+                              t["forward"] - t["copied"], t["backward"] - t["forward"], end - t["backward"],
+                              end - t["last"], float(loss.detach()), int(b.seed_ids.sum())])
+            t["last"] = end
+            rank.hb.beat("loading", step=batch_idx + 1)
+
+        def on_train_epoch_end(self) -> None:
+            # Validation (if any) ran before this hook; the epoch's time ends at its last batch.
+            rank.hb.beat("epoch-sync")
+            rank.end_epoch(self.current_epoch, self.rows, self.t["last"] - self.t["epoch"])
+
+        # -- validation ---------------------------------------------------------------
+        def on_validation_start(self) -> None:
+            self.t["val"] = now()
+            self.correct.zero_()
+            rank.hb.beat("evaluation")
+
+        def validation_step(self, raw, batch_idx):
+            rank.hb.beat("evaluation")
+            batch = adapter.to_device(adapter.unpack(raw))
+            pred = adapter.forward(self.model, batch.inputs).argmax(dim=-1)
+            self.correct[0] += (pred == batch.labels).sum().item()
+            self.correct[1] += batch.labels.numel()
+
+        def on_validation_epoch_end(self) -> None:
+            # NCCL reduces CUDA tensors only: the counts go to the module's device first.
+            totals = self.trainer.strategy.reduce(self.correct.to(self.device), reduce_op="sum").cpu()
+            if self.trainer.sanity_checking:
+                return
+            acc = float(totals[0] / max(float(totals[1]), 1.0))
+            rank.val_csv.write([[self.current_epoch, round(acc, 6), round(now() - self.t["val"], 4)]])
+            rank.last_acc = acc
+
+    return StudyModule()
+
+
+class StudyRank(Rank):
+    """One rank under the study harness; bookkeeping (marks, files, worker seeding) from Rank."""
+
+    def start_probes(self) -> None:
+        cfg = self.cfg
+        self.nvml, reason = None, "probes switched off"
+        if cfg.probes and cfg.device_type == "cuda":
+            self.nvml, reason = start_nvml(cfg.nvml_sample_interval_s, self.local_rank)
+        elif cfg.probes:
+            reason = "no GPU in this run (CPU processes); NVML not sampled"
+        self.info["nvml"] = {"available": self.nvml is not None, "reason": reason}
+        self.cpu = CpuSampler(cfg.cpu_sample_interval_s) if cfg.probes else None
+        if self.cpu:
+            self.cpu.start()
+        self.cpu_csv = CsvAppender(self.dir / "cpu.csv", CpuSampler.COLUMNS) if self.cpu else None
+        self.nvml_csv = CsvAppender(self.dir / "nvml.csv", NvmlSampler.COLUMNS) if self.nvml else None
+
+    def drain_probes(self) -> None:
+        if self.cpu:
+            self.cpu_csv.write(self.cpu.drain())
+        if self.nvml:
+            self.nvml_csv.write(self.nvml.drain())
+
+    def end_epoch(self, epoch: int, rows: list, epoch_s: float) -> None:
+        """The fair harness's steps.csv and epochs.csv rows for one epoch."""
+        self.train_loop_s += epoch_s
+        self.step_csv.write(rows)
+        # Rows are laid out as the fair harness's STEP_COLUMNS (counts, phases, step, loss, seed ids).
+        sums = np.array([r[2:11] for r in rows], dtype=float).sum(axis=0) if rows else np.zeros(9)
+        mean_loss = float(np.mean([r[-2] for r in rows])) if rows else None
+        self.epoch_csv.write([[epoch, self.rank, round(epoch_s, 6), len(rows), mean_loss, int(sums[0]), int(sums[1]),
+                               int(sums[2]), *[round(v, 6) for v in sums[3:9]]]])
+        self.seeds_per_epoch.append(int(sums[0]))
+        self.drain_probes()
+        if self.rank == 0:
+            print(f"[gnnscale] study harness epoch {epoch + 1}/{self.cfg.epochs} rank0 {epoch_s:.3f}s "
+                  f"steps {len(rows)} seeds {int(sums[0])}", flush=True)
+
+    def run(self) -> None:
+        cfg = self.cfg
+        self.info["startup"]["process_started"] = round(T_PROCESS_START - self.launch_t, 4)
+        import torch
+        import lightning
+        import lightning.pytorch as pl
+        from lightning.pytorch.strategies import DDPStrategy
+
+        from runners import datasets
+        from runners.adapters import get_adapter_class, init_canonical
+
+        adapter_cls = get_adapter_class(cfg.framework)
+        import torch._dynamo  # noqa: F401  (as the fair harness: imports belong to start-up)
+
+        self.mark("imports_done")
+        self.info["env_vars"] = {k: os.environ.get(k) for k in RECORDED_ENV_VARS}
+        self.info["harness"] = {"name": "study", "lightning": lightning.__version__, **STUDY_CHOICES}
+        torch.set_num_threads(cfg.threads_per_rank)
+        self.info["threads"] = torch.get_num_threads()
+        seed = rank_seed(cfg.seed, self.rank)
+        torch.manual_seed(seed)
+        np.random.seed(seed)
+        random.seed(seed)
+        self.info["seed"] = seed
+        self.info["worker_seeds"] = [worker_seed(cfg.seed, self.rank, w) for w in range(cfg.workers)]
+        if cfg.device_type == "cuda":
+            torch.cuda.set_device(self.local_rank)
+        device = torch.device("cuda", self.local_rank) if cfg.device_type == "cuda" else torch.device("cpu")
+
+        graph = datasets.load(cfg.dataset, root=cfg.data_root)
+        self.info["dataset_hash"] = graph.content_hash
+        self.info["train_split_seed_nodes"] = int(len(graph.train_idx))
+        adapter = adapter_cls(cfg, graph, self.rank, self.world, device)
+        adapter.seed(seed)
+        self.adapter = adapter
+        self.info["adapter_choices"] = adapter.choices
+        self.mark("dataset_loaded")
+
+        model = adapter.build_model()
+        init_canonical(model.canonical_parameters(), cfg.seed)
+        self.info["parameters"] = int(sum(p.numel() for p in model.parameters()))
+        lr = cfg.lr * (self.world if cfg.lr_scaling == "linear" else 1)
+        self.info["lr_effective"] = lr
+        module = _lightning_module(self, adapter, model, lr)
+
+        self.step_csv = CsvAppender(self.dir / "steps.csv", STEP_COLUMNS)
+        self.epoch_csv = CsvAppender(self.dir / "epochs.csv", EPOCH_COLUMNS)
+        self.val_csv = CsvAppender(self.dir / "validation.csv", ["epoch", "accuracy", "eval_s"])
+        self.train_loop_s, self.seeds_per_epoch, self.last_acc = 0.0, [], None
+        self.cpu = self.nvml = None
+        validate = cfg.eval_every > 0
+        trainer = pl.Trainer(
+            accelerator="gpu" if cfg.device_type == "cuda" else "cpu", devices=cfg.devices, num_nodes=cfg.nodes,
+            strategy=DDPStrategy(process_group_backend=cfg.backend), max_epochs=cfg.epochs,
+            limit_train_batches=cfg.max_steps_per_epoch or 1.0, limit_val_batches=1.0 if validate else 0,
+            check_val_every_n_epoch=cfg.eval_every or 1, logger=False, enable_checkpointing=False,
+            enable_progress_bar=False, enable_model_summary=False)
+        worker_init = self.worker_init if cfg.workers > 0 else None
+        self.mark("model_ready")
+        self.write_info()
+
+        if adapter.study_loader_in_hook:
+            class HookData(pl.LightningDataModule):
+                """Loaders created inside Lightning's hooks, where Lightning may re-create them."""
+
+                def train_dataloader(self):
+                    return adapter.study_train_loader(worker_init)
+
+                def val_dataloader(self):
+                    return adapter.study_eval_loader() if validate else []
+
+            t0 = time.perf_counter()
+            trainer.fit(module, datamodule=HookData())
+        else:
+            # Created before fit and handed over, as the study did with DGL's loader.
+            train_loader = adapter.study_train_loader(worker_init)
+            val_loader = adapter.study_eval_loader() if validate else None
+            t0 = time.perf_counter()
+            trainer.fit(module, train_dataloaders=train_loader, val_dataloaders=val_loader)
+        fit_s = time.perf_counter() - t0
+
+        for sampler in (self.cpu, self.nvml):
+            if sampler:
+                sampler.stop()
+        self.drain_probes()
+        self.info["probe_cost_s"] = {"cpu": self.cpu.cost_s if self.cpu else 0.0,
+                                     "nvml": self.nvml.cost_s if self.nvml else 0.0,
+                                     "cpu_samples": self.cpu.samples if self.cpu else 0}
+        self.info["train_time_s"] = fit_s
+        self.info["train_loop_time_s"] = self.train_loop_s
+        self.info["seed_nodes_per_epoch"] = self.seeds_per_epoch
+        self.hb.beat("epoch-sync")
+        import torch.distributed as dist
+
+        mine = {"rank": self.rank, "train_time_s": fit_s, "host": self.info["host"]}
+        if dist.is_available() and dist.is_initialized():
+            gathered = [None] * self.world
+            dist.all_gather_object(gathered, mine)
+        else:
+            gathered = [mine] if self.world == 1 else None
+        self.info["all_ranks"] = gathered
+        self.info["finished"] = True
+        self.write_info()
+        self.hb.beat("done")
+
+
+def main(argv=None) -> int:
+    return harness_main(argv, rank_class=StudyRank)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
