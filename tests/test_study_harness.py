@@ -104,7 +104,7 @@ def test_study_harness_records_how_it_ran(runs):
 def test_aggregate_has_work_columns(runs, tmp_path):
     from analysis.aggregate import aggregate
 
-    df = aggregate([str(p) for p in runs.values()]).runs.set_index("run_id")
+    df = aggregate([str(p) for p in runs.values()]).runs.set_index("run_name")
     assert set(df["harness"]) == {"fair", "study"}
     assert df.loc["study-dgl", "split_passes_per_epoch"] == pytest.approx(2.0)
     assert df.loc["study-pyg", "split_passes_per_epoch"] == pytest.approx(1.0, abs=0.01)
