@@ -1,5 +1,5 @@
 """Tests of the canonical dataset format, the synthetic graphs, the converters and the
-framework conversions (runners/datasets.py, runners/adapters/{pyg,dgl}_data.py)."""
+framework conversions (runners/datasets/, runners/adapters/{pyg,dgl}_data.py)."""
 
 from __future__ import annotations
 
