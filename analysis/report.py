@@ -579,8 +579,14 @@ def png_data_uri(path: Path) -> str:
 def build_tables(agg: Aggregate, runs: pd.DataFrame) -> dict:
     out = tables.all_tables(runs)
     memory = tables.memory_model_table(runs)
-    if memory is not None:  # issue 11 item 3: the memory model vs the measured peak
-        out["memory_model"] = memory
+    if not memory.empty:  # the pre-flight memory model against the measured peak
+        out["memory_model"] = frame_table(
+            memory, "memory_model", "Memory model vs measured peak",
+            "Per configuration: the pre-flight model of peak host memory (runners/memory.py: ranks, "
+            "loader workers, batches in flight, dataset copies), the highest measured peak (PSS of ranks "
+            "and workers at the worst sample), the memory cgroup's own peak and which processes the "
+            "out-of-memory killer took when the run had a --memory-limit (docs/memory.md).",
+            )
     out["deadlocks"] = tables.TableSet(
         "deadlocks", "Deadlock and failure report", "Every run that did not end ok.",
         deadlocks.failures_frame(agg.failures), body=deadlocks.render_html(agg.failures))

@@ -864,14 +864,6 @@ def study_time_table(points: pd.DataFrame) -> TableSet:
         empty_text="No run with the seed study's harness (--harness study) in these results.")
 
 
-def memory_model_table(runs: pd.DataFrame):
-    """Memory model vs measured peak host memory per configuration (issue 11, item 3).
-
-    Returns None while the results carry no memory columns; the memory-model work fills this in.
-    """
-    return None
-
-
 def paper_study_speedups(paper: pd.DataFrame) -> pd.DataFrame:
     """The seed study's own speed-ups from 1 to 2 GPUs (Table 2), per model, batch size and framework."""
     p = paper.pivot_table(index=["model", "batch_size", "framework"], columns="gpus", values="seconds")
