@@ -159,11 +159,11 @@ SCHEMA_TO_OPTION = {
     "optimizer.lr_scaling": "lr_scaling", "optimizer.warmup_epochs": "warmup_epochs", "device": "device",
     "sampling.replace": "replace", "sampling.pyg_trim": "pyg_trim", "eval_every": "eval_every",
     "max_steps_per_epoch": "max_steps_per_epoch", "time_limit_s": "time_limit",
-    "stall_floor_s": "stall_floor", "stall_factor": "stall_factor",
+    "stall_floor_s": "stall_floor", "stall_factor": "stall_factor", "threads_per_rank": "threads_per_rank",
 }
 # Workflow-only settings (the runner has no such option, or a different meaning).
 WORKFLOW_ONLY = {"raw_dir", "download", "grid.repeats", "node_gpus", "max_cpu_devices", "nodes",
-                 "request_gpus", "master_port", "models", "optimizer", "sampling", "run_order_seed"}
+                 "request_gpus", "master_port", "models", "optimizer", "sampling", "run_order_seed", "grid.harnesses"}
 
 
 def schema_defaults(node, prefix=""):

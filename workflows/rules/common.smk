@@ -170,7 +170,16 @@ def run_priority(wildcards):
     may run at a time, so runs start in RUN_ORDER (each result's started_at shows it).
     Not a param: reordering never invalidates a finished run.
     """
-    keys = ("dataset", "hprefix", "framework", "model", "devices", "batch", "workers", "repeat")
+    keys = (
+        "dataset",
+        "hprefix",
+        "framework",
+        "model",
+        "devices",
+        "batch",
+        "workers",
+        "repeat",
+    )
     path = os.path.join(
         RUN_DIR.format(**{k: getattr(wildcards, k) for k in keys}), "result.json"
     )
