@@ -166,8 +166,8 @@ class ProcessLedger:
     def observe(self, pids, now: float) -> None:
         for pid in pids:
             rec = self.records.setdefault(pid, {"pid": pid, "last_alive": None, "dead_seen": None})
-            if "signal" in rec or "exit_code" in rec:
-                continue  # how it ended is known already
+            if rec["dead_seen"]:
+                continue  # once dead, a pid that shows up again is another process
             st = proc_stat(pid)
             if st is None:
                 rec["dead_seen"] = rec["dead_seen"] or now
