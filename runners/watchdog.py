@@ -225,10 +225,11 @@ class Supervisor:
         return max(self.cfg.stall_floor_s, self.cfg.stall_factor * self.max_step_s)
 
     def _stalled_rank(self, now: float):
-        """(rank, idle seconds) of the rank to blame once some rank is past the threshold.
+        """(rank, idle seconds) of a rank that shows a hang, once some rank is past the threshold.
 
-        Ranks waiting in a collective are victims: blame a rank stuck outside collectives
-        (loading, forward, ...) if there is one, else the one idle longest.
+        Only detection: the culprit is decided later from process evidence (see `blame`).
+        A rank stuck outside collectives (loading, forward, ...) if there is one, else the one
+        idle longest.
         """
         limit = self.threshold()
         idle = []
@@ -570,7 +571,7 @@ def stop_evidence(out: Path, status: str, watch: dict, states: dict, stacks: dic
         frames = top_frames((out / "stacks" / stack_file).read_text()) if stack_file else []
         ranks.append({"rank": r, "pid": hb.get("pid"), "epoch": hb["epoch"], "step": hb["step"],
                       "phase": hb["phase"], "blocked_in": PHASE_BLOCKED_IN.get(hb["phase"], hb["phase"]),
-                      "idle_s": round(now - w.last_change, 1), "stack_top": frames,
+                      "idle_s": round(now - w.last_change, 2), "stack_top": frames,
                       "state": st.get("status"), "state_before": st.get("status_before"),
                       "cpu_delta_s": st.get("cpu_delta_s"), "cpu_interval_s": st.get("interval_s"),
                       "steps_per_epoch": (infos.get(r) or {}).get("steps_per_epoch")})

@@ -78,6 +78,7 @@ def test_injected_fault_is_caught_and_explained(tmp_path, fault):
     if result["status"] == "hang":
         # Detected once a rank passed the threshold, within 30 s of the culprit's last progress,
         # with stacks of every process. (A frozen culprit may have stopped just after its victim.)
+        # idle_s and threshold_s are rounded to the same precision, so the order is kept.
         culprit = next(r for r in d["ranks"] if r["rank"] == 1)
         assert max(r["idle_s"] for r in d["ranks"]) >= d["threshold_s"]
         assert culprit["idle_s"] <= d["threshold_s"] + 30
