@@ -225,24 +225,10 @@ class Supervisor:
         return max(self.cfg.stall_floor_s, self.cfg.stall_factor * self.max_step_s)
 
     def _stalled_rank(self, now: float):
-        """(rank, idle seconds) of a rank that shows a hang, once some rank is past the threshold.
-
-        Only detection: the culprit is decided later from process evidence (see `blame`).
-        A rank stuck outside collectives (loading, forward, ...) if there is one, else the one
-        idle longest.
-        """
-        limit = self.threshold()
-        idle = []
-        for w in self.watch.values():
-            phase = w.heartbeat["phase"] if w.heartbeat else "starting"
-            if phase in ("done", "failed"):
-                continue
-            idle.append((w.rank, now - w.last_change, phase))
-        if not any(t > limit for _, t, _ in idle):
-            return None
-        outside = [x for x in idle if x[2] not in COLLECTIVE_PHASES]
-        rank, t, _ = max(outside or idle, key=lambda x: x[1])
-        return rank, t
+        """(rank, idle seconds) of a rank that shows a hang, or None (see `hang_candidate`)."""
+        ranks = [(w.rank, w.last_change, w.heartbeat["phase"] if w.heartbeat else "starting")
+                 for w in self.watch.values()]
+        return hang_candidate(ranks, now, self.launch_t, self.threshold(), self.cfg.startup_timeout_s)
 
     # -- the loop ------------------------------------------------------------------------
     def run(self) -> Outcome:
@@ -309,6 +295,33 @@ class Supervisor:
         diagnosis["detected_after_s"] = round(detected_after, 2)
         return Outcome(status, diagnosis, detected_after_s=detected_after, returncode=rc,
                        killed_by_watchdog=True, survivors=survivors)
+
+
+def hang_candidate(ranks: list, now: float, launch_t: float, limit: float, startup_timeout: float):
+    """(rank, idle seconds) of a rank that shows a hang once some rank is past its limit, else None.
+
+    `ranks`: (rank, time of its last heartbeat change, phase). A rank still starting is held to
+    the start-up timeout from launch, not to the stall limit: start-up time differs per rank,
+    and a rank that has not yet beaten its first step while another has is slow, not stalled.
+    Only detection: the culprit is decided later from process evidence (see `blame`). This
+    returns a rank outside collectives (loading, forward, ...) if there is one, else the one
+    idle longest.
+    """
+    idle = []
+    over = False
+    for rank, last_change, phase in ranks:
+        if phase in ("done", "failed"):
+            continue
+        idle.append((rank, now - last_change, phase))
+        if phase == "starting":
+            over = over or now - launch_t > startup_timeout
+        else:
+            over = over or now - last_change > limit
+    if not over:
+        return None
+    outside = [x for x in idle if x[2] not in COLLECTIVE_PHASES]
+    rank, t, _ = max(outside or idle, key=lambda x: x[1])
+    return rank, t
 
 
 def _alive(p) -> bool:

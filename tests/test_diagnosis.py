@@ -183,3 +183,16 @@ def test_stopped_process_is_seen_stopped_without_cpu_progress():
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_rank_still_starting_is_held_to_the_startup_timeout_not_the_stall_limit():
+    from runners.watchdog import hang_candidate
+
+    # Seen in the fault loop under load: rank 0 had not yet beaten its first step when rank 1
+    # had; its 9 s of start-up were taken for a stall past the 8 s floor.
+    ranks = [(0, 3.6, "starting"), (1, 12.7, "loading")]
+    assert hang_candidate(ranks, now=12.7, launch_t=0.0, limit=8.0, startup_timeout=600.0) is None
+    assert hang_candidate(ranks, now=601.0, launch_t=0.0, limit=8.0, startup_timeout=600.0)[0] == 0
+    stalled = [(0, 10.0, "backward"), (1, 1.0, "forward")]
+    assert hang_candidate(stalled, now=10.5, launch_t=0.0, limit=8.0, startup_timeout=600.0)[0] == 1
+    assert hang_candidate(stalled, now=8.5, launch_t=0.0, limit=8.0, startup_timeout=600.0) is None
