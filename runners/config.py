@@ -18,7 +18,7 @@ from runners.adapters import registry  # light: no torch, PyG or DGL
 
 FRAMEWORKS = registry.FRAMEWORK_NAMES
 MODELS = registry.MODEL_NAMES
-FAULTS = ("uneven-batches", "stall-rank", "hang-worker", "crash-rank", "kill-worker")
+FAULTS = ("uneven-batches", "stall-rank", "freeze-rank", "hang-worker", "crash-rank", "kill-worker")
 FAULTS_NEEDING_WORKERS = ("hang-worker", "kill-worker")
 LR_SCALINGS = ("none", "linear")
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
@@ -144,6 +144,15 @@ class RunConfig:
     def fault_rank(self) -> int:
         """The rank a rank-level fault hits: the last rank unless chosen."""
         return self.inject_rank if self.inject_rank >= 0 else self.world_size - 1
+
+    @property
+    def collective_timeout_s(self) -> float:
+        """PyTorch's own collective timeout: longer than anything the watchdog waits for.
+
+        The watchdog stops a run at its time limit at the latest, so a hang is always caught
+        (and diagnosed) by the watchdog before PyTorch's timeout turns it into a crash.
+        """
+        return self.time_limit_s + self.startup_timeout_s + self.stall_floor_s
 
 
 def default(name: str):
@@ -319,7 +328,7 @@ def config_from_args(args: argparse.Namespace, visible_gpus: int, cpu_cores: int
         _require(args.inject not in FAULTS_NEEDING_WORKERS or args.workers >= 1,
                  f"--inject {args.inject} acts on a loader worker and needs --workers >= 1, "
                  f"got --workers {args.workers}")
-        _require(args.inject not in ("uneven-batches", "stall-rank") or args.devices * args.nnodes >= 2,
+        _require(args.inject not in ("uneven-batches", "stall-rank", "freeze-rank") or args.devices * args.nnodes >= 2,
                  f"--inject {args.inject} needs at least 2 processes in all, got --devices {args.devices}")
 
     device = args.device

@@ -10,6 +10,7 @@ epoch), so a hang or a kill loses nothing already measured.
 from __future__ import annotations
 
 import argparse
+import datetime
 import faulthandler
 import json
 import os
@@ -95,13 +96,19 @@ class Faults:
         self.epoch, self.step = cfg.inject_epoch, cfg.inject_step
         self.fired = False
 
-    def at(self, point: str, epoch: int, step: int) -> None:
+    def at(self, point: str, epoch: int, step: int, tensor=None) -> None:
         if not self.active or self.fired or (epoch, step) != (self.epoch, self.step):
             return
         if point == "forward" and self.kind == "stall-rank":
             self.fired = True
             while True:  # a rank that stops making progress (a straggler that never returns)
                 time.sleep(3600)
+        if point == "backward" and self.kind == "freeze-rank":
+            self.fired = True
+            # Freeze the whole process inside autograd, before its first gradient, so this
+            # rank never joins the all-reduce the others wait in: the state of a rank stopped
+            # from outside (SIGSTOP, a debugger, a hung driver call) in the same phase as they.
+            tensor.register_hook(_freeze_self)
         if point == "forward" and self.kind == "crash-rank":
             self.fired = True
             raise RuntimeError(f"injected fault crash-rank at epoch {epoch} step {step}")
@@ -117,6 +124,11 @@ class Faults:
             # SIGKILL is what the out-of-memory killer does to a worker.
             os.kill(victim, signal.SIGSTOP if self.kind == "hang-worker" else signal.SIGKILL)
             print(f"[gnnscale] injected fault {self.kind}: signalled loader worker pid {victim}", flush=True)
+
+
+def _freeze_self(grad):
+    os.kill(os.getpid(), signal.SIGSTOP)  # every thread stops; nothing of this rank runs on
+    return grad
 
 
 class Rank:
@@ -169,24 +181,25 @@ class Rank:
         (self.out / "workers" / f"{os.getpid()}.json").write_text(
             json.dumps({"pid": os.getpid(), "rank": self.rank, "worker_id": worker_id, "seed": seed}))
 
-    def dead_workers(self) -> list:
-        """This rank's loader workers that are no longer alive ('pid N (status)')."""
-        import psutil
+    def worker_exits(self) -> list:
+        """How each of this rank's loader workers that is no longer running ended.
+
+        The rank is their parent, so an unreaped worker's exit signal is still readable; a
+        worker that is still exiting (it reset the batch channel on its way out) is waited for.
+        """
+        from runners.probes import exit_of
 
         dead = []
-        for f in (self.out / "workers").glob("*.json") if (self.out / "workers").exists() else []:
+        for f in sorted((self.out / "workers").glob("*.json")) if (self.out / "workers").exists() else []:
             try:
                 rec = json.loads(f.read_text())
             except (OSError, ValueError):
                 continue
             if rec.get("rank") != self.rank:
                 continue
-            try:
-                status = psutil.Process(rec["pid"]).status()
-            except psutil.Error:
-                status = "gone"
-            if status in ("zombie", "gone", "dead"):
-                dead.append(f"(pid {rec['pid']}, {status})")
+            how = exit_of(rec["pid"])
+            if how is not None:
+                dead.append({"pid": rec["pid"], "worker_id": rec.get("worker_id"), "seen_t": time.time(), **how})
         return dead
 
     # -- the run ------------------------------------------------------------------------
@@ -220,7 +233,11 @@ class Rank:
             device = torch.device("cuda", self.local_rank)
         else:
             device = torch.device("cpu")
-        dist.init_process_group(cfg.backend)
+        # PyTorch's own collective timeout outlasts the watchdog's limits, so a hang stays a
+        # hang (caught, with stacks) instead of a timeout crash; under NCCL the default would
+        # otherwise abort the waiting ranks first.
+        self.info["collective_timeout_s"] = cfg.collective_timeout_s
+        dist.init_process_group(cfg.backend, timeout=datetime.timedelta(seconds=cfg.collective_timeout_s))
         self.mark("process_group_ready")
 
         graph = datasets.load(cfg.dataset, root=cfg.data_root)
@@ -335,6 +352,7 @@ class Rank:
                     sync()
                 t3 = now()
                 self.hb.beat("backward")
+                self.faults.at("backward", epoch, step, loss)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()  # DDP all-reduces the gradients here
                 if timed:
@@ -447,16 +465,22 @@ def main(argv=None, rank_class=None) -> int:
             torch._C._error_if_any_worker_fails()
         except Exception as werr:
             worker_failure = str(werr)
-        dead = rank.dead_workers()
-        if dead and not worker_failure:
-            worker_failure = "DataLoader worker " + ", ".join(dead) + " exited unexpectedly"
+        dead = rank.worker_exits()
+        # A reaped worker ('gone') may have ended normally; only a known bad end is a failure.
+        failed = [d for d in dead if d.get("signal") or d.get("exit_code")]
+        if failed and not worker_failure:
+            worker_failure = "DataLoader worker " + ", ".join(
+                f"(pid {d['pid']}, {d.get('signal') or 'exit code %s' % d['exit_code']})" for d in failed
+            ) + " exited unexpectedly"
+        phase = getattr(rank.hb, "phase", None)
         rank.hb.beat("failed")
         try:
             tb = traceback.format_exc()[-6000:]
         except BaseException:
             tb = repr(exc)
         err = {"rank": rank.rank, "time": time.time(), "type": type(exc).__name__, "message": str(exc)[:2000],
-               "worker_failure": worker_failure, "traceback": tb, "epoch": rank.hb.epoch, "step": rank.hb.step}
+               "worker_failure": worker_failure, "dead_workers": dead, "traceback": tb,
+               "epoch": rank.hb.epoch, "step": rank.hb.step, "phase": phase}
         (rank.dir / "error.json").write_text(json.dumps(err, indent=1))
         rank.write_info()
         print(tb, file=sys.stderr, flush=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import mmap
 import os
+import signal
 import struct
 import threading
 import time
@@ -59,6 +60,7 @@ class Heartbeat:
         if step is not None:
             self.step = step
         self._beats += 1
+        self.phase = phase
         struct.pack_into(HEARTBEAT_FORMAT, self._mm, 0, time.time(), self.epoch, self.step,
                          PHASE_CODE[phase], self.steps_per_epoch, os.getpid(), self._beats)
 
@@ -76,6 +78,60 @@ def read_heartbeat(path: Path):
         return None
     return {"t": t, "epoch": epoch, "step": step, "phase": PHASES[phase] if 0 <= phase < len(PHASES) else "?",
             "steps_per_epoch": spe, "pid": pid, "beats": beats}
+
+
+PF_EXITING = 0x4  # /proc/PID/stat flag of a process that is in the middle of exiting
+
+
+def proc_stat(pid: int):
+    """A process's state letter, flags, CPU seconds and wait status from /proc/PID/stat.
+
+    `wait_status` is the kernel's exit_code field: meaningful once the process is a zombie
+    (state 'Z'), readable by any process of the same user, not only by its parent. Returns
+    None when the pid no longer exists (reaped).
+    """
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = raw[raw.rindex(")") + 2:].split()  # the command name may contain spaces
+    tick = os.sysconf("SC_CLK_TCK")
+    return {"state": fields[0], "exiting": bool(int(fields[6]) & PF_EXITING),
+            "cpu_s": (int(fields[11]) + int(fields[12])) / tick,
+            "wait_status": int(fields[49]) if len(fields) > 49 else None}
+
+
+def describe_wait_status(status: int) -> dict:
+    """{'signal': 'SIGKILL'} or {'exit_code': n} from a waitpid-style status."""
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        try:
+            return {"signal": signal.Signals(sig).name}
+        except ValueError:
+            return {"signal": f"signal {sig}"}
+    return {"exit_code": os.WEXITSTATUS(status)}
+
+
+def exit_of(pid: int, wait_s: float = 5.0):
+    """How process `pid` ended, waiting up to `wait_s` for one that is still exiting.
+
+    Returns {'state': 'zombie', 'signal'/'exit_code': ...} for an unreaped process,
+    {'state': 'gone'} once reaped (how it ended is then unknown here), or None while it runs.
+    A process killed by a signal closes its sockets before it becomes a zombie, so a peer
+    can see the connection reset while the process still looks alive: that is why a
+    process flagged as exiting is waited for.
+    """
+    start = time.monotonic()
+    while True:
+        st = proc_stat(pid)
+        waited = {"waited_s": round(time.monotonic() - start, 3)}
+        if st is None:
+            return {"state": "gone", **waited}
+        if st["state"] in ("Z", "X"):
+            return {"state": "zombie", **describe_wait_status(st["wait_status"] or 0), **waited}
+        if not st["exiting"] or time.monotonic() - start > wait_s:
+            return None
+        time.sleep(0.01)
 
 
 class _Sampler(threading.Thread):

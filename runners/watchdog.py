@@ -23,11 +23,16 @@ from pathlib import Path
 
 import psutil
 
-from runners.probes import PHASE_BLOCKED_IN, read_heartbeat
+from runners.probes import PHASE_BLOCKED_IN, describe_wait_status, proc_stat, read_heartbeat
 
 COLLECTIVE_PHASES = ("backward", "epoch-sync", "evaluation")
 POLL_S = 0.5
 AT_LIMIT = 0.95  # a memory cgroup this full is reclaiming pages to stay under its cap
+CPU_SAMPLE_S = 1.0  # at a hang: how long to watch whether each process's CPU time advances
+# Progress order of the phases within one step; the end-of-epoch phases come after every step.
+PHASE_ORDER = {"starting": -1, "loading": 0, "copy": 1, "forward": 2, "backward": 3, "optimizer": 4,
+               "epoch-sync": 5, "evaluation": 6}
+FROZEN_STATES = ("stopped", "tracing-stop")  # psutil names of 'T' and 't'
 EXIT_GRACE_S = 30.0  # after every rank reported 'done'
 
 # Known causes: key -> (cause, remedy). The diagnosis names one and lists its evidence.
@@ -50,10 +55,10 @@ CAUSES = {
         "check memory and /dev/shm size (`df -h /dev/shm`), reduce workers or batch size",
     ),
     "stalled_rank": (
-        "one rank stopped making progress outside any collective while the others wait for it "
-        "in the all-reduce",
-        "look at that rank's stack: a straggler, an infinite loop, or a blocking call in the "
-        "training step",
+        "one rank stopped making progress (frozen, stuck in a call, or behind the others) while "
+        "the others wait for it in a collective",
+        "look at that rank's stack and process state: a stopped process (SIGSTOP, a debugger), "
+        "a straggler, an infinite loop, or a blocking call in the training step",
     ),
     "dead_rank": (
         "a rank failed and the remaining ranks were left waiting in a collective",
@@ -78,6 +83,12 @@ CAUSES = {
     "fd_limit": (
         "too many open file descriptors for shared tensors",
         "raise `ulimit -n` or use torch.multiprocessing.set_sharing_strategy('file_system')",
+    ),
+    "collective_timeout": (
+        "a collective waited longer than PyTorch's own process-group timeout: a hang that PyTorch "
+        "turned into a crash",
+        "find why the culprit rank stopped (its last phase, its error); the harness sets the timeout "
+        "above the watchdog's limits, so this means a timeout was lowered or a limit raised",
     ),
     "crash": ("a rank raised an exception", "see the error excerpt and the rank's log"),
     "killed": (
@@ -156,6 +167,38 @@ def stop_tree(procs: list, grace_s: float) -> list:
     return [p.pid for p in alive]
 
 
+class ProcessLedger:
+    """When and how each process of the run ended, as seen from outside, polled every POLL_S.
+
+    A process is alive at `last_alive` and known dead at `dead_seen`; if it was caught as a
+    zombie (not yet reaped by its parent), how it ended (signal or exit code) is read from
+    /proc. Together with each rank's own record of its workers this orders the deaths: which
+    process died first, and by which signal.
+    """
+
+    def __init__(self):
+        self.records: dict = {}
+
+    def observe(self, pids, now: float) -> None:
+        for pid in pids:
+            rec = self.records.setdefault(pid, {"pid": pid, "last_alive": None, "dead_seen": None})
+            if rec["dead_seen"]:
+                continue  # once dead, a pid that shows up again is another process
+            st = proc_stat(pid)
+            if st is None:
+                rec["dead_seen"] = rec["dead_seen"] or now
+            elif st["state"] in ("Z", "X"):
+                rec["dead_seen"] = rec["dead_seen"] or now
+                rec.update(describe_wait_status(st["wait_status"] or 0))
+            else:
+                rec["last_alive"] = now
+
+    def write(self, path: Path, roles: dict) -> list:
+        rows = [{**r, "role": roles.get(pid)} for pid, r in sorted(self.records.items())]
+        Path(path).write_text(json.dumps(rows, indent=1))
+        return rows
+
+
 class Supervisor:
     """Watches one torchrun process tree until it ends or must be stopped."""
 
@@ -165,6 +208,7 @@ class Supervisor:
         self.cfg, self.out, self.proc, self.launch_t = cfg, Path(out), proc, launch_t
         self.watch = {r: RankWatch(r, last_change=time.time()) for r in local_ranks}
         self.seen: dict = {}  # pid -> psutil.Process, every process of the run ever seen
+        self.ledger = ProcessLedger()
         self.max_step_s = 0.0
         self.timeline = open(self.out / "heartbeats" / "timeline.jsonl", "a")
 
@@ -172,8 +216,13 @@ class Supervisor:
     def _track_processes(self) -> None:
         for p in process_tree(self.proc.pid):
             self.seen.setdefault(p.pid, p)
+        self.ledger.observe(list(self.seen), time.time())
         if self.cgroup is not None:
             self._watch_oom()
+
+    def _write_ledger(self) -> None:
+        self.ledger.observe(list(self.seen), time.time())
+        self.ledger.write(self.out / "processes.json", _roles(self.out))
 
     def _watch_oom(self) -> None:
         """Remember where every rank was when the cgroup's OOM-kill count first rose, and the
@@ -211,23 +260,10 @@ class Supervisor:
         return max(self.cfg.stall_floor_s, self.cfg.stall_factor * self.max_step_s)
 
     def _stalled_rank(self, now: float):
-        """(rank, idle seconds) of the rank to blame once some rank is past the threshold.
-
-        Ranks waiting in a collective are victims: blame a rank stuck outside collectives
-        (loading, forward, ...) if there is one, else the one idle longest.
-        """
-        limit = self.threshold()
-        idle = []
-        for w in self.watch.values():
-            phase = w.heartbeat["phase"] if w.heartbeat else "starting"
-            if phase in ("done", "failed"):
-                continue
-            idle.append((w.rank, now - w.last_change, phase))
-        if not any(t > limit for _, t, _ in idle):
-            return None
-        outside = [x for x in idle if x[2] not in COLLECTIVE_PHASES]
-        rank, t, _ = max(outside or idle, key=lambda x: x[1])
-        return rank, t
+        """(rank, idle seconds) of a rank that shows a hang, or None (see `hang_candidate`)."""
+        ranks = [(w.rank, w.last_change, w.heartbeat["phase"] if w.heartbeat else "starting")
+                 for w in self.watch.values()]
+        return hang_candidate(ranks, now, self.launch_t, self.threshold(), self.cfg.startup_timeout_s)
 
     # -- the loop ------------------------------------------------------------------------
     def run(self) -> Outcome:
@@ -262,6 +298,7 @@ class Supervisor:
 
     def _stop_lingering(self) -> Outcome:
         """All measurements are on disk; stop the processes that failed to exit and keep the result."""
+        self._write_ledger()
         survivors = stop_tree([p for p in self.seen.values() if _alive(p)], self.cfg.kill_grace_s)
         try:
             rc = self.proc.wait(timeout=10)
@@ -274,6 +311,7 @@ class Supervisor:
         return outcome
 
     def _finish(self, rc: int) -> Outcome:
+        self._write_ledger()  # before the leftovers are stopped: their deaths are not evidence
         leftovers = [p for p in self.seen.values() if _alive(p)]
         survivors = stop_tree(leftovers, self.cfg.kill_grace_s) if leftovers else []
         status, diagnosis = classify_exit(self.out, rc, sorted(self.watch))
@@ -284,8 +322,9 @@ class Supervisor:
     def _stop(self, status: str, stalled, now: float) -> Outcome:
         detected_after = now - self.launch_t
         self._track_processes()
-        states = process_states(self.seen.values())
+        states = process_states(self.seen.values(), CPU_SAMPLE_S)
         stacks = capture_stacks(self.out, self.seen.values(), self.watch, native=self.cfg.native_stacks)
+        self._write_ledger()
         survivors = stop_tree([p for p in self.seen.values() if _alive(p)], self.cfg.kill_grace_s)
         try:
             rc = self.proc.wait(timeout=10)
@@ -299,6 +338,33 @@ class Supervisor:
                        killed_by_watchdog=True, survivors=survivors)
 
 
+def hang_candidate(ranks: list, now: float, launch_t: float, limit: float, startup_timeout: float):
+    """(rank, idle seconds) of a rank that shows a hang once some rank is past its limit, else None.
+
+    `ranks`: (rank, time of its last heartbeat change, phase). A rank still starting is held to
+    the start-up timeout from launch, not to the stall limit: start-up time differs per rank,
+    and a rank that has not yet beaten its first step while another has is slow, not stalled.
+    Only detection: the culprit is decided later from process evidence (see `blame`). This
+    returns a rank outside collectives (loading, forward, ...) if there is one, else the one
+    idle longest.
+    """
+    idle = []
+    over = False
+    for rank, last_change, phase in ranks:
+        if phase in ("done", "failed"):
+            continue
+        idle.append((rank, now - last_change, phase))
+        if phase == "starting":
+            over = over or now - launch_t > startup_timeout
+        else:
+            over = over or now - last_change > limit
+    if not over:
+        return None
+    outside = [x for x in idle if x[2] not in COLLECTIVE_PHASES]
+    rank, t, _ = max(outside or idle, key=lambda x: x[1])
+    return rank, t
+
+
 def _alive(p) -> bool:
     try:
         return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
@@ -306,12 +372,18 @@ def _alive(p) -> bool:
         return False
 
 
-def _roles(out: Path, watch: dict) -> dict:
+def _roles(out: Path, watch: dict | None = None) -> dict:
     """pid -> role label ('rank1', 'rank1-worker0', ...) from heartbeats and worker records."""
     roles = {}
-    for r, w in watch.items():
-        if w.heartbeat:
-            roles[w.heartbeat["pid"]] = f"rank{r}"
+    if watch is None:
+        for f in (out / "heartbeats").glob("rank*.hb"):
+            hb = read_heartbeat(f)
+            if hb:
+                roles[hb["pid"]] = f.stem
+    else:
+        for r, w in watch.items():
+            if w.heartbeat:
+                roles[w.heartbeat["pid"]] = f"rank{r}"
     for f in (out / "workers").glob("*.json") if (out / "workers").exists() else []:
         try:
             rec = json.loads(f.read_text())
@@ -321,11 +393,30 @@ def _roles(out: Path, watch: dict) -> dict:
     return roles
 
 
-def process_states(procs) -> dict:
+def process_states(procs, interval: float = 0.0) -> dict:
+    """pid -> status, and how much CPU time it used over `interval` seconds.
+
+    Two samples `interval` apart: a process is 'stopped' or in 'disk-sleep' at both, and its
+    CPU time advanced by `cpu_delta_s` in between (0 for a frozen process).
+    """
+    procs = list(procs)
+    first = {}
+    for p in procs:
+        try:
+            first[p.pid] = (p.status(), sum(p.cpu_times()[:2]))
+        except psutil.Error:
+            pass
+    if interval:
+        time.sleep(interval)
     states = {}
     for p in procs:
         try:
-            states[p.pid] = {"status": p.status(), "name": p.name(), "ppid": p.ppid()}
+            status, cpu = p.status(), sum(p.cpu_times()[:2])
+            states[p.pid] = {"status": status, "name": p.name(), "ppid": p.ppid()}
+            if p.pid in first:
+                states[p.pid]["status_before"] = first[p.pid][0]
+                states[p.pid]["cpu_delta_s"] = round(cpu - first[p.pid][1], 3)
+                states[p.pid]["interval_s"] = interval
         except psutil.Error:
             states[p.pid] = {"status": "gone"}
     return states
@@ -387,68 +478,195 @@ def top_frames(text: str, n: int = 4) -> list:
     return frames[:n]
 
 
-def diagnose_stop(out: Path, status: str, stalled, watch: dict, states: dict, stacks: dict,
-                  threshold: float, now: float, launch_t: float) -> dict:
-    """Explain a hang or a timeout from heartbeats, process states and stacks."""
-    ranks, evidence = [], []
+# -- blame: which rank the others wait for (pure logic over recorded evidence) -------------
+CPU_IDLE_S = 0.05  # CPU seconds per second below which a process is not running at all
+CPU_BUSY_S = 0.25  # ... and above which it is clearly computing
+
+
+def progress_key(x: dict) -> tuple:
+    """How far a rank got: (epoch, step, phase order) of its last heartbeat."""
+    epoch = x.get("epoch") if x.get("epoch") is not None else -1
+    step = x.get("step") if x.get("step") is not None else -1
+    return (epoch, step, PHASE_ORDER.get(x.get("phase"), -1))
+
+
+def _cpu_rate(x: dict):
+    if x.get("cpu_delta_s") is None or not x.get("cpu_interval_s"):
+        return None
+    return x["cpu_delta_s"] / x["cpu_interval_s"]
+
+
+def is_frozen(x: dict) -> bool:
+    """Stopped (SIGSTOP, a debugger) at both samples, or in uninterruptible sleep at both
+    samples without using any CPU (stuck in the kernel or a driver)."""
+    now, before = x.get("state"), x.get("state_before", x.get("state"))
+    if now in FROZEN_STATES and before in FROZEN_STATES:
+        return True
+    rate = _cpu_rate(x)
+    return now == before == "disk-sleep" and rate is not None and rate < CPU_IDLE_S
+
+
+def _describe(x: dict) -> str:
+    parts = [f"process state '{x.get('state')}'"]
+    if x.get("cpu_delta_s") is not None:
+        parts.append(f"CPU time +{x['cpu_delta_s']:.2f} s in {x.get('cpu_interval_s', 0):.1f} s")
+    if x.get("stack_top"):
+        parts.append(f"stack top: {x['stack_top'][0]}")
+    return ", ".join(parts)
+
+
+def blame(ranks: list):
+    """(culprit rank, evidence) of a hang, or (None, []) when the evidence names nobody.
+
+    In order of strength: a rank whose process is frozen; a rank behind all the others in
+    (epoch, step, phase) - the others could only get ahead because it had not yet joined
+    the collective they wait in, whatever phase that is (under NCCL the all-reduce is
+    asynchronous and the waiting ranks block later, in a copy, the next forward or the
+    optimiser); the only rank still burning CPU while the others are idle.
+    """
+    live = [x for x in ranks if x.get("phase") not in ("done", "failed")]
+    if len(live) < 2:
+        return (live[0]["rank"], [f"rank {live[0]['rank']} is the only rank still running"]) if live else (None, [])
+    frozen = [x for x in live if is_frozen(x)]
+    if frozen:
+        x = min(frozen, key=progress_key)
+        return x["rank"], [f"rank {x['rank']} is frozen: {_describe(x)}"]
+    keys = sorted(progress_key(x) for x in live)
+    if keys[0] < keys[1]:
+        x = min(live, key=progress_key)
+        ahead = ", ".join(f"rank {y['rank']} at epoch {y['epoch']} step {y['step']} '{y['phase']}'"
+                          for y in live if y is not x)
+        return x["rank"], [f"rank {x['rank']} is behind (epoch {x['epoch']} step {x['step']} "
+                           f"'{x['phase']}') while {ahead}: the others wait for it"]
+    rates = {x["rank"]: _cpu_rate(x) for x in live}
+    if None not in rates.values():
+        busy = [r for r, v in rates.items() if v >= CPU_BUSY_S]
+        if len(busy) == 1 and all(v < CPU_IDLE_S for r, v in rates.items() if r != busy[0]):
+            x = next(y for y in live if y["rank"] == busy[0])
+            return x["rank"], [f"rank {x['rank']} is the only rank still computing: {_describe(x)}"]
+    return None, []
+
+
+def _worker_stuck(w: dict) -> bool:
+    bad = ("stopped", "tracing-stop", "zombie", "gone", "disk-sleep")
+    return w["status"] in bad and w.get("status_before", w["status"]) in bad
+
+
+def _rule_timeout(ev):
+    if ev["status"] == "timeout":
+        return "timeout", None, []
+
+
+def _rule_startup(ev):
+    if all(x["phase"] == "starting" for x in ev["ranks"]):
+        return "startup_hang", None, []
+
+
+def _rule_uneven(ev):
+    counts = ev.get("counts")
+    if counts and len(set(counts)) > 1:
+        return "uneven_batches", min(range(len(counts)), key=lambda r: counts[r]), [
+            f"steps per epoch by rank: {counts}"]
+
+
+def _rule_shm(ev):
+    shm = ev.get("shm")
+    if shm and shm[1] and shm[0] / shm[1] > 0.95:
+        return "shm_exhausted", None, [f"/dev/shm {shm[0] / 2**20:.0f} MiB used of {shm[1] / 2**20:.0f} MiB"]
+
+
+def _rule_stalled_worker(ev):
+    stuck = [w for w in ev["workers"] if _worker_stuck(w)]
+    if stuck:
+        return "stalled_worker", int(stuck[0]["role"].split("-")[0][len("rank"):]), [
+            f"loader worker {w['role']} (pid {w['pid']}) is {w['status']}" for w in stuck]
+    culprit, why = blame(ev["ranks"])
+    if culprit is not None and next(x for x in ev["ranks"] if x["rank"] == culprit)["phase"] == "loading":
+        return "stalled_worker", culprit, why + [f"rank {culprit} waits for its loader"]
+
+
+def _rule_stalled_rank(ev):
+    culprit, why = blame(ev["ranks"])
+    if culprit is not None:
+        return "stalled_rank", culprit, why
+
+
+def _rule_mismatch(ev):
+    return "collective_mismatch", None, ["no rank is frozen, behind the others or still computing"]
+
+
+# Evidence-based priority list: the first rule whose evidence holds names the cause.
+STOP_RULES = [_rule_timeout, _rule_startup, _rule_uneven, _rule_shm, _rule_stalled_worker,
+              _rule_stalled_rank, _rule_mismatch]
+
+
+def decide_stop(ev: dict):
+    """(cause key, culprit rank or None, evidence) of a stopped run from its evidence.
+
+    `ev`: status ('hang'/'timeout'), ranks (rank, epoch, step, phase, state, state_before,
+    cpu_delta_s, cpu_interval_s, stack_top), workers (role, pid, status), counts (steps per
+    rank) and shm ((used, total) of /dev/shm). Pure: tested with constructed evidence.
+    """
+    for rule in STOP_RULES:
+        verdict = rule(ev)
+        if verdict:
+            return verdict
+    raise AssertionError("the last rule always applies")
+
+
+def stop_evidence(out: Path, status: str, watch: dict, states: dict, stacks: dict, now: float) -> dict:
+    """What a stopped run shows: every rank's progress, process state, CPU use and stack top."""
     infos = {r: _read_json(out / f"rank{r}" / "rank.json") for r in watch}
+    ranks = []
     for r, w in sorted(watch.items()):
-        hb = w.heartbeat or {"epoch": -1, "step": -1, "phase": "starting"}
+        hb = w.heartbeat or {"epoch": -1, "step": -1, "phase": "starting", "pid": None}
+        st = states.get(hb.get("pid"), {})
         stack_file = stacks.get(f"rank{r}")
         frames = top_frames((out / "stacks" / stack_file).read_text()) if stack_file else []
-        ranks.append({"rank": r, "epoch": hb["epoch"], "step": hb["step"], "phase": hb["phase"],
-                      "blocked_in": PHASE_BLOCKED_IN.get(hb["phase"], hb["phase"]),
-                      "idle_s": round(now - w.last_change, 1), "stack_top": frames,
+        ranks.append({"rank": r, "pid": hb.get("pid"), "epoch": hb["epoch"], "step": hb["step"],
+                      "phase": hb["phase"], "blocked_in": PHASE_BLOCKED_IN.get(hb["phase"], hb["phase"]),
+                      "idle_s": round(now - w.last_change, 2), "stack_top": frames,
+                      "state": st.get("status"), "state_before": st.get("status_before"),
+                      "cpu_delta_s": st.get("cpu_delta_s"), "cpu_interval_s": st.get("interval_s"),
                       "steps_per_epoch": (infos.get(r) or {}).get("steps_per_epoch")})
     workers = []
-    roles = _roles(out, watch)
-    for pid, role in roles.items():
+    for pid, role in _roles(out, watch).items():
         if "-worker" in role:
-            st = states.get(pid, {}).get("status", "gone")
-            workers.append({"role": role, "pid": pid, "status": st, "stack_file": stacks.get(role)})
+            st = states.get(pid, {})
+            workers.append({"role": role, "pid": pid, "status": st.get("status", "gone"),
+                            "status_before": st.get("status_before", st.get("status", "gone")),
+                            "cpu_delta_s": st.get("cpu_delta_s"), "stack_file": stacks.get(role)})
     counts = next((i.get("steps_per_rank") for i in infos.values() if i and i.get("steps_per_rank")), None)
-    phases = {x["rank"]: x["phase"] for x in ranks}
-    stalled_rank = stalled[0] if stalled else None
+    return {"status": status, "ranks": ranks, "workers": workers, "counts": counts, "shm": shm_usage()}
 
-    if status == "timeout":
-        key = "timeout"
-    elif all(p == "starting" for p in phases.values()):
-        key = "startup_hang"
-    elif counts and len(set(counts)) > 1:
-        key = "uneven_batches"
-        evidence.append(f"steps per epoch by rank: {counts}")
-    elif any(w["status"] in ("stopped", "gone", "zombie", "disk-sleep") for w in workers) or (
-            stalled_rank is not None and phases.get(stalled_rank) == "loading"):
-        key = "stalled_worker"
-        for w in workers:
-            if w["status"] != "sleeping" and w["status"] != "running":
-                evidence.append(f"loader worker {w['role']} (pid {w['pid']}) is {w['status']}")
-    elif stalled_rank is not None and phases.get(stalled_rank) not in COLLECTIVE_PHASES:
-        key = "stalled_rank"
-    else:
-        key = "collective_mismatch"
-    shm = shm_usage()
-    if shm and shm[1] and shm[0] / shm[1] > 0.95:
-        key = "shm_exhausted"
-        evidence.append(f"/dev/shm {shm[0] / 2**20:.0f} MiB used of {shm[1] / 2**20:.0f} MiB")
+
+def diagnose_stop(out: Path, status: str, stalled, watch: dict, states: dict, stacks: dict,
+                  threshold: float, now: float, launch_t: float) -> dict:
+    """Explain a hang or a timeout from heartbeats, process states, CPU use and stacks."""
+    ev = stop_evidence(out, status, watch, states, stacks, now)
+    key, culprit, evidence = decide_stop(ev)
     cause, remedy = CAUSES[key]
-    culprit = stalled_rank
-    if key == "uneven_batches" and counts:
-        culprit = min(range(len(counts)), key=lambda r: counts[r])
+    ranks = ev["ranks"]
+    evidence = list(evidence)
     for x in ranks:
         evidence.append(f"rank {x['rank']}: epoch {x['epoch']} step {x['step']} phase '{x['phase']}' "
-                        f"({x['blocked_in']}), no progress for {x['idle_s']} s")
+                        f"({x['blocked_in']}), no progress for {x['idle_s']} s; {_describe(x)}")
+    if stalled:
+        evidence.append(f"rank {stalled[0]} passed the threshold first (idle {stalled[1]:.1f} s)")
     evidence.append(f"threshold {threshold:.1f} s; detected {now - launch_t:.1f} s after launch")
     if status == "timeout":
         summary = "time limit reached; rank progress: " + ", ".join(
             f"r{x['rank']} e{x['epoch']} s{x['step']} {x['phase']}" for x in ranks)
+    elif culprit is None:
+        summary = ("hang: " + ", ".join(f"rank {x['rank']} waited in '{x['phase']}'" for x in ranks)
+                   + f"; cause: {cause.split(':')[0]}")
     else:
-        where = phases.get(culprit, "?") if culprit is not None else "?"
+        where = next((x["phase"] for x in ranks if x["rank"] == culprit), "?")
         summary = (f"hang: rank {culprit} made no progress in phase '{where}' while "
                    + ", ".join(f"rank {x['rank']} waited in '{x['phase']}'" for x in ranks if x["rank"] != culprit)
                    + f"; cause: {cause.split(':')[0]}")
     return {"summary": summary, "cause": key, "cause_text": cause, "remedy": remedy, "evidence": evidence,
-            "ranks": ranks, "workers": workers, "culprit_rank": culprit, "stack_files": stacks,
+            "ranks": ranks, "workers": ev["workers"], "culprit_rank": culprit, "stack_files": stacks,
             "threshold_s": round(threshold, 2)}
 
 
@@ -605,74 +823,199 @@ def torchrun_exit_codes(log_text: str) -> dict:
     return codes
 
 
+COLLECTIVE_TIMEOUT = re.compile(
+    r"Watchdog caught collective operation timeout|NCCL timeout|[Tt]imed out waiting \d+ ?ms for (?:recv|send)"
+    r"|ProcessGroupNCCL.{0,200}[Tt]imeout")
+WORKER_FAILED = re.compile(r"DataLoader worker .*(killed|exited unexpectedly)")
+
+
+def exit_evidence(out: Path, rc: int, local_ranks: list) -> dict:
+    """What a run that ended by itself left behind: rank records, errors, torchrun's log,
+    final heartbeats and the supervisor's ledger of process deaths (processes.json)."""
+    infos = {r: _read_json(out / f"rank{r}" / "rank.json") or {} for r in local_ranks}
+    errors = {r: e for r in local_ranks if (e := _read_json(out / f"rank{r}" / "error.json"))}
+    try:
+        log = (out / "logs" / "launcher.log").read_text(errors="replace")
+    except OSError:
+        log = ""
+    codes = torchrun_exit_codes(log)
+    ranks = []
+    for r in local_ranks:
+        e = errors.get(r)
+        hb = read_heartbeat(out / "heartbeats" / f"rank{r}.hb") or {}
+        last = e if e else hb
+        ranks.append({"rank": r, "exit_code": codes.get(r), "phase": "failed" if e else "?",
+                      "blocked_in": "raised an exception" if e else "stopped by torchrun after another rank failed",
+                      "error": f"{e['type']}: {e['message'][:300]}" if e else None,
+                      "epoch": last.get("epoch"), "step": last.get("step"),
+                      "last_phase": (e.get("phase") if e else hb.get("phase")), "pid": infos[r].get("pid", hb.get("pid"))})
+    # Ranks that only lost their peer are victims: the first error of another kind is the cause.
+    primary = [e for e in errors.values() if not PEER_LOST.search(e["message"]) or e.get("worker_failure")]
+    first = min(primary or errors.values(), key=lambda e: e.get("time", 0)) if errors else None
+    return {"rc": rc, "ranks": ranks, "errors": errors, "primary": primary, "first": first, "log": log,
+            "codes": codes, "ledger": _read_json(out / "processes.json") or [],
+            "counts": next((i.get("steps_per_rank") for i in infos.values() if i.get("steps_per_rank")), None)}
+
+
+def _error_text(e: dict) -> str:
+    return f"{e['type']}: {e['message']}" + (e.get("worker_failure") or "") + e.get("traceback", "")
+
+
+def rank_failure_times(ev: dict) -> dict:
+    """rank -> the earliest time it is known to have failed: its error record, else the last
+    time the supervisor saw it alive (it ended after that)."""
+    times = {r: e["time"] for r, e in ev["errors"].items() if e.get("time")}
+    pid_rank = {x["pid"]: x["rank"] for x in ev["ranks"] if x.get("pid")}
+    for rec in ev["ledger"]:
+        r = pid_rank.get(rec["pid"])
+        if r is not None and r not in times and rec.get("dead_seen") and rec.get("last_alive"):
+            times[r] = rec["last_alive"]
+    return times
+
+
+def worker_deaths(ev: dict) -> list:
+    """Every loader worker known to have ended: pid, rank, signal or exit code, and the time by
+    which it was dead, from its rank's failure record and from the supervisor's ledger."""
+    deaths = {}
+    for r, e in ev["errors"].items():
+        for d in e.get("dead_workers") or []:
+            rec = deaths.setdefault(d["pid"], {"pid": d["pid"], "rank": r, "role": f"rank{r}-worker{d.get('worker_id')}",
+                                               "dead_by": d.get("seen_t"), "seen_by": [f"rank {r}"]})
+            for k in ("signal", "exit_code"):
+                if k in d:
+                    rec[k] = d[k]
+    for L in ev["ledger"]:
+        role = L.get("role") or ""
+        if "-worker" not in role or not L.get("dead_seen"):
+            continue
+        rec = deaths.setdefault(L["pid"], {"pid": L["pid"], "rank": int(role.split("-")[0][len("rank"):]),
+                                           "role": role, "dead_by": L["dead_seen"], "seen_by": []})
+        rec["dead_by"] = min(t for t in (rec.get("dead_by"), L["dead_seen"]) if t)
+        rec["seen_by"].append("the watchdog")
+        for k in ("signal", "exit_code"):
+            if k in L and k not in rec:
+                rec[k] = L[k]
+    return sorted(deaths.values(), key=lambda d: d.get("dead_by") or 0)
+
+
+def _exit_uneven(ev):
+    return _rule_uneven(ev)
+
+
+def _exit_collective_timeout(ev):
+    texts = [_error_text(e) for e in ev["errors"].values()] + [ev["log"]]
+    hit = next((m for t in texts if (m := COLLECTIVE_TIMEOUT.search(t))), None)
+    if not hit:
+        return None
+    positions = [{"rank": x["rank"], "epoch": x["epoch"], "step": x["step"], "phase": x["last_phase"]}
+                 for x in ev["ranks"]]
+    culprit, why = blame(positions)
+    return "collective_timeout", culprit, [f"PyTorch's collective timeout fired: '{hit.group(0)}'"] + why
+
+
+def _exit_dead_worker(ev):
+    failed_at = rank_failure_times(ev)
+    first_failure = min(failed_at.values()) if failed_at else None
+    for d in worker_deaths(ev):
+        bad = d.get("signal") or d.get("exit_code")
+        if bad and d.get("dead_by") and (first_failure is None or d["dead_by"] <= first_failure):
+            how = f"killed by {d['signal']}" if d.get("signal") else f"exited with code {d['exit_code']}"
+            return "dead_worker", d["rank"], [
+                f"loader worker {d['role']} (pid {d['pid']}) {how} before any rank failed "
+                f"(seen dead by {' and '.join(d['seen_by'])})"]
+    first = ev["first"]
+    if first and WORKER_FAILED.search(_error_text(first)):
+        return "dead_worker", first["rank"], [f"rank {first['rank']}: {first.get('worker_failure') or first['message'][:300]}"]
+
+
+def _exit_error_text(ev):
+    first = ev["first"]
+    if not first:
+        return None
+    text = _error_text(first)
+    if re.search(r"No space left on device|/dev/shm|Bus error", text):
+        return "shm_exhausted", first["rank"], []
+    if "Too many open files" in text:
+        return "fd_limit", first["rank"], []
+
+
+def _exit_crash(ev):
+    if ev["primary"]:
+        return "crash", ev["first"]["rank"], []
+
+
+def _exit_signal(ev):
+    signalled = {r: c for r, c in ev["codes"].items() if c < 0}
+    if not signalled:
+        return None
+    culprit = sorted(signalled)[0]
+    sig = -signalled[culprit]
+    try:
+        name = signal.Signals(sig).name
+    except ValueError:
+        name = f"signal {sig}"
+    # SIGKILL/SIGTERM come from outside (OOM killer, scheduler); SIGABRT/SIGSEGV/SIGBUS from the process.
+    external = sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+    key = "killed" if external else ("shm_exhausted" if sig == signal.SIGBUS else "crash")
+    return key, culprit, [f"rank {culprit} exited by {name}"]
+
+
+def _exit_dead_rank(ev):
+    if not ev["errors"]:
+        return None
+    # Every error is a lost peer: a rank that left no error record and was already gone when
+    # the first error was recorded is the one that died.
+    first_t = ev["first"].get("time") or 0
+    pid_rank = {x["pid"]: x["rank"] for x in ev["ranks"] if x.get("pid")}
+    silent = sorted((rec["dead_seen"], pid_rank[rec["pid"]]) for rec in ev["ledger"]
+                    if pid_rank.get(rec["pid"]) is not None and pid_rank[rec["pid"]] not in ev["errors"]
+                    and rec.get("dead_seen") and rec["dead_seen"] <= first_t)
+    if silent:
+        return "dead_rank", silent[0][1], [f"rank {silent[0][1]} was gone before any rank recorded an error"]
+    return "dead_rank", ev["first"]["rank"], []
+
+
+def _exit_unexplained(ev):
+    return "crash", None, [f"torchrun exited with code {ev['rc']} and no rank left an error record"]
+
+
+# Evidence-based priority list: the first rule whose evidence holds names the cause.
+EXIT_RULES = [_exit_uneven, _exit_collective_timeout, _exit_dead_worker, _exit_error_text, _exit_crash,
+              _exit_signal, _exit_dead_rank, _exit_unexplained]
+EXIT_STATUS = {"killed": "killed", "collective_timeout": "hang"}  # any other cause: 'crashed'
+
+
+def decide_exit(ev: dict):
+    """(cause key, culprit rank or None, evidence) of a run that ended by itself. Pure."""
+    for rule in EXIT_RULES:
+        verdict = rule(ev)
+        if verdict:
+            return verdict
+    raise AssertionError("the last rule always applies")
+
+
 def classify_exit(out: Path, rc: int, local_ranks: list):
     """Status and diagnosis of a run whose torchrun exited by itself."""
     infos = {r: _read_json(out / f"rank{r}" / "rank.json") or {} for r in local_ranks}
     if rc == 0 and all(i.get("finished") for i in infos.values()):
         return "ok", None
-    errors = {r: e for r in local_ranks if (e := _read_json(out / f"rank{r}" / "error.json"))}
-    log = ""
-    try:
-        log = (out / "logs" / "launcher.log").read_text(errors="replace")
-    except OSError:
-        pass
-    codes = torchrun_exit_codes(log)
-    signalled = {r: c for r, c in codes.items() if c < 0}
-    ranks = []
-    for r in local_ranks:
-        e = errors.get(r)
-        ranks.append({"rank": r, "exit_code": codes.get(r), "phase": "failed" if e else "?",
-                      "blocked_in": "raised an exception" if e else "stopped by torchrun after another rank failed",
-                      "error": f"{e['type']}: {e['message'][:300]}" if e else None,
-                      "epoch": e.get("epoch") if e else None, "step": e.get("step") if e else None})
-    evidence = []
-    counts = next((i.get("steps_per_rank") for i in infos.values() if i.get("steps_per_rank")), None)
-    if errors:
-        # Ranks that only lost their peer are victims: the first error of another kind is the cause.
-        primary = [e for e in errors.values() if not PEER_LOST.search(e["message"]) or e.get("worker_failure")]
-        first = min(primary or errors.values(), key=lambda e: e.get("time", 0))
+    ev = exit_evidence(out, rc, local_ranks)
+    key, culprit, evidence = decide_exit(ev)
+    status = EXIT_STATUS.get(key, "crashed")
+    evidence = list(evidence)
+    first = ev["first"]
+    if first:
         msg = f"{first['type']}: {first['message']}"
-        text = msg + (first.get("worker_failure") or "") + first.get("traceback", "")
+        evidence.append(f"rank {first['rank']} raised {msg[:500]}")
         if first.get("worker_failure"):
             evidence.append(f"rank {first['rank']}: {first['worker_failure']}")
-        if re.search(r"DataLoader worker .*(killed|exited unexpectedly)", text):
-            key = "dead_worker"
-        elif re.search(r"No space left on device|/dev/shm|Bus error", text):
-            key = "shm_exhausted"
-        elif "Too many open files" in text:
-            key = "fd_limit"
-        elif not primary:
-            key = "dead_rank"
-        else:
-            key = "crash"
-        status = "crashed"
-        culprit = first["rank"]
-        evidence.insert(0, f"rank {culprit} raised {msg[:500]}")
         excerpt = first.get("traceback", "")[-1500:]
-    elif signalled:
-        culprit = sorted(signalled)[0]
-        sig = -signalled[culprit]
-        try:
-            name = signal.Signals(sig).name
-        except ValueError:
-            name = f"signal {sig}"
-        # SIGKILL/SIGTERM come from outside (OOM killer, scheduler); SIGABRT/SIGSEGV/SIGBUS from the process.
-        external = sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-        key = "killed" if external else ("shm_exhausted" if sig == signal.SIGBUS else "crash")
-        status = "killed" if external else "crashed"
-        excerpt = log[-1500:]
-        evidence.append(f"rank {culprit} exited by {name}")
     else:
-        key, status, culprit, excerpt = "crash", "crashed", None, log[-1500:]
-        evidence.append(f"torchrun exited with code {rc} and no rank left an error record")
-    if counts and len(set(counts)) > 1:
-        key = "uneven_batches"  # whatever the symptom, unequal step counts are the cause
-        evidence.insert(0, f"steps per epoch by rank: {counts}")
-        culprit = min(range(len(counts)), key=lambda r: counts[r])
-    cause, remedy = CAUSES[key]
-    for r, c in sorted(codes.items()):
+        excerpt = ev["log"][-1500:]
+    for r, c in sorted(ev["codes"].items()):
         evidence.append(f"torchrun: rank {r} exit code {c}")
+    cause, remedy = CAUSES[key]
     summary = f"{status}: rank {culprit}: {cause.split(':')[0]} ({evidence[0][:200]})"
     return status, {"summary": summary, "cause": key, "cause_text": cause,
-                    "remedy": remedy, "evidence": evidence, "ranks": ranks, "culprit_rank": culprit,
+                    "remedy": remedy, "evidence": evidence, "ranks": ev["ranks"], "culprit_rank": culprit,
                     "error_excerpt": excerpt, "detected_after_s": None}

@@ -1,0 +1,198 @@
+"""The watchdog's decisions over recorded evidence (pure logic, fed constructed evidence), and
+the process-level evidence it reads from real processes (/proc: state, CPU time, exit signal)."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from runners.probes import exit_of, proc_stat
+from runners.watchdog import EXIT_STATUS, ProcessLedger, blame, decide_exit, decide_stop, process_states
+
+
+def rank(r, epoch, step, phase, state="sleeping", cpu=0.0, stack=()):
+    return {"rank": r, "epoch": epoch, "step": step, "phase": phase, "state": state, "state_before": state,
+            "cpu_delta_s": cpu, "cpu_interval_s": 1.0, "stack_top": list(stack)}
+
+
+def stop_ev(ranks, workers=(), counts=None):
+    return {"status": "hang", "ranks": ranks, "workers": list(workers), "counts": counts, "shm": None}
+
+
+# -- hangs: which rank the others wait for ---------------------------------------------------
+def test_frozen_rank_in_the_same_phase_as_its_victim_is_the_culprit():
+    # Both ranks in 'backward': heartbeats alone cannot tell the culprit from the waiting rank.
+    victim = rank(0, 0, 2, "backward", stack=["backward (torch/autograd/__init__.py:266)"])
+    frozen = rank(1, 0, 2, "backward", state="stopped", stack=["_freeze_self (runners/harness.py:112)"])
+    assert decide_stop(stop_ev([victim, frozen]))[:2] == ("stalled_rank", 1)
+    culprit, why = blame([victim, frozen])
+    assert culprit == 1 and "stopped" in why[0] and "_freeze_self" in why[0]
+    # Without process evidence the same heartbeats name nobody (and no healthy rank is blamed).
+    unknown = [dict(x, state=None, state_before=None, cpu_delta_s=None) for x in (victim, frozen)]
+    assert decide_stop(stop_ev(unknown))[:2] == ("collective_mismatch", None)
+
+
+def test_uninterruptible_sleep_counts_as_frozen_only_without_cpu_progress():
+    stuck = rank(0, 1, 4, "backward", state="disk-sleep", cpu=0.0)
+    waiting = rank(1, 1, 4, "backward")
+    assert blame([waiting, stuck])[0] == 0
+    # A rank that passes through 'D' while still computing is not frozen.
+    busy = rank(0, 1, 4, "backward", state="disk-sleep", cpu=0.6)
+    assert blame([waiting, busy])[0] == 0  # it is the only rank computing
+    assert "only rank still computing" in blame([waiting, busy])[1][0]
+
+
+def test_nccl_culprit_is_the_rank_behind_whatever_phase_the_waiting_ranks_block_in():
+    # Under NCCL the all-reduce is asynchronous: ranks that already launched it run on and
+    # block later (a copy, the next forward, the optimiser), every one spinning on the GPU.
+    ranks = [rank(0, 0, 3, "copy", state="running", cpu=1.0),
+             rank(1, 0, 3, "forward", state="running", cpu=1.0),
+             rank(2, 0, 2, "forward", state="sleeping", cpu=0.0, stack=["at (runners/harness.py:90)"]),
+             rank(3, 0, 2, "optimizer", state="running", cpu=1.0)]
+    key, culprit, why = decide_stop(stop_ev(ranks))
+    assert (key, culprit) == ("stalled_rank", 2)
+    assert "behind" in why[0]
+    # The same when the culprit is in the phase a gloo victim would wait in, one step behind.
+    ranks = [rank(0, 1, 0, "loading", state="running", cpu=1.0), rank(1, 0, 7, "backward", state="running", cpu=1.0)]
+    assert decide_stop(stop_ev(ranks))[:2] == ("stalled_rank", 1)
+
+
+def test_nccl_spinning_ranks_at_the_same_point_name_nobody():
+    ranks = [rank(0, 0, 2, "backward", state="running", cpu=1.0), rank(1, 0, 2, "backward", state="running", cpu=0.9)]
+    assert decide_stop(stop_ev(ranks))[:2] == ("collective_mismatch", None)
+
+
+def test_rank_behind_waiting_for_its_loader_blames_the_worker():
+    ranks = [rank(0, 0, 2, "backward"), rank(1, 0, 2, "loading")]
+    assert decide_stop(stop_ev(ranks))[:2] == ("stalled_worker", 1)
+    worker = {"role": "rank0-worker0", "pid": 42, "status": "stopped", "status_before": "stopped"}
+    ranks = [rank(0, 0, 2, "loading"), rank(1, 0, 2, "backward")]
+    key, culprit, why = decide_stop(stop_ev(ranks, [worker]))
+    assert (key, culprit) == ("stalled_worker", 0) and "pid 42" in why[0]
+
+
+def test_uneven_batches_outrank_everything_else():
+    ranks = [rank(0, 0, 5, "backward"), rank(1, 0, 4, "epoch-sync", state="stopped")]
+    assert decide_stop(stop_ev(ranks, counts=[6, 5]))[:2] == ("uneven_batches", 1)
+
+
+# -- runs that ended by themselves -----------------------------------------------------------
+def exit_ev(errors=(), ledger=(), ranks=None, log="", codes=None, rc=1):
+    errors = {e["rank"]: e for e in errors}
+    from runners.watchdog import PEER_LOST
+
+    primary = [e for e in errors.values() if not PEER_LOST.search(e["message"]) or e.get("worker_failure")]
+    first = min(primary or errors.values(), key=lambda e: e["time"]) if errors else None
+    ranks = ranks or [{"rank": r, "pid": 100 + r, "epoch": 0, "step": 2, "last_phase": "loading"} for r in (0, 1)]
+    return {"rc": rc, "ranks": ranks, "errors": errors, "primary": primary, "first": first, "log": log,
+            "codes": codes or {}, "ledger": list(ledger), "counts": None}
+
+
+def error(r, t, type_, message, **kw):
+    return {"rank": r, "time": t, "type": type_, "message": message, "traceback": "", **kw}
+
+
+RESET = "[Errno 104] Connection reset by peer"
+PEER = "[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:58291"
+
+
+def test_worker_killed_while_sending_a_batch_is_a_dead_worker_from_the_ledger_alone():
+    # The flaky case: the rank saw only a reset connection and recorded nothing about its
+    # worker; the supervisor's ledger caught the worker as a zombie killed by SIGKILL.
+    ev = exit_ev(errors=[error(1, 100.0, "ConnectionResetError", RESET), error(0, 101.0, "RuntimeError", PEER)],
+                 ledger=[{"pid": 500, "role": "rank1-worker0", "last_alive": 99.0, "dead_seen": 99.5,
+                          "signal": "SIGKILL"}])
+    key, culprit, why = decide_exit(ev)
+    assert (key, culprit) == ("dead_worker", 1)
+    assert "pid 500" in why[0] and "SIGKILL" in why[0]
+
+
+def test_worker_killed_is_a_dead_worker_from_its_ranks_record():
+    dead = [{"pid": 501, "worker_id": 0, "seen_t": 99.9, "state": "zombie", "signal": "SIGKILL"}]
+    ev = exit_ev(errors=[error(1, 100.0, "ConnectionResetError", RESET, dead_workers=dead),
+                         error(0, 101.0, "RuntimeError", PEER)])
+    assert decide_exit(ev)[:2] == ("dead_worker", 1)
+
+
+def test_worker_killed_after_a_rank_failed_is_not_the_cause():
+    # rank 1 crashed first; rank 0's worker was stopped afterwards with the rest of the tree.
+    ev = exit_ev(errors=[error(1, 100.0, "RuntimeError", "injected fault crash-rank at epoch 0 step 2"),
+                         error(0, 101.0, "RuntimeError", PEER)],
+                 ledger=[{"pid": 600, "role": "rank0-worker0", "last_alive": 101.5, "dead_seen": 102.0,
+                          "signal": "SIGTERM"}])
+    assert decide_exit(ev)[:2] == ("crash", 1)
+
+
+def test_worker_that_ended_normally_is_not_a_dead_worker():
+    ev = exit_ev(errors=[error(1, 100.0, "ValueError", "bad batch")],
+                 ledger=[{"pid": 601, "role": "rank1-worker0", "last_alive": 98.0, "dead_seen": 98.5, "exit_code": 0}])
+    assert decide_exit(ev)[:2] == ("crash", 1)
+
+
+def test_pytorch_collective_timeout_stays_a_hang_and_names_the_rank_behind():
+    msg = ("[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, "
+           "NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600123 milliseconds before timing out.")
+    ranks = [{"rank": 0, "pid": 100, "epoch": 0, "step": 3, "last_phase": "copy"},
+             {"rank": 1, "pid": 101, "epoch": 0, "step": 2, "last_phase": "forward"}]
+    ev = exit_ev(errors=[error(0, 100.0, "RuntimeError", msg)], ranks=ranks, codes={0: 1, 1: -6})
+    key, culprit, why = decide_exit(ev)
+    assert (key, culprit) == ("collective_timeout", 1)
+    assert EXIT_STATUS[key] == "hang"
+    assert "Watchdog caught collective operation timeout" in why[0] and "behind" in why[1]
+
+
+def test_rank_gone_before_the_others_lost_it_is_the_dead_rank():
+    ev = exit_ev(errors=[error(0, 101.0, "RuntimeError", PEER)],
+                 ledger=[{"pid": 101, "role": "rank1", "last_alive": 99.0, "dead_seen": 99.5}])
+    assert decide_exit(ev)[:2] == ("dead_rank", 1)
+
+
+# -- process evidence read from real processes --------------------------------------------------
+def test_exit_signal_of_a_process_killed_while_its_parent_is_alive():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        assert exit_of(child.pid) is None  # running
+        ledger = ProcessLedger()
+        ledger.observe([child.pid], 1.0)
+        os.kill(child.pid, signal.SIGKILL)
+        found = None
+        while found is None:  # the kill is asynchronous; exit_of waits while it is exiting
+            found = exit_of(child.pid)
+        assert found["state"] == "zombie" and found["signal"] == "SIGKILL"
+        ledger.observe([child.pid], 2.0)
+        assert ledger.records[child.pid]["signal"] == "SIGKILL"
+        assert ledger.records[child.pid]["last_alive"] == 1.0 and ledger.records[child.pid]["dead_seen"] == 2.0
+    finally:
+        child.kill()
+        child.wait()
+    assert exit_of(child.pid)["state"] == "gone"
+
+
+def test_stopped_process_is_seen_stopped_without_cpu_progress():
+    import psutil
+
+    child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        os.kill(child.pid, signal.SIGSTOP)
+        while proc_stat(child.pid)["state"] != "T":
+            time.sleep(0.01)
+        st = process_states([psutil.Process(child.pid)], interval=0.5)[child.pid]
+        assert st["status"] == st["status_before"] == "stopped"
+        assert st["cpu_delta_s"] == 0
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_rank_still_starting_is_held_to_the_startup_timeout_not_the_stall_limit():
+    from runners.watchdog import hang_candidate
+
+    # Seen in the fault loop under load: rank 0 had not yet beaten its first step when rank 1
+    # had; its 9 s of start-up were taken for a stall past the 8 s floor.
+    ranks = [(0, 3.6, "starting"), (1, 12.7, "loading")]
+    assert hang_candidate(ranks, now=12.7, launch_t=0.0, limit=8.0, startup_timeout=600.0) is None
+    assert hang_candidate(ranks, now=601.0, launch_t=0.0, limit=8.0, startup_timeout=600.0)[0] == 0
+    stalled = [(0, 10.0, "backward"), (1, 1.0, "forward")]
+    assert hang_candidate(stalled, now=10.5, launch_t=0.0, limit=8.0, startup_timeout=600.0)[0] == 1
+    assert hang_candidate(stalled, now=8.5, launch_t=0.0, limit=8.0, startup_timeout=600.0) is None
