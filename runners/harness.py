@@ -19,7 +19,9 @@ import signal
 import sys
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable
 
 T_PROCESS_START = time.time()
 
@@ -131,6 +133,26 @@ def _freeze_self(grad):
     return grad
 
 
+@dataclass
+class Training:
+    """What one rank's epochs need (built by Rank.set_up_training)."""
+
+    torch: Any
+    device: Any
+    graph: Any
+    adapter: Any
+    ddp: Any
+    optimizer: Any
+    scheduler: Any
+    loader: Any
+    steps: int
+    rank_seeds: Any
+    epoch_share: Callable
+    sync: Callable
+    timed: bool
+    phases_valid: bool
+
+
 class Rank:
     """One DDP rank's run: set-up, training, evaluation and the files it writes."""
 
@@ -203,63 +225,161 @@ class Rank:
         return dead
 
     # -- the run ------------------------------------------------------------------------
-    def run(self) -> None:
+    # -- set-up shared by both harnesses -----------------------------------------------------
+    def set_up_process(self):
+        """Imports, recorded environment, threads and seeds; returns (torch, device, seed)."""
         cfg = self.cfg
-        self.mark("process_started")
         self.info["startup"]["process_started"] = round(T_PROCESS_START - self.launch_t, 4)
         import torch
-        import torch.distributed as dist
 
-        from runners import datasets
         from runners.adapters import get_adapter_class
 
-        adapter_cls = get_adapter_class(cfg.framework)
+        self.adapter_cls = get_adapter_class(cfg.framework)
         import torch._dynamo  # noqa: F401  (the first optimiser imports it: ~1 s that belongs to imports)
 
         self.mark("imports_done")
         self.info["env_vars"] = {k: os.environ.get(k) for k in RECORDED_ENV_VARS}
         torch.set_num_threads(cfg.threads_per_rank)
         self.info["threads"] = torch.get_num_threads()
-
         seed = rank_seed(cfg.seed, self.rank)
         torch.manual_seed(seed)
         np.random.seed(seed)
         random.seed(seed)
         self.info["seed"] = seed
         self.info["worker_seeds"] = [worker_seed(cfg.seed, self.rank, w) for w in range(cfg.workers)]
-
         if cfg.device_type == "cuda":
             torch.cuda.set_device(self.local_rank)
-            device = torch.device("cuda", self.local_rank)
-        else:
-            device = torch.device("cpu")
+            return torch, torch.device("cuda", self.local_rank), seed
+        return torch, torch.device("cpu"), seed
+
+    def load_data_and_model(self, device, seed: int):
+        """The canonical graph, the framework adapter over it and the model with the canonical
+        start weights (the same in both frameworks); returns (graph, adapter, model)."""
+        from runners import datasets
+        from runners.adapters import init_canonical
+
+        cfg = self.cfg
+        graph = datasets.load(cfg.dataset, root=cfg.data_root)
+        self.info["dataset_hash"] = graph.content_hash
+        self.info["train_split_seed_nodes"] = int(len(graph.train_idx))
+        adapter = self.adapter_cls(cfg, graph, self.rank, self.world, device)
+        adapter.seed(seed)
+        self.adapter = adapter  # loader workers, forked later, seed the framework through it
+        self.info["adapter_choices"] = adapter.choices
+        self.mark("dataset_loaded")
+        model = adapter.build_model()
+        init_canonical(model.canonical_parameters(), cfg.seed)
+        self.info["parameters"] = int(sum(p.numel() for p in model.parameters()))
+        self.info["lr_effective"] = cfg.lr * (self.world if cfg.lr_scaling == "linear" else 1)
+        return graph, adapter, model
+
+    def start_probes(self) -> None:
+        """NVML (the rank's own GPU) and CPU samplers, and the per-rank CSV files."""
+        cfg = self.cfg
+        self.nvml, reason = None, "probes switched off"
+        if cfg.probes and cfg.device_type == "cuda":
+            self.nvml, reason = start_nvml(cfg.nvml_sample_interval_s, self.local_rank)
+        elif cfg.probes:
+            reason = "no GPU in this run (CPU processes); NVML not sampled"
+        self.info["nvml"] = {"available": self.nvml is not None, "reason": reason}
+        if self.nvml is not None:
+            self.info["nvml"].update(gpu=self.nvml.gpu, pci_bus_id=self.nvml.bus_id)
+        self.cpu = CpuSampler(cfg.cpu_sample_interval_s) if cfg.probes else None
+        if self.cpu:
+            self.cpu.start()
+        self.cpu_csv = CsvAppender(self.dir / "cpu.csv", CpuSampler.COLUMNS) if self.cpu else None
+        self.nvml_csv = CsvAppender(self.dir / "nvml.csv", NvmlSampler.COLUMNS) if self.nvml else None
+
+    def open_records(self) -> None:
+        """The per-rank steps, epochs and validation CSVs (appended as training goes)."""
+        self.step_csv = CsvAppender(self.dir / "steps.csv", STEP_COLUMNS)
+        self.epoch_csv = CsvAppender(self.dir / "epochs.csv", EPOCH_COLUMNS)
+        self.val_csv = CsvAppender(self.dir / "validation.csv", ["epoch", "accuracy", "eval_s"])
+
+    def drain_probes(self) -> None:
+        if self.cpu:
+            self.cpu_csv.write(self.cpu.drain())
+        if self.nvml:
+            self.nvml_csv.write(self.nvml.drain())
+
+    def stop_probes(self) -> None:
+        for sampler in (self.cpu, self.nvml):
+            if sampler:
+                sampler.stop()
+        self.info["probe_cost_s"] = {"cpu": self.cpu.cost_s if self.cpu else 0.0,
+                                     "nvml": self.nvml.cost_s if self.nvml else 0.0,
+                                     "cpu_samples": self.cpu.samples if self.cpu else 0}
+        self.drain_probes()
+
+    def write_epoch(self, epoch: int, rows: list, epoch_s: float, phases_valid: bool = True) -> float:
+        """steps.csv and epochs.csv rows of one epoch (rows in STEP_COLUMNS order); returns the
+        epoch's mean loss."""
+        for r in rows:
+            r[-2] = float(r[-2])  # the losses stay on the device until here: no sync per step
+        self.step_csv.write(rows)
+        counts = np.array([r[2:5] for r in rows], dtype=np.int64).sum(axis=0) if rows else np.zeros(3, int)
+        phase_sums = ([round(sum(r[5 + i] for r in rows), 6) for i in range(len(PHASE_KEYS))]
+                      if phases_valid else [None] * len(PHASE_KEYS))
+        mean_loss = float(np.mean([r[-2] for r in rows])) if rows else None
+        self.epoch_csv.write([[epoch, self.rank, round(epoch_s, 6), len(rows), mean_loss, *map(int, counts),
+                               *phase_sums]])
+        self.drain_probes()
+        return mean_loss
+
+    def finish(self, train_time: float) -> None:
+        """Every rank's training time to every rank (a multi-node run's slowest rank is known on
+        the first node too), then the final records."""
+        import torch.distributed as dist
+
+        self.info["train_time_s"] = train_time
+        self.hb.beat("epoch-sync")
+        gathered = [None] * self.world
+        dist.all_gather_object(gathered, {"rank": self.rank, "train_time_s": train_time,
+                                          "host": self.info["host"]})
+        self.info["all_ranks"] = gathered
+        self.info["finished"] = True
+        self.write_info()
+        # No destroy_process_group(): gloo's destructor joins its worker thread while holding
+        # the GIL, and that thread may need the GIL to free a finished collective's tensors, a
+        # deadlock seen here (py-spy: ~ProcessGroupGloo -> thread::join). main() leaves with
+        # os._exit once everything is written; the collective above has completed on every rank.
+        self.hb.beat("done")
+
+    # -- the fair harness ------------------------------------------------------------------
+    def run(self) -> None:
+        """Set-up, the epochs, and the final records of one DDP rank."""
+        cfg = self.cfg
+        self.mark("process_started")
+        torch, device, seed = self.set_up_process()
+        import torch.distributed as dist
+
         # PyTorch's own collective timeout outlasts the watchdog's limits, so a hang stays a
         # hang (caught, with stacks) instead of a timeout crash; under NCCL the default would
         # otherwise abort the waiting ranks first.
         self.info["collective_timeout_s"] = cfg.collective_timeout_s
         dist.init_process_group(cfg.backend, timeout=datetime.timedelta(seconds=cfg.collective_timeout_s))
         self.mark("process_group_ready")
+        graph, adapter, model = self.load_data_and_model(device, seed)
+        t = self.set_up_training(torch, device, graph, adapter, model)
+        self.mark("model_ready")
+        self.write_info()
+        self.open_records()
+        self.start_probes()
+        self.info["phases_recorded"] = t.phases_valid
+        self.mark("training_started")
+        self.write_info()
+        train_time = sum(self.train_epoch(t, epoch) for epoch in range(cfg.epochs))
+        self.stop_probes()
+        self.finish(train_time)
 
-        graph = datasets.load(cfg.dataset, root=cfg.data_root)
-        self.info["dataset_hash"] = graph.content_hash
-        self.info["train_split_seed_nodes"] = int(len(graph.train_idx))
-        adapter = adapter_cls(cfg, graph, self.rank, self.world, device)
-        adapter.seed(seed)
-        self.adapter = adapter  # loader workers, forked later, seed the framework through it
-        self.info["adapter_choices"] = adapter.choices
-        self.mark("dataset_loaded")
+    def set_up_training(self, torch, device, graph, adapter, model) -> "Training":
+        """DDP model, optimiser, the rank's seed share in shared memory and the loader over it."""
+        import torch.distributed as dist
 
-        from runners.adapters import init_canonical
-
-        model = adapter.build_model()
-        init_canonical(model.canonical_parameters(), cfg.seed)  # same start weights in both frameworks
-        model = model.to(device)
-        self.info["parameters"] = int(sum(p.numel() for p in model.parameters()))
+        cfg = self.cfg
         ddp = torch.nn.parallel.DistributedDataParallel(
-            model, device_ids=[self.local_rank] if device.type == "cuda" else None)
-        lr = cfg.lr * (self.world if cfg.lr_scaling == "linear" else 1)
-        optimizer = torch.optim.Adam(ddp.parameters(), lr=lr, weight_decay=cfg.weight_decay)
-        self.info["lr_effective"] = lr
+            model.to(device), device_ids=[self.local_rank] if device.type == "cuda" else None)
+        optimizer = torch.optim.Adam(ddp.parameters(), lr=self.info["lr_effective"], weight_decay=cfg.weight_decay)
 
         def epoch_share(epoch: int) -> np.ndarray:
             return split_seeds(graph.train_idx, self.rank, self.world, cfg.seed, cfg.batch_size,
@@ -286,140 +406,88 @@ class Rank:
         if cfg.lr_scaling == "linear" and cfg.warmup_epochs > 0 and self.world > 1:
             scheduler = torch.optim.lr_scheduler.LinearLR(optimizer, start_factor=1.0 / self.world,
                                                           total_iters=cfg.warmup_epochs * steps)
-        self.mark("model_ready")
-        self.write_info()
-
-        nvml, reason = (None, "probes switched off")
-        if cfg.probes and device.type == "cuda":
-            nvml, reason = start_nvml(cfg.nvml_sample_interval_s, self.local_rank)
-        elif cfg.probes:
-            reason = "no GPU in this run (CPU processes); NVML not sampled"
-        self.info["nvml"] = {"available": nvml is not None, "reason": reason}
-        if nvml is not None:
-            self.info["nvml"].update(gpu=nvml.gpu, pci_bus_id=nvml.bus_id)
-        cpu = CpuSampler(cfg.cpu_sample_interval_s) if cfg.probes else None
-        if cpu:
-            cpu.start()
-        step_csv = CsvAppender(self.dir / "steps.csv", STEP_COLUMNS)
-        epoch_csv = CsvAppender(self.dir / "epochs.csv", EPOCH_COLUMNS)
-        cpu_csv = CsvAppender(self.dir / "cpu.csv", CpuSampler.COLUMNS) if cpu else None
-        nvml_csv = CsvAppender(self.dir / "nvml.csv", NvmlSampler.COLUMNS) if nvml else None
-        val_csv = CsvAppender(self.dir / "validation.csv", ["epoch", "accuracy", "eval_s"])
-
         cuda = device.type == "cuda"
         # CUDA work is asynchronous: an epoch's time is only its own once the queue is empty at
         # both of its edges. Phase times need a synchronisation at every phase edge (breakdown
         # mode); without it they are CPU launch times, so they are not recorded at all.
         sync = (lambda: torch.cuda.synchronize(device)) if cuda else (lambda: None)
-        timed = cfg.breakdown
-        phases_valid = timed or not cuda
-        self.info["phases_recorded"] = phases_valid
-        now = time.perf_counter
-        train_time = 0.0
-        self.mark("training_started")
-        self.write_info()
-        for epoch in range(cfg.epochs):
-            ddp.train()
-            share = epoch_share(epoch)
-            if epoch > 0:
-                rank_seeds.copy_(torch.from_numpy(share))
-            self.info["epoch_seed_digests"].append(seed_set_digest(share))
-            rows = []
-            self.hb.beat("loading", epoch=epoch, step=0)
-            sync()
-            t_epoch = now()
-            it = iter(loader)
-            for step in range(steps):
-                self.faults.at("before-load", epoch, step)
-                self.hb.beat("loading", step=step)
-                t0 = now()
-                raw = next(it)
-                tp = now()
-                batch = adapter.unpack(raw)
-                t1 = now()
-                if epoch == 0 and step == 0:
-                    self.mark("first_batch")
-                self.hb.beat("copy")
-                batch = adapter.to_device(batch)
-                if timed:
-                    sync()
-                t2 = now()
-                self.hb.beat("forward")
-                self.faults.at("forward", epoch, step)
-                logits = adapter.forward(ddp, batch.inputs)
-                loss = torch.nn.functional.cross_entropy(logits, batch.labels)
-                if timed:
-                    sync()
-                t3 = now()
-                self.hb.beat("backward")
-                self.faults.at("backward", epoch, step, loss)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()  # DDP all-reduces the gradients here
-                if timed:
-                    sync()
-                t4 = now()
-                self.hb.beat("optimizer")
-                optimizer.step()
-                if scheduler is not None:
-                    scheduler.step()
-                if timed:
-                    sync()
-                t5 = now()
-                phases = ([tp - t0, t1 - tp, t2 - t1, t3 - t2, t4 - t3, t5 - t4] if phases_valid
-                          else [None] * len(PHASE_KEYS))
-                rows.append([epoch, step, batch.seed_nodes, batch.sampled_nodes, batch.sampled_edges,
-                             *phases, t5 - t0, loss.detach(), int(batch.seed_ids.sum())])
-            sync()
-            epoch_s = now() - t_epoch
-            train_time += epoch_s
-            del it
-            self.hb.beat("epoch-sync")
-            for r in rows:
-                r[-2] = float(r[-2])  # the losses stay on the device until here: no sync per step
-            step_csv.write(rows)
-            counts = np.array([r[2:5] for r in rows], dtype=np.int64).sum(axis=0) if rows else np.zeros(3, int)
-            phase_sums = ([round(sum(r[5 + i] for r in rows), 6) for i in range(len(PHASE_KEYS))]
-                          if phases_valid else [None] * len(PHASE_KEYS))
-            mean_loss = float(np.mean([r[-2] for r in rows])) if rows else None
-            epoch_csv.write([[epoch, self.rank, round(epoch_s, 6), len(rows), mean_loss, *map(int, counts),
-                              *phase_sums]])
-            if cpu:
-                cpu_csv.write(cpu.drain())
-            if nvml:
-                nvml_csv.write(nvml.drain())
-            acc_text = ""
-            if cfg.eval_every and ((epoch + 1) % cfg.eval_every == 0 or epoch == cfg.epochs - 1):
-                t_eval = now()
-                acc = self.evaluate(adapter, ddp.module, graph, device)
-                val_csv.write([[epoch, round(acc, 6), round(now() - t_eval, 4)]])
-                acc_text = f" val_acc {acc:.4f}"
-            if self.rank == 0:
-                print(f"[gnnscale] epoch {epoch + 1}/{cfg.epochs} rank0 {epoch_s:.3f}s steps {len(rows)} "
-                      f"loss {mean_loss if mean_loss is not None else float('nan'):.4f}{acc_text}", flush=True)
-        self.info["train_time_s"] = train_time
-        for sampler in (cpu, nvml):
-            if sampler:
-                sampler.stop()
-        self.info["probe_cost_s"] = {"cpu": cpu.cost_s if cpu else 0.0, "nvml": nvml.cost_s if nvml else 0.0,
-                                     "cpu_samples": cpu.samples if cpu else 0}
-        if cpu:
-            cpu_csv.write(cpu.drain())
-        if nvml:
-            nvml_csv.write(nvml.drain())
+        return Training(torch=torch, device=device, graph=graph, adapter=adapter, ddp=ddp, optimizer=optimizer,
+                        scheduler=scheduler, loader=loader, steps=steps, rank_seeds=rank_seeds,
+                        epoch_share=epoch_share, sync=sync, timed=cfg.breakdown,
+                        phases_valid=cfg.breakdown or not cuda)
+
+    def train_epoch(self, t: "Training", epoch: int) -> float:
+        """One epoch: the new seed share, the timed steps, the records, evaluation (untimed);
+        returns the epoch's training time."""
+        cfg, now = self.cfg, time.perf_counter
+        t.ddp.train()
+        share = t.epoch_share(epoch)
+        if epoch > 0:
+            t.rank_seeds.copy_(t.torch.from_numpy(share))
+        self.info["epoch_seed_digests"].append(seed_set_digest(share))
+        self.hb.beat("loading", epoch=epoch, step=0)
+        t.sync()
+        t_epoch = now()
+        it = iter(t.loader)
+        rows = [self.timed_step(t, it, epoch, step) for step in range(t.steps)]
+        t.sync()
+        epoch_s = now() - t_epoch
+        del it
         self.hb.beat("epoch-sync")
-        # Every rank's training time reaches rank 0, so a multi-node run's slowest rank is known
-        # on the first node too.
-        gathered = [None] * self.world
-        dist.all_gather_object(gathered, {"rank": self.rank, "train_time_s": train_time,
-                                          "host": self.info["host"]})
-        self.info["all_ranks"] = gathered
-        self.info["finished"] = True
-        self.write_info()
-        # No destroy_process_group(): gloo's destructor joins its worker thread while holding
-        # the GIL, and that thread may need the GIL to free a finished collective's tensors, a
-        # deadlock seen here (py-spy: ~ProcessGroupGloo -> thread::join). main() leaves with
-        # os._exit once everything is written; the collective above has completed on every rank.
-        self.hb.beat("done")
+        mean_loss = self.write_epoch(epoch, rows, epoch_s, t.phases_valid)
+        acc_text = ""
+        if cfg.eval_every and ((epoch + 1) % cfg.eval_every == 0 or epoch == cfg.epochs - 1):
+            t_eval = now()
+            acc = self.evaluate(t.adapter, t.ddp.module, t.graph, t.device)
+            self.val_csv.write([[epoch, round(acc, 6), round(now() - t_eval, 4)]])
+            acc_text = f" val_acc {acc:.4f}"
+        if self.rank == 0:
+            print(f"[gnnscale] epoch {epoch + 1}/{cfg.epochs} rank0 {epoch_s:.3f}s steps {len(rows)} "
+                  f"loss {mean_loss if mean_loss is not None else float('nan'):.4f}{acc_text}", flush=True)
+        return epoch_s
+
+    def timed_step(self, t: "Training", it, epoch: int, step: int) -> list:
+        """One training step, timed phase by phase; its steps.csv row (STEP_COLUMNS order)."""
+        now, sync, timed = time.perf_counter, t.sync, t.timed
+        self.faults.at("before-load", epoch, step)
+        self.hb.beat("loading", step=step)
+        t0 = now()
+        raw = next(it)
+        tp = now()
+        batch = t.adapter.unpack(raw)
+        t1 = now()
+        if epoch == 0 and step == 0:
+            self.mark("first_batch")
+        self.hb.beat("copy")
+        batch = t.adapter.to_device(batch)
+        if timed:
+            sync()
+        t2 = now()
+        self.hb.beat("forward")
+        self.faults.at("forward", epoch, step)
+        logits = t.adapter.forward(t.ddp, batch.inputs)
+        loss = t.torch.nn.functional.cross_entropy(logits, batch.labels)
+        if timed:
+            sync()
+        t3 = now()
+        self.hb.beat("backward")
+        self.faults.at("backward", epoch, step, loss)
+        t.optimizer.zero_grad(set_to_none=True)
+        loss.backward()  # DDP all-reduces the gradients here
+        if timed:
+            sync()
+        t4 = now()
+        self.hb.beat("optimizer")
+        t.optimizer.step()
+        if t.scheduler is not None:
+            t.scheduler.step()
+        if timed:
+            sync()
+        t5 = now()
+        phases = ([tp - t0, t1 - tp, t2 - t1, t3 - t2, t4 - t3, t5 - t4] if t.phases_valid
+                  else [None] * len(PHASE_KEYS))
+        return [epoch, step, batch.seed_nodes, batch.sampled_nodes, batch.sampled_edges,
+                *phases, t5 - t0, loss.detach(), int(batch.seed_ids.sum())]
 
     def evaluate(self, adapter, model, graph, device) -> float:
         """Validation accuracy over all ranks' shares of the validation split (not timed)."""

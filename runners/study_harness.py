@@ -29,18 +29,10 @@ depends on them).
 
 from __future__ import annotations
 
-import os
-import random
 import sys
 import time
 
-T_PROCESS_START = time.time()
-
-import numpy as np  # noqa: E402
-
-from runners.envinfo import RECORDED_ENV_VARS  # noqa: E402
-from runners.harness import EPOCH_COLUMNS, STEP_COLUMNS, Rank, main as harness_main, rank_seed, worker_seed  # noqa: E402
-from runners.probes import CpuSampler, CsvAppender, NvmlSampler, start_nvml  # noqa: E402
+from runners.harness import Rank, main as harness_main
 
 # What result.json records about the study harness's own settings.
 STUDY_CHOICES = {
@@ -174,89 +166,30 @@ def _lightning_module(rank: "StudyRank", adapter, model, lr: float):
 class StudyRank(Rank):
     """One rank under the study harness; bookkeeping (marks, files, worker seeding) from Rank."""
 
-    def start_probes(self) -> None:
-        cfg = self.cfg
-        self.nvml, reason = None, "probes switched off"
-        if cfg.probes and cfg.device_type == "cuda":
-            self.nvml, reason = start_nvml(cfg.nvml_sample_interval_s, self.local_rank)
-        elif cfg.probes:
-            reason = "no GPU in this run (CPU processes); NVML not sampled"
-        self.info["nvml"] = {"available": self.nvml is not None, "reason": reason}
-        self.cpu = CpuSampler(cfg.cpu_sample_interval_s) if cfg.probes else None
-        if self.cpu:
-            self.cpu.start()
-        self.cpu_csv = CsvAppender(self.dir / "cpu.csv", CpuSampler.COLUMNS) if self.cpu else None
-        self.nvml_csv = CsvAppender(self.dir / "nvml.csv", NvmlSampler.COLUMNS) if self.nvml else None
-
-    def drain_probes(self) -> None:
-        if self.cpu:
-            self.cpu_csv.write(self.cpu.drain())
-        if self.nvml:
-            self.nvml_csv.write(self.nvml.drain())
-
     def end_epoch(self, epoch: int, rows: list, epoch_s: float) -> None:
-        """The fair harness's steps.csv and epochs.csv rows for one epoch."""
+        """The fair harness's steps.csv and epochs.csv rows for one epoch (rows in its order)."""
         self.train_loop_s += epoch_s
-        self.step_csv.write(rows)
-        # Rows are laid out as the fair harness's STEP_COLUMNS (counts, phases, step, loss, seed ids).
-        sums = np.array([r[2:11] for r in rows], dtype=float).sum(axis=0) if rows else np.zeros(9)
-        mean_loss = float(np.mean([r[-2] for r in rows])) if rows else None
-        self.epoch_csv.write([[epoch, self.rank, round(epoch_s, 6), len(rows), mean_loss, int(sums[0]), int(sums[1]),
-                               int(sums[2]), *[round(v, 6) for v in sums[3:9]]]])
-        self.seeds_per_epoch.append(int(sums[0]))
-        self.drain_probes()
+        seeds = int(sum(r[2] for r in rows))
+        self.write_epoch(epoch, rows, epoch_s)
+        self.seeds_per_epoch.append(seeds)
         if self.rank == 0:
             print(f"[gnnscale] study harness epoch {epoch + 1}/{self.cfg.epochs} rank0 {epoch_s:.3f}s "
-                  f"steps {len(rows)} seeds {int(sums[0])}", flush=True)
+                  f"steps {len(rows)} seeds {seeds}", flush=True)
 
     def run(self) -> None:
         cfg = self.cfg
-        self.info["startup"]["process_started"] = round(T_PROCESS_START - self.launch_t, 4)
-        import torch
+        torch, device, seed = self.set_up_process()
         import lightning
         import lightning.pytorch as pl
         from lightning.pytorch.strategies import DDPStrategy
 
-        from runners import datasets
-        from runners.adapters import get_adapter_class, init_canonical
-
-        adapter_cls = get_adapter_class(cfg.framework)
-        import torch._dynamo  # noqa: F401  (as the fair harness: imports belong to start-up)
-
-        self.mark("imports_done")
-        self.info["env_vars"] = {k: os.environ.get(k) for k in RECORDED_ENV_VARS}
         self.info["harness"] = {"name": "study", "lightning": lightning.__version__, **STUDY_CHOICES}
-        torch.set_num_threads(cfg.threads_per_rank)
-        self.info["threads"] = torch.get_num_threads()
-        seed = rank_seed(cfg.seed, self.rank)
-        torch.manual_seed(seed)
-        np.random.seed(seed)
-        random.seed(seed)
-        self.info["seed"] = seed
-        self.info["worker_seeds"] = [worker_seed(cfg.seed, self.rank, w) for w in range(cfg.workers)]
-        if cfg.device_type == "cuda":
-            torch.cuda.set_device(self.local_rank)
-        device = torch.device("cuda", self.local_rank) if cfg.device_type == "cuda" else torch.device("cpu")
-
-        graph = datasets.load(cfg.dataset, root=cfg.data_root)
-        self.info["dataset_hash"] = graph.content_hash
-        self.info["train_split_seed_nodes"] = int(len(graph.train_idx))
-        adapter = adapter_cls(cfg, graph, self.rank, self.world, device)
-        adapter.seed(seed)
-        self.adapter = adapter
-        self.info["adapter_choices"] = adapter.choices
-        self.mark("dataset_loaded")
-
-        model = adapter.build_model()
-        init_canonical(model.canonical_parameters(), cfg.seed)
-        self.info["parameters"] = int(sum(p.numel() for p in model.parameters()))
-        lr = cfg.lr * (self.world if cfg.lr_scaling == "linear" else 1)
-        self.info["lr_effective"] = lr
+        # Lightning's DDP strategy sets up the process group itself, inside trainer.fit.
+        graph, adapter, model = self.load_data_and_model(device, seed)
+        lr = self.info["lr_effective"]
         module = _lightning_module(self, adapter, model, lr)
 
-        self.step_csv = CsvAppender(self.dir / "steps.csv", STEP_COLUMNS)
-        self.epoch_csv = CsvAppender(self.dir / "epochs.csv", EPOCH_COLUMNS)
-        self.val_csv = CsvAppender(self.dir / "validation.csv", ["epoch", "accuracy", "eval_s"])
+        self.open_records()
         self.train_loop_s, self.seeds_per_epoch, self.last_acc = 0.0, [], None
         self.cpu = self.nvml = None
         validate = cfg.eval_every > 0
@@ -290,13 +223,7 @@ class StudyRank(Rank):
             trainer.fit(module, train_dataloaders=train_loader, val_dataloaders=val_loader)
         fit_s = time.perf_counter() - t0
 
-        for sampler in (self.cpu, self.nvml):
-            if sampler:
-                sampler.stop()
-        self.drain_probes()
-        self.info["probe_cost_s"] = {"cpu": self.cpu.cost_s if self.cpu else 0.0,
-                                     "nvml": self.nvml.cost_s if self.nvml else 0.0,
-                                     "cpu_samples": self.cpu.samples if self.cpu else 0}
+        self.stop_probes()
         self.info["train_time_s"] = fit_s
         self.info["train_loop_time_s"] = self.train_loop_s
         self.info["seed_nodes_per_epoch"] = self.seeds_per_epoch
