@@ -76,7 +76,7 @@ def dry_run(cwd, *configfiles, args=(), snakefile=ROOT / "Snakefile", **extra_en
 @pytest.mark.parametrize(
     "config,runs",
     [
-        ("config.yaml", 2 * 3 * 1 * 1 * 1 * 3),  # frameworks x models x devices x batch x workers x repeats
+        ("config.yaml", 2 * 2 * 1 * 1 * 1 * 3),  # frameworks x models x devices x batch x workers x repeats
         ("paper.yaml", 2 * 2 * 3 * 3 * 2),  # Reddit need not be present for -n
         ("minimal.yaml", 2),
         ("study.yaml", 2 * 2 * 2 * 2 * 2),  # harnesses x frameworks x models x devices x repeats
