@@ -238,15 +238,21 @@ def copy_project(dst):
         shutil.copytree(ROOT / name, dst / name, ignore=ignore)
 
 
-def test_slow_runs_start_interleaved_by_repeat(tmp_path):
-    """With repeats, every configuration's repeat r starts before any repeat r + 1, in the
-    shuffled order the run messages number (checked on the real runs' started_at)."""
+def project_copy(tmp_path):
+    """A copy of the project to run a real sweep in (skips when the tools are missing)."""
     reason = tools_ready()
     if reason:
         pytest.skip(reason)
     proj = tmp_path / "proj"
     proj.mkdir()
     copy_project(proj)
+    return proj
+
+
+def test_slow_runs_start_interleaved_by_repeat(tmp_path):
+    """With repeats, every configuration's repeat r starts before any repeat r + 1, in the
+    shuffled order the run messages number (checked on the real runs' started_at)."""
+    proj = project_copy(tmp_path)
     cfg = minimal_with(**{"grid.repeats": 2, "max_steps_per_epoch": 2})
     (proj / "order.yaml").write_text(yaml.safe_dump(cfg))
     res = snakemake(
@@ -277,12 +283,7 @@ def test_slow_runs_start_interleaved_by_repeat(tmp_path):
 
 def test_slow_end_to_end_minimal_sweep(tmp_path):
     """Ctrl-C after the first finished run, resume, complete, then check what reruns."""
-    reason = tools_ready()
-    if reason:
-        pytest.skip(reason)
-    proj = tmp_path / "proj"
-    proj.mkdir()
-    copy_project(proj)
+    proj = project_copy(tmp_path)
     snakefile = proj / "Snakefile"
     minimal = str(proj / "config" / "minimal.yaml")
     runs = sorted(
