@@ -24,6 +24,7 @@ from pathlib import Path
 import psutil
 
 from runners.probes import PHASE_BLOCKED_IN, describe_wait_status, proc_stat, read_heartbeat
+from runners.stacks import top_frames
 
 COLLECTIVE_PHASES = ("backward", "epoch-sync", "evaluation")
 POLL_S = 0.5
@@ -464,18 +465,6 @@ def capture_stacks(out: Path, procs, watch: dict, native: bool = False) -> dict:
         files[role] = path.name
     time.sleep(0.5)  # let the faulthandler dumps land
     return files
-
-
-def top_frames(text: str, n: int = 4) -> list:
-    """The innermost `n` frames of the main thread from a py-spy dump."""
-    frames = []
-    for line in text.splitlines():
-        s = line.strip()
-        if s.startswith("Thread ") and frames:
-            break
-        if s and not s.startswith(("Process ", "Python v", "Thread ")):
-            frames.append(s)
-    return frames[:n]
 
 
 # -- blame: which rank the others wait for (pure logic over recorded evidence) -------------
