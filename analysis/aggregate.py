@@ -281,19 +281,13 @@ def run_row(data: dict, result_path: Path) -> dict:
 
 
 def work_per_rank(data: dict) -> dict:
-    """Seed nodes one rank trained per epoch (mean over its epochs, then over ranks), all
-    ranks together, and that total against the training split (passes over it per epoch)."""
-    per_rank: dict = {}
-    for e in data["epochs"]:
-        if e.get("seed_nodes") is not None:
-            per_rank.setdefault(e["rank"], []).append(float(e["seed_nodes"]))
-    means = [sum(v) / len(v) for v in per_rank.values()]
+    """The summary's work-per-rank figures, recomputed from the epoch records so that results
+    without them (older runs, failed runs) get them too."""
+    from runners.run import seed_work
+
     cfg = data["config"]
-    per_rank_mean = sum(means) / len(means) if means else None
-    total = per_rank_mean * cfg["devices"] * cfg["nodes"] if means else None
-    split = (data.get("summary") or {}).get("train_split_seed_nodes")
-    return {"seed_nodes_per_rank_epoch": per_rank_mean, "seed_nodes_per_epoch_all_ranks": total,
-            "train_split_seed_nodes": split, "split_passes_per_epoch": total / split if total and split else None}
+    return seed_work(data["epochs"], cfg["devices"] * cfg["nodes"],
+                     (data.get("summary") or {}).get("train_split_seed_nodes"))
 
 
 def epoch_rows(data: dict, run_id=None) -> list:

@@ -14,7 +14,6 @@ import argparse
 import base64
 import datetime as dt
 import functools
-import itertools
 import json
 import numbers
 import sys

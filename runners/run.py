@@ -222,24 +222,29 @@ def summarise(m: dict, cfg: RunConfig, reference: dict | None = None) -> dict:
     }
 
 
+def seed_work(epochs: list, world_size: int, split) -> dict:
+    """Seed nodes one rank trained per epoch (mean over its epochs, then over ranks) and all
+    ranks' seeds per epoch against the training split: 1.0 means the ranks shared one pass
+    over the split, N means every one of N ranks went over all of it. `epochs` are the
+    per-rank epoch records (result.json's `epochs`); analysis uses this for older results too."""
+    per_rank: dict = {}
+    for e in epochs:
+        if e.get("seed_nodes") is not None:
+            per_rank.setdefault(e["rank"], []).append(float(e["seed_nodes"]))
+    means = [statistics.fmean(v) for v in per_rank.values()]
+    per_rank_mean = statistics.fmean(means) if means else None
+    total = per_rank_mean * world_size if means else None
+    return {"seed_nodes_per_rank_epoch": per_rank_mean, "seed_nodes_per_epoch_all_ranks": total,
+            "train_split_seed_nodes": split, "split_passes_per_epoch": total / split if total and split else None}
+
+
 def work_per_rank(m: dict, cfg: RunConfig) -> dict:
-    """Steps and seed nodes each rank trained per epoch, and all ranks' seeds per epoch
-    against the training split: 1.0 means the ranks shared one pass over the split, N means
-    every one of N ranks went over all of it."""
-    per_rank = {r["rank"]: r.get("seed_nodes_per_epoch") or [] for r in m["ranks"]}
-    means = [statistics.fmean(v) for v in per_rank.values() if v]
+    """Steps and seed nodes each rank trained per epoch (see seed_work), for the summary."""
     steps = [r["steps_per_epoch"] for r in m["ranks"] if r.get("steps_per_epoch") is not None]
     split = next((i.get("train_split_seed_nodes") for i in m["infos"].values()
                   if i.get("train_split_seed_nodes")), None)
-    total = statistics.fmean(means) * cfg.world_size if means else None
-    return {
-        "harness": cfg.harness,
-        "steps_per_rank_epoch": max(steps) if steps else None,
-        "seed_nodes_per_rank_epoch": statistics.fmean(means) if means else None,
-        "seed_nodes_per_epoch_all_ranks": total,
-        "train_split_seed_nodes": split,
-        "split_passes_per_epoch": total / split if total and split else None,
-    }
+    return {"harness": cfg.harness, "steps_per_rank_epoch": max(steps) if steps else None,
+            **seed_work(m["epochs"], cfg.world_size, split)}
 
 
 def preflight(cfg: RunConfig, env: dict, graph_meta: dict) -> dict:

@@ -35,7 +35,7 @@ from dgl.nn.pytorch import GATConv, GraphConv, SAGEConv  # noqa: E402
 
 from runners.adapters import (Adapter, Batch, ModelBuilder, between_layers, layer_choice, shared_tensor,  # noqa: E402
                               layer_shapes, model_builder)
-from runners.adapters.registry import FRAMEWORKS, MODELS  # noqa: E402
+from runners.adapters.registry import MODELS  # noqa: E402
 from runners.adapters.dgl_data import to_dgl_graph  # noqa: E402
 
 
