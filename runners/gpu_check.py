@@ -1,7 +1,7 @@
 """One-command check of the GPU path: `make gpu-check` (python -m runners.gpu_check).
 
 On a machine with one or more NVIDIA GPUs it runs, in order: the doctor; one short real run
-per framework x model at 1 GPU and at min(2, GPUs) GPUs (NCCL, step breakdown on, so every
+per registered framework x model at 1 GPU and at min(2, GPUs) GPUs (NCCL, step breakdown on, so every
 phase edge is synchronised); the aggregation and report of those runs; and the tests marked
 `gpu`. It prints one table (status, median epoch time, NVML samples that reached the
 report's aggregate, phases recorded) and exits non-zero if anything is missing. On a machine
@@ -18,9 +18,8 @@ import sys
 from pathlib import Path
 
 from runners import envinfo
-
-FRAMEWORKS = ("pyg", "dgl")
-MODELS = ("sage", "gat")
+from runners.adapters.registry import FRAMEWORK_NAMES as FRAMEWORKS
+from runners.adapters.registry import MODEL_NAMES as MODELS
 
 
 def _run(cmd: list, log: Path) -> int:

@@ -2,7 +2,7 @@
 
 The model adds up what the process tree of a run holds at its worst moment:
 - a per-process baseline (interpreter + torch + framework + process group), measured here
-  (see BASELINE_BYTES) for the torchrun agent, each rank and each loader worker;
+  (MEMORY_TRAITS[framework]['baseline_bytes'] in runners/adapters) for the torchrun agent, each rank and each loader worker;
 - the dataset: memory-mapped and shared by every process (counted once), plus PyG's
   `share_memory_()` copy of the adjacency into /dev/shm, once per rank, when the rank has
   loader workers;
@@ -31,20 +31,6 @@ import time
 from pathlib import Path
 
 PREFETCH_FACTOR = 2  # torch.utils.data.DataLoader's default; neither adapter changes it
-
-# Per-process baseline: the peak PSS of each process of a small run, sampled with psutil every
-# 0.3 s, measured here on 2026-11-23 (torch 2.2.1 CPU, PyG 2.8.1 + torch-sparse, DGL 2.1.0):
-#   python -m runners.run --framework F --model sage --devices 2 --batch-size 64 --workers 2 \
-#       --dataset tiny --epochs 6 --out ...
-# DGL: agent 338 MiB, ranks 393/396, workers 125-128; PyG: agent 212, ranks 295/296, workers
-# 111-112 (the tiny dataset adds < 1 MB). PSS splits pages shared by several processes (torch's
-# libraries) between them, so the agent's share depends on what else runs. See docs/memory.md.
-BASELINE_BYTES = {
-    "agent": {"pyg": 212 * 2**20, "dgl": 338 * 2**20},  # torchrun imports torch too
-    "rank": {"pyg": 296 * 2**20, "dgl": 395 * 2**20},
-    "worker": {"pyg": 112 * 2**20, "dgl": 126 * 2**20},
-}
-
 
 class MemoryLimitError(ValueError):
     """A bad --memory-limit value, or a machine where a memory cap cannot be enforced."""
@@ -109,6 +95,7 @@ def model_peak(cfg, graph_meta: dict) -> dict:
     ranks, workers = cfg.devices, cfg.workers
     fw = cfg.framework
     traits = MEMORY_TRAITS[fw]
+    base = traits["baseline_bytes"]
     dataset_bytes = graph_meta.get("dataset_bytes") or 0
     adjacency_bytes = graph_meta.get("adjacency_bytes") or 0
     copies_per_rank = adjacency_bytes if (traits["copies_adjacency_with_workers"] and workers > 0) else 0
@@ -126,7 +113,7 @@ def model_peak(cfg, graph_meta: dict) -> dict:
     L = len(shapes)
     # Layer i's outputs: every sampled node for PyG (unless trimmed), the nodes still needed
     # (within L-1-i hops) for DGL's shrinking blocks. Output, its gradient and one intermediate.
-    rows = [nodes if (fw == "pyg" and not cfg.pyg_trim) else reach[min(L - 1 - i, len(reach) - 1)]
+    rows = [nodes if (traits["all_nodes_every_layer"] and not cfg.pyg_trim) else reach[min(L - 1 - i, len(reach) - 1)]
             for i in range(L)]
     compute_per_rank = sum(r * d_out * h for r, (_, d_out, h) in zip(rows, shapes)) * 4 * 3
     if cfg.model == "sage":  # neighbour + root weight, bias
@@ -138,9 +125,9 @@ def model_peak(cfg, graph_meta: dict) -> dict:
     if cfg.device_type == "cuda":  # activations and optimiser state live in GPU memory
         compute_per_rank = params_per_rank = 0
     terms = {
-        "agent_baseline": BASELINE_BYTES["agent"][fw],
-        "rank_baseline": ranks * BASELINE_BYTES["rank"][fw],
-        "worker_baseline": ranks * workers * BASELINE_BYTES["worker"][fw],
+        "agent_baseline": base["agent"],
+        "rank_baseline": ranks * base["rank"],
+        "worker_baseline": ranks * workers * base["worker"],
         "dataset_shared": dataset_bytes,
         "dataset_copies": ranks * copies_per_rank,
         "batches_in_flight": ranks * in_flight_per_rank,
@@ -161,8 +148,7 @@ def model_peak(cfg, graph_meta: dict) -> dict:
                    "dataset_copy_reason": ("PyG share_memory_() copies the adjacency to /dev/shm "
                                            "once per rank with workers" if copies_per_rank else
                                            "memory-mapped, shared by every process"),
-                   "baseline_bytes": {"agent": BASELINE_BYTES["agent"][fw], "rank": BASELINE_BYTES["rank"][fw],
-                                      "worker": BASELINE_BYTES["worker"][fw]}},
+                   "baseline_bytes": dict(base)},
     }
 
 
