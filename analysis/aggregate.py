@@ -44,8 +44,12 @@ CONFIG_COLUMNS = (
     "replace", "pyg_trim", "breakdown", "probes", "uneven_batches", "inject", "threads_per_rank",
     # Written by the current runner but not required by the schema.
     "warmup_epochs", "max_steps_per_epoch", "eval_every", "lr_effective", "inject_rank",
-    "time_limit_s", "stall_floor_s", "stall_factor", "harness",
+    "time_limit_s", "stall_floor_s", "stall_factor", "harness", "until", "precision", "min_steady_epochs",
+    "max_train_s",
 )
+# How well a run pinned its steady-state epoch time down (summary.precision, runners/stopping.py).
+PRECISION_COLUMNS = ("stopped_by", "epochs_run", "stopped_by_cap", "precision_reached", "drift_rel", "drifting",
+                     "precise", "lag1_autocorr")
 # Work per rank (computed from the per-epoch records, so older results have it too).
 WORK_COLUMNS = ("seed_nodes_per_rank_epoch", "seed_nodes_per_epoch_all_ranks", "train_split_seed_nodes",
                 "split_passes_per_epoch")
@@ -56,6 +60,7 @@ SUMMARY_COLUMNS = (
     "warmup_epoch_time_s", "steady_epochs", "steady_epoch_time_s", "steady_epoch_q1_s", "steady_epoch_q3_s",
     "steady_epoch_min_s", "steady_epoch_max_s", "steady_epoch_cv", "timed_to_startup_ratio",
     "best_val_acc", "target_val_acc", "time_to_target_s", "epochs_to_target", "baseline_val_acc", "converged",
+    "learned",
 )
 STEP_COLUMNS = tuple(f"step_{p}" for p in PHASES) + ("step_s",)
 ENV_COLUMNS = (
@@ -65,7 +70,8 @@ ENV_COLUMNS = (
     "dataset_hash", "omp_num_threads",
 )
 RUN_COLUMNS = (
-    ("run_id", "run_name", "status") + CONFIG_COLUMNS + ("world_size",) + SUMMARY_COLUMNS + STEP_COLUMNS
+    ("run_id", "run_name", "status") + CONFIG_COLUMNS + ("world_size", "processes", "oversubscribed")
+    + SUMMARY_COLUMNS + PRECISION_COLUMNS + ("steady_epoch_mean_s", "steady_seed_nodes_per_s") + STEP_COLUMNS
     + ("wall_time_s", "started_at", "finished_at", "epochs_completed", "steps_per_epoch") + WORK_COLUMNS + (
        "seed_base", "adapter_choices", "nvml_available", "nvml_reason", "preflight_warnings",
        "diag_cause", "diag_summary", "diag_remedy", "detected_after_s", "cpu_busy_before",
@@ -236,7 +242,16 @@ def run_row(data: dict, result_path: Path) -> dict:
     row.update({k: _scalar(cfg.get(k)) for k in CONFIG_COLUMNS})
     row["harness"] = cfg.get("harness") or "fair"  # results from before --harness were all fair
     row["world_size"] = cfg["devices"] * cfg["nodes"]
+    # Ranks and their loader workers on one node; more of them than cores means they take
+    # turns on the CPU, which a 2-core result must say before anyone reads it as a GPU claim.
+    row["processes"] = cfg["devices"] * (1 + cfg["workers"])
+    cores = env.get("cpu_cores")
+    row["oversubscribed"] = bool(cores and row["processes"] > cores)
     row.update({k: summary.get(k) for k in SUMMARY_COLUMNS})
+    prec = summary.get("precision") or {}
+    row.update({k: prec.get(k) for k in PRECISION_COLUMNS})
+    row["precision_reached"] = prec.get("rel_halfwidth")
+    row["steady_epoch_mean_s"] = prec.get("mean_s")
     row.update({f"step_{p}": breakdown.get(p) for p in PHASES})
     row["step_s"] = breakdown.get("step_s")
     per_rank_epochs = {}
@@ -272,6 +287,10 @@ def run_row(data: dict, result_path: Path) -> dict:
         "oom_killed": ", ".join(k["role"] for k in (diag.get("oom") or {}).get("killed", [])) or None,
     })
     row.update(work_per_rank(data))
+    # Throughput of the steady state: one epoch's seed nodes (all ranks) per steady epoch, so
+    # runs that stopped after different numbers of epochs weigh their warm-up alike (not at all).
+    seeds, steady = row.get("seed_nodes_per_epoch_all_ranks"), summary.get("steady_epoch_time_s")
+    row["steady_seed_nodes_per_s"] = seeds / steady if seeds and steady else None
     for k in ENV_COLUMNS:
         row[f"env_{k}"] = _scalar(env.get(k))
     row["env_gpus"] = ", ".join(str(g.get("name", g)) if isinstance(g, dict) else str(g)

@@ -126,6 +126,9 @@ def _line_panels(points, value, ylabel, title, ideal=False):
                     if ok.empty:
                         continue
                     err = ok[f"{value}_ci"] if f"{value}_ci" in ok else None
+                    if f"{value}_low" in ok:  # an asymmetric interval (a ratio's); none at the base
+                        err = np.vstack([(ok[value] - ok[f"{value}_low"]).fillna(0).to_numpy(),
+                                         (ok[f"{value}_high"] - ok[value]).fillna(0).to_numpy()])
                     ax.errorbar(ok["devices"], ok[value], yerr=err, color=FRAMEWORK_COLOURS.get(f),
                                 linestyle=LINESTYLES[k % len(LINESTYLES)], marker=MARKERS[k % len(MARKERS)],
                                 capsize=3, markersize=5, linewidth=1.6)
@@ -155,12 +158,12 @@ def _line_panels(points, value, ylabel, title, ideal=False):
 
 
 def runtime_vs_devices(points: pd.DataFrame):
-    """Training time vs devices per framework (the seed study's Figure 1, for every panel)."""
-    title = "Training time vs number of devices (slowest rank; error bars: 95% CI over repeats)"
+    """Steady-state epoch time vs devices per framework (the seed study's Figure 1, per epoch)."""
+    title = "Steady-state epoch time vs number of devices (slowest rank; error bars: 95% CI over repeats)"
     if points.empty or (points["n_ok"] == 0).all():
-        return placeholder(title, "No configuration finished ok, so there is no training time to plot.")
-    p = points.rename(columns={"train_time_s_mean": "time", "train_time_s_ci95": "time_ci"})
-    return _line_panels(p, "time", "training time (s)", title)
+        return placeholder(title, "No configuration finished ok, so there is no epoch time to plot.")
+    p = points.rename(columns={"steady_epoch_time_s_mean": "time", "steady_epoch_time_s_ci95": "time_ci"})
+    return _line_panels(p, "time", "epoch time (s)", title)
 
 
 def speedup_vs_devices(scaling: pd.DataFrame):
@@ -168,7 +171,8 @@ def speedup_vs_devices(scaling: pd.DataFrame):
     title = "Speed-up over the fewest devices, against ideal linear scaling"
     if scaling.empty or (scaling["speedup"].notna() & (scaling["devices"] > scaling["base_devices"])).sum() == 0:
         return placeholder(title, "Needs ok runs at two or more device counts of the same configuration.")
-    return _line_panels(scaling, "speedup", "speed-up (×)", title, ideal=True)
+    return _line_panels(scaling.rename(columns={"low": "speedup_low", "high": "speedup_high"}), "speedup",
+                        "speed-up (×, 95% CI)", title, ideal=True)
 
 
 def breakdown_bars(points: pd.DataFrame):
@@ -205,7 +209,7 @@ def breakdown_bars(points: pd.DataFrame):
 
 def throughput_vs_batch(points: pd.DataFrame):
     """Seed nodes per second vs batch size, per framework and device count."""
-    title = "Throughput vs batch size (seed nodes per second, all processes together)"
+    title = "Steady-state throughput vs batch size (seed nodes per second, all processes; 95% CI)"
     ok = points[points["n_ok"] > 0] if not points.empty else points
     if ok.empty:
         return placeholder(title, "No configuration finished ok.")
@@ -225,8 +229,8 @@ def throughput_vs_batch(points: pd.DataFrame):
                     s = panel[(panel["framework"] == f) & (panel["devices"] == d)].sort_values("batch_size")
                     if s.empty:
                         continue
-                    ax.errorbar(s["batch_size"], s["throughput_seed_nodes_per_s_mean"],
-                                yerr=s["throughput_seed_nodes_per_s_ci95"], color=FRAMEWORK_COLOURS.get(f),
+                    ax.errorbar(s["batch_size"], s["steady_seed_nodes_per_s_mean"],
+                                yerr=s["steady_seed_nodes_per_s_ci95"], color=FRAMEWORK_COLOURS.get(f),
                                 linestyle=LINESTYLES[k % len(LINESTYLES)], marker=MARKERS[k % len(MARKERS)],
                                 capsize=3, markersize=5)
             batches = sorted(ok.loc[ok["experiment"] == exp, "batch_size"].unique())

@@ -24,13 +24,13 @@ import jinja2
 import pandas as pd
 
 from analysis import GRID_KEYS, STATUS_COLOURS, framework_label, model_label
-from analysis import deadlocks, plots, tables
+from analysis import deadlocks, planning, plots, tables
 from analysis.aggregate import Aggregate
 from runners.adapters import registry
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
-TABLE_NAMES = ("table2", "paper_comparison", "study_work", "study_time", "scaling", "breakdown", "throughput", "accuracy",
-               "deadlocks", "environment", "fairness", "runs", "invalid")
+TABLE_NAMES = ("table2", "paper_comparison", "study_work", "study_time", "scaling", "workers", "batch", "breakdown",
+               "throughput", "accuracy", "plan", "deadlocks", "environment", "fairness", "runs", "invalid")
 PLOT_NAMES = ("status_map", "runtime_vs_devices", "speedup", "breakdown", "throughput", "resources")
 # Every file the report writes beside index.html (Snakemake declares these as outputs).
 ASSETS = tuple(f"{t}.{ext}" for t in TABLE_NAMES for ext in ("csv", "html")) + tuple(f"{p}.png" for p in PLOT_NAMES)
@@ -72,15 +72,19 @@ def speed_findings(runs: pd.DataFrame) -> list:
     """Which framework is faster, per configuration, with a 95% interval (one experiment; every
     pair of frameworks in the registry's order).
 
-    The headline is the steady-state epoch time (warm-up excluded); the seed study's total
-    training time follows. A ratio whose interval includes 1× is "no clear difference"."""
+    The headline is the steady-state epoch time (warm-up excluded); the total training time
+    follows for fixed-schedule runs only (timing runs stop after different numbers of epochs,
+    so their totals are not comparable). A ratio whose interval includes 1× is "no clear difference"."""
     out = []
     pairs = tables.framework_pairs(runs)
     if not pairs:
         return ["No configuration has ok runs of two frameworks, so their speed cannot be compared."]
+    fixed = "until" not in runs or (runs["until"].fillna("epochs") == "epochs").all()
+    values = [("steady_epoch_time_s", "Steady-state epoch time (warm-up excluded)")]
+    if fixed:
+        values.append(("train_time_s", "Total training time (the seed study's metric, warm-up included)"))
     for pair in pairs:
-        for value, what in (("steady_epoch_time_s", "Steady-state epoch time (warm-up excluded)"),
-                            ("train_time_s", "Total training time (the seed study's metric, warm-up included)")):
+        for value, what in values:
             cmp = tables.framework_comparison(runs, value, kind="ratio", pair=pair)
             if cmp.empty:
                 continue
@@ -142,42 +146,27 @@ def order_findings(runs: pd.DataFrame) -> list:
             f"favour one framework; compare with care."]
 
 
-def speedup_intervals(scaling: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
-    """Each multi-device row of `scaling` with a 95% interval on its speed-up (training time
-    of the base device count over this one; ratio of geometric means, Welch t on the logs)."""
-    series = ["experiment", "framework", "model", "batch_size", "series_workers"]
-    ok = runs[runs["status"] == "ok"]
-    rows = []
-    if scaling.empty:
-        return pd.DataFrame(columns=list(scaling.columns) + ["low", "high", "verdict"])
-    for _, g in scaling.groupby(series, sort=False):
-        base = g[g["devices"] == g["base_devices"]]
-        if base.empty:
-            continue
-        b = base.iloc[0]
-        sel = (ok["framework"] == b["framework"]) & (ok["model"] == b["model"]) & (ok["batch_size"] == b["batch_size"])
-        base_times = ok.loc[sel & (ok["devices"] == b["devices"]) & (ok["workers"] == b["workers"]), "train_time_s"]
-        for r in g[(g["devices"] > g["base_devices"]) & g["efficiency"].notna()].to_dict("records"):
-            times = ok.loc[sel & (ok["devices"] == r["devices"]) & (ok["workers"] == r["workers"]), "train_time_s"]
-            _, lo, hi = tables.ratio_interval(base_times, times)
-            rows.append({**r, "low": lo, "high": hi,
-                         "verdict": tables.verdict(lo, hi, 1.0, "faster", "slower")})
-    return pd.DataFrame(rows)
-
-
 def scaling_findings(scaling: pd.DataFrame, runs: pd.DataFrame) -> list:
     """How far each framework scales (with intervals), and where efficiency drops below the threshold."""
-    g = speedup_intervals(scaling, runs)
+    g = scaling[(scaling["devices"] > scaling["base_devices"]) & scaling["efficiency"].notna()] \
+        if not scaling.empty else scaling
     if g.empty:
         return ["Scaling cannot be judged: no configuration has ok runs at two device counts."]
     per = []
     for (fw, d), s in tables.paper_order(g, ["framework", "devices"]).groupby(["framework", "devices"], sort=False):
         counts = Counter(s["verdict"])
+        best = s.loc[s["speedup"].idxmax()]
         per.append(f"{framework_label(fw)} on {d} devices {s['speedup'].median():.2f}× "
                    f"({100 * s['efficiency'].median():.0f}% efficiency; faster than the base in {counts['faster']}, "
-                   f"slower in {counts['slower']}, {tables.NO_CLEAR} in {counts[tables.NO_CLEAR]} of {len(s)})")
-    out = ["Median speed-up of the training time over the fewest devices (each configuration's interval: "
-           f"{tables.CI_METHOD_RATIO}): " + "; ".join(per) + "."]
+                   f"slower in {counts['slower']}, {tables.NO_CLEAR} in {counts[tables.NO_CLEAR]} of {len(s)}; "
+                   f"best {_describe(best)} {_interval({**best, 'estimate': best['speedup']})})")
+    out = ["Median speed-up of the steady-state epoch time over the fewest devices (each configuration's "
+           f"interval: {tables.CI_METHOD_RATIO}): " + "; ".join(per) + "."]
+    over = g[g["oversubscribed"].fillna(False).astype(bool)]
+    if len(over):
+        out.append(f"{len(over)} of these {len(g)} multi-device configurations are oversubscribed "
+                   f"({tables.OVERSUBSCRIBED_MARK} in the tables): they run more processes than the machine has "
+                   f"cores, so their speed-up measures CPU contention, not what more GPUs would give.")
     superlinear = g[g["efficiency"] > tables.SUPERLINEAR_WARN]
     if len(superlinear):
         out.append(f"{len(superlinear)} configuration{'s' if len(superlinear) != 1 else ''} scale better than "
@@ -240,6 +229,8 @@ def accuracy_findings(runs: pd.DataFrame, points: pd.DataFrame) -> list:
     ok = runs[runs["status"] == "ok"]
     if ok.empty or ok["final_val_acc"].isna().all():
         return []
+    if "until" in ok and (ok["until"] == "precise").all():
+        return learning_findings(ok)
     out = []
     conv = ok["converged"].map(tables._truthy) if "converged" in ok else pd.Series(None, index=ok.index)
     bad = ok[conv == False]  # noqa: E712
@@ -268,6 +259,44 @@ def accuracy_findings(runs: pd.DataFrame, points: pd.DataFrame) -> list:
             out.append(f"Time to the target, {_pair_label(pair)} over runs that reached it "
                        f"({tables.CI_METHOD_RATIO}): " + _comparison_list(tta) + ".")
     return out
+
+
+def learning_findings(ok: pd.DataFrame) -> list:
+    """Timing runs stop long before convergence; they are only checked for having learnt."""
+    learned = ok["learned"].map(tables._truthy) if "learned" in ok else pd.Series(None, index=ok.index)
+    known = learned.notna()
+    if not known.any():
+        return []
+    bad = ok[learned == False]  # noqa: E712
+    text = (f"Learning check of the timing runs (validated once, after their last epoch, outside the timed "
+            f"region): {int((learned == True).sum())} of {int(known.sum())} ended above the majority-class "  # noqa: E712
+            f"accuracy with a falling loss. Accuracy itself is judged by the convergence runs (full schedule).")
+    if len(bad):
+        text += f" These did NOT learn — their times may measure a broken run: {_where(bad)}."
+    return [text]
+
+
+def axis_findings(effect: pd.DataFrame, axis: str, what: str, table: str) -> list:
+    """One finding per framework for an axis effect (tables.axis_effect): the median ratio, the
+    best and worst configuration with their intervals, and the verdict counts."""
+    g = effect.dropna(subset=["estimate"]) if not effect.empty else effect
+    if g.empty:
+        return []
+    parts = []
+    for fw, s in tables.paper_order(g, ["framework"]).groupby("framework", sort=False):
+        counts = Counter(s["verdict"])
+        lo, hi = s.loc[s["estimate"].idxmin()], s.loc[s["estimate"].idxmax()]
+        parts.append(f"{framework_label(fw)} median {s['estimate'].median():.2f}× ("
+                     + ", ".join(f"{v} in {n}" for v, n in counts.most_common()) + f" of {len(s)}; "
+                     f"from {_describe(lo)} {_interval(lo)} to {_describe(hi)} {_interval(hi)})")
+    levels = sorted({(b, v) for b, v in zip(g[f"base_{axis}"], g[axis])})
+    steps = ", ".join(f"{b} → {v}" for b, v in levels)
+    over = int(g["oversubscribed"].fillna(False).astype(bool).sum())
+    text = f"{what} ({axis.replace('_', ' ')} {steps}; table '{table}'): " + "; ".join(parts) + "."
+    if over:
+        text += (f" {over} of {len(g)} of these comparisons involve oversubscribed points "
+                 f"({tables.OVERSUBSCRIBED_MARK}): more processes than cores.")
+    return [text]
 
 
 def loader_findings(points: pd.DataFrame) -> list:
@@ -355,7 +384,7 @@ def study_findings(work: pd.DataFrame, time: pd.DataFrame, paper: pd.DataFrame, 
             f"{med.loc[f, 'max']:.2f}×)" for f in tables.FRAMEWORK_ORDER if f in med.index)
             + " (below 1×: slower with 2 GPUs).")
     if speed:
-        out.append(f"Here, 1 → {d} devices, median speed-up of the training time: " + "; ".join(
+        out.append(f"Here, 1 → {d} devices, median speed-up of the steady-state epoch time: " + "; ".join(
             f"{tables.HARNESS_LABELS[h]}: " + ", ".join(
                 f"{framework_label(f)} {speed[(h, f)]:.2f}×" for f in tables.FRAMEWORK_ORDER if (h, f) in speed)
             for h in tables.HARNESS_ORDER if any((h, f) in speed for f in tables.FRAMEWORK_ORDER))
@@ -389,7 +418,7 @@ def study_findings(work: pd.DataFrame, time: pd.DataFrame, paper: pd.DataFrame, 
 BUSY_WARN_PERCENT = 25  # CPU use by other work just before a run's launch (runners.run measures it)
 
 
-def findings(runs, points, scaling, comparison, invalid) -> list:
+def findings(runs, points, scaling, comparison, invalid, workers=None, batch=None, plan=None) -> list:
     """Sentences computed from the data, grouped: [{title, items}] (overall, then per experiment)."""
     counts = Counter(runs["status"])
     n_exp = runs["experiment"].nunique()
@@ -407,12 +436,19 @@ def findings(runs, points, scaling, comparison, invalid) -> list:
                        f"{BUSY_WARN_PERCENT}% busy with other work: their timings are not trustworthy "
                        f"({', '.join(busy['run_id'].head(5))}{', ...' if len(busy) > 5 else ''}).")
     groups = [{"title": "Overall", "items": overall}]
+    empty = pd.DataFrame(columns=["experiment"])
+    workers, batch, plan = (x if x is not None else empty for x in (workers, batch, plan))
     for exp in dict.fromkeys(points["experiment"]):
         p = points[points["experiment"] == exp]
         r = tables.performance_runs(runs[runs["experiment"] == exp])
-        items = speed_findings(r) + steady_state_findings(r) \
-            + scaling_findings(scaling[scaling["experiment"] == exp], r) + loader_findings(p) \
-            + accuracy_findings(r, p) + paper_findings(comparison[comparison["experiment"] == exp])
+        items = speed_findings(r) + precision_findings(r, plan[plan["experiment"] == exp]) \
+            + steady_state_findings(r) + scaling_findings(scaling[scaling["experiment"] == exp], r) \
+            + axis_findings(workers[workers["experiment"] == exp], "workers",
+                            "Loader workers, speed-up of the steady-state epoch", "Loader workers") \
+            + axis_findings(batch[batch["experiment"] == exp], "batch_size",
+                            "Batch size, steady-state throughput gain", "Batch size") \
+            + loader_findings(p) + accuracy_findings(r, p) \
+            + paper_findings(comparison[comparison["experiment"] == exp])
         groups.append({"title": exp, "items": items})
     return groups
 
@@ -555,14 +591,71 @@ def frame_table(df: pd.DataFrame, name: str, title: str, description: str, code_
     return tables.TableSet(name, title, description, df, [tables.GridTable("", header, rows, n_index=0)])
 
 
+STOP_TEXT = {"precise": "precise", "schedule": "schedule", "epoch_cap": "CAP: epochs", "time_cap": "CAP: seconds"}
+
+
+def _stop_text(r) -> str | None:
+    """Why a run stopped; a cap (the epoch time not yet precise) is flagged, with drift if seen."""
+    text = STOP_TEXT.get(r.get("stopped_by")) if isinstance(r.get("stopped_by"), str) else None
+    if text and text.startswith("CAP") and tables._truthy(r.get("drifting")):
+        text += " (drifting)"
+    return text
+
+
+def plan_frame(plan: pd.DataFrame) -> pd.DataFrame:
+    """The plan (analysis.planning) with readable columns."""
+    cols = {"experiment": "experiment", "framework": "framework", "model": "model", "devices": "devices",
+            "batch_size": "batch", "workers": "workers", "runs": "repeats", "epochs_used": "epochs used (median)",
+            "epoch_s": "epoch (s)", "within_cv": "CV within a run", "between_cv": "CV between launches",
+            "launch_s": "launch cost (s)", "precision_now": "95% CI ± now (rel.)", "cost_now_s": "cost now (s)",
+            "plan_epochs": "plan: epochs per run", "plan_repeats": "plan: repeats",
+            "plan_cost_s": "plan: cost (s)"}
+    df = plan.reindex(columns=list(cols)).rename(columns=cols)
+    df["framework"] = df["framework"].map(framework_label)
+    df["model"] = df["model"].map(model_label)
+    for c in ("CV within a run", "CV between launches", "95% CI ± now (rel.)"):
+        df[c] = df[c].map(lambda v: None if pd.isna(v) else tables.fmt_pct(v))
+    return df
+
+
+def precision_findings(runs: pd.DataFrame, plan: pd.DataFrame) -> list:
+    """How many epochs the timing runs needed, what precision they reached, which a cap stopped,
+    and what the measured variances say the next sweep needs."""
+    ok = runs[(runs["status"] == "ok") & (runs.get("until") == "precise")] if "until" in runs else runs.iloc[0:0]
+    if ok.empty:
+        return []
+    ep = pd.to_numeric(ok["epochs_run"], errors="coerce")
+    prec = pd.to_numeric(ok["precision_reached"], errors="coerce")
+    target = pd.to_numeric(ok["precision"], errors="coerce").median()
+    capped = ok[ok["stopped_by_cap"].map(tables._truthy) == True]  # noqa: E712
+    out = [f"Stop rule ({len(ok)} timing runs): each trained until its steady-state epoch time was known to "
+           f"±{100 * target:.0f}% (95% interval) — epochs per run {ep.min():.0f} / {ep.median():.0f} / "
+           f"{ep.max():.0f} (min / median / max, warm-up included), precision reached median "
+           f"±{100 * prec.median():.1f}%. "
+           + (f"{len(capped)} stopped at a cap before that (flagged 'CAP' in the run list"
+              + (f", {int(capped['drifting'].map(tables._truthy).fillna(False).sum())} of them still drifting"
+                 if "drifting" in capped else "") + f"): {_where(capped)}."
+              if len(capped) else "No run needed a cap.")]
+    if not plan.empty and plan["plan_cost_s"].notna().any():
+        p = plan.dropna(subset=["plan_cost_s"])
+        out.append(f"Plan for the next sweep (table 'Plan the next sweep'; Kalibera & Jones two-level design, "
+                   f"±{100 * 0.03:.0f}% per configuration): median {p['plan_repeats'].median():.0f} repeats of "
+                   f"{p['plan_epochs'].median():.0f} steady epochs; {p['plan_cost_s'].sum() / 60:.1f} min of runs for "
+                   f"these {len(p)} configurations, against {p['cost_now_s'].sum() / 60:.1f} min spent now. Variance "
+                   f"estimates from {p['runs'].min():.0f}-{p['runs'].max():.0f} repeats are rough.")
+    return out
+
+
 def runs_frame(runs: pd.DataFrame) -> pd.DataFrame:
     cols = {"experiment": "experiment", "framework": "framework", "model": "model", "devices": "devices",
             "batch_size": "batch", "workers": "workers", "repeat": "repeat", "status": "status",
             "started_at": "started", "train_time_s": "train time (s)",
             "steady_epoch_time_s": "steady epoch (s)", "warmup_epoch_time_s": "warm-up epoch (s)",
+            "epochs_run": "epochs", "stop": "stopped by", "precision_reached": "95% CI ± (rel.)",
             "final_val_acc": "val acc", "converged": "converged", "time_to_target_s": "time to target (s)",
             "command": "rerun command"}
     df = tables.paper_order(runs, ["experiment", "model", "framework", "devices", "batch_size", "workers", "repeat"])
+    df = df.assign(stop=df.apply(_stop_text, axis=1) if not df.empty else None)
     df = df.reindex(columns=list(cols)).rename(columns=cols)
     df["framework"] = df["framework"].map(framework_label)
     df["model"] = df["model"].map(model_label)
@@ -586,6 +679,17 @@ def build_tables(agg: Aggregate, runs: pd.DataFrame) -> dict:
             "and workers at the worst sample), the memory cgroup's own peak and which processes the "
             "out-of-memory killer took when the run had a --memory-limit (docs/memory.md).",
             )
+    plan = planning.plan_data(tables.performance_runs(runs))
+    out["plan"] = frame_table(
+        plan_frame(plan), "plan", "Plan the next sweep",
+        "Per timing configuration: the noise within a run (CV of the steady epochs) and between launches "
+        "(CV of the run means beyond what the within-run noise explains), the cost of a launch (start-up, "
+        "warm-up, validation) and of an epoch, the precision the repeats reached now (95% CI of the mean "
+        "epoch time over repeats, relative), and the cheapest plan for ±3%: epochs per run "
+        "sqrt(launch cost × within variance / (epoch cost × between variance)) within the caps, and the repeats "
+        "that then reach it (Kalibera & Jones, ISMM 2013; analysis/planning.py).",
+        empty_text="No timing run with the stop rule (--until precise) has finished ok.")
+    out["plan"].data = plan  # the CSV keeps the raw numbers
     out["deadlocks"] = tables.TableSet(
         "deadlocks", "Deadlock and failure report", "Every run that did not end ok.",
         deadlocks.failures_frame(agg.failures), body=deadlocks.render_html(agg.failures))
@@ -633,7 +737,7 @@ def render(agg: Aggregate, out: Path, assets: Path, source: str = "") -> Path:
     assets.mkdir(parents=True, exist_ok=True)
     runs = tables.add_experiment(agg.runs)
     points = tables.performance_points(runs)
-    scaling = tables.scaling_data(points)
+    scaling = tables.scaling_data(points, runs)
     tabs = build_tables(agg, runs)
     for t in tabs.values():
         t.write(assets)
@@ -652,7 +756,8 @@ def render(agg: Aggregate, out: Path, assets: Path, source: str = "") -> Path:
         generated=dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
         source=source, counts=Counter(runs["status"]), n_runs=len(runs), n_invalid=len(agg.invalid),
         status_colours=STATUS_COLOURS,
-        findings=findings(runs, points, scaling, tabs["paper_comparison"].data, agg.invalid),
+        findings=findings(runs, points, scaling, tabs["paper_comparison"].data, agg.invalid,
+                          workers=tabs["workers"].data, batch=tabs["batch"].data, plan=tabs["plan"].data),
         study_findings=study_findings(tabs["study_work"].data, tabs["study_time"].data, tables.load_paper(),
                                       tables.performance_runs(runs)),
         tables={k: {"title": t.title, "description": t.description, "html": t.html()} for k, t in tabs.items()},

@@ -143,7 +143,7 @@ def _key_text(v) -> str:
     return str(v)
 
 
-def add_experiment(runs: pd.DataFrame) -> pd.DataFrame:
+def add_experiment(runs: pd.DataFrame, split: bool = False) -> pd.DataFrame:
     """Label every run with its experiment: the settings outside the swept grid axes.
 
     The label always names dataset, device type and epochs, plus any other setting that
@@ -153,6 +153,15 @@ def add_experiment(runs: pd.DataFrame) -> pd.DataFrame:
     if runs.empty:
         runs["experiment"] = pd.Series(dtype="object")
         return runs
+    if "until" in runs and runs["until"].nunique() > 1:
+        # Timing runs (epochs = a cap) and fixed-schedule runs (epochs = the schedule, maybe per
+        # model) are labelled apart, so a per-model schedule stays one experiment.
+        parts = [add_experiment(g, split=True) for _, g in runs.groupby(runs["until"].fillna("epochs"), sort=False)]
+        labelled = pd.concat(parts)
+        order = sorted(set(labelled["experiment"]), key=lambda x: ("fault injection" in x, x))
+        labelled["experiment"] = pd.Categorical(labelled["experiment"], categories=order, ordered=True)
+        return labelled.sort_values("experiment", kind="stable").assign(
+            experiment=lambda d: d["experiment"].astype(str))
     texts = runs[keys].map(_key_text)
     varying = [k for k in keys if (texts.groupby(runs["model"])[k].nunique().max()
                                    if k in MODEL_KEYS else texts[k].nunique()) > 1]
@@ -166,13 +175,19 @@ def add_experiment(runs: pd.DataFrame) -> pd.DataFrame:
             by_model = same.groupby(runs.loc[same.index, "model"])["epochs"].first()
             epochs = "epochs " + ", ".join(f"{model_label(m)} {e}" for m, e in sorted(
                 by_model.items(), key=lambda x: MODEL_ORDER.index(x[0]) if x[0] in MODEL_ORDER else 99))
+        elif t.get("until") == "precise":
+            epochs = f"at most {t['epochs']} epochs"
         else:
             epochs = f"{t['epochs']} epochs"
         parts = [f"dataset {t['dataset']}", t["device_type"], epochs]
+        if t.get("until") == "precise":
+            parts.append(f"timing runs: until the epoch time is known to ±{float(t['precision']) * 100:.0f}%")
+        elif split:
+            parts.append("fixed schedule")
         if t.get("inject", "none") != "none":
             parts.append(f"fault injection: {t['inject']}")
         for k in varying:
-            if k in ("dataset", "device_type", "epochs", "inject"):
+            if k in ("dataset", "device_type", "epochs", "inject", "until", "precision"):
                 continue
             if t[k] in ("True", "False"):  # a switch reads as its name when on, nothing when off
                 parts += [k.replace("_", " ")] if t[k] == "True" else []
@@ -308,7 +323,7 @@ def worst_status(statuses) -> str:
     return present[0] if present else "ok"
 
 
-CARRIED = ("dataset", "epochs", "device_type", "harness")
+CARRIED = ("dataset", "epochs", "device_type", "harness", "processes", "oversubscribed", "until")
 
 
 def _truthy(v):
@@ -326,7 +341,7 @@ def grid_points(runs: pd.DataFrame, values) -> pd.DataFrame:
     rows = []
     if runs.empty:
         return pd.DataFrame(columns=cols + list(CARRIED) + ["n_runs", "n_ok", "statuses", "worst_status", "run_ids",
-                                            "command", "n_converged", "n_not_converged", "n_reached_target"]
+                                            "command", "n_converged", "n_not_converged", "n_reached_target", "n_capped"]
                             + [f"{v}_{s}" for v in values for s in ("mean", "ci95", "n")])
     for key, g in runs.groupby(cols, sort=False, dropna=False):
         ok = g[g["status"] == "ok"]
@@ -340,7 +355,9 @@ def grid_points(runs: pd.DataFrame, values) -> pd.DataFrame:
         conv = ok["converged"].map(_truthy) if "converged" in ok else pd.Series(dtype=object)
         row.update({"n_converged": int((conv == True).sum()),  # noqa: E712 (None stays unknown)
                     "n_not_converged": int((conv == False).sum()),  # noqa: E712
-                    "n_reached_target": int(ok["time_to_target_s"].notna().sum()) if "time_to_target_s" in ok else 0})
+                    "n_reached_target": int(ok["time_to_target_s"].notna().sum()) if "time_to_target_s" in ok else 0,
+                    "n_capped": int(ok["stopped_by_cap"].map(_truthy).fillna(False).sum())
+                    if "stopped_by_cap" in ok else 0})
         for v in values:
             m, ci = mean_ci(ok[v]) if v in ok else (float("nan"), float("nan"))
             row.update({f"{v}_mean": m, f"{v}_ci95": ci, f"{v}_n": int(ok[v].notna().sum()) if v in ok else 0})
@@ -424,19 +441,23 @@ def table2_grids(points: pd.DataFrame, value: str, fmt=fmt_num, scale=1.0, best=
 
 
 def training_time_table(points: pd.DataFrame) -> TableSet:
-    data = points[["experiment", *GRID_KEYS, "n_runs", "n_ok", "statuses", "train_time_s_mean",
-                   "train_time_s_ci95", "command"]] if not points.empty else points
+    data = points[["experiment", *GRID_KEYS, "n_runs", "n_ok", "statuses", "steady_epoch_time_s_mean",
+                   "steady_epoch_time_s_ci95", "train_time_s_mean", "command"]] if not points.empty else points
     return TableSet(
-        "table2", "Training time (seed study's Table 2 layout)",
-        "Slowest rank's total training time in seconds (summary.train_time_s, the seed study's metric; "
-        "it includes the warm-up epoch), mean ± 95% CI over repeats. Batch size is per process. The faster framework of each pair is bold; "
-        "a cell without any ok run shows its status instead.",
-        data, table2_grids(points, "train_time_s", best="min"))
+        "table2", "Epoch time (seed study's Table 2 layout)",
+        "Slowest rank's steady-state epoch time in seconds (one pass over the training split, after the warm-up "
+        "epoch), mean ± 95% CI over repeats: the seed study's total training time divided into what one epoch "
+        "costs, since timing runs stop once that is known. Batch size is per process. The faster framework of "
+        "each pair is bold; a cell without any ok run shows its status instead.",
+        data, table2_grids(points, "steady_epoch_time_s", best="min"))
 
 
 def accuracy_table(points: pd.DataFrame) -> TableSet:
     """Accuracy per configuration: repeats, final accuracy with its interval, the features-only
-    baseline, convergence and time to the dataset's target accuracy."""
+    baseline, convergence and time to the dataset's target accuracy. Runs that stopped when their
+    epoch time was known (--until precise) are left out: accuracy is the convergence runs' question."""
+    if "until" in points:
+        points = points[points["until"].fillna("epochs") != "precise"]
     def acc(p):
         m, ci = p["final_val_acc_mean"], p["final_val_acc_ci95"]
         if pd.isna(m):
@@ -480,7 +501,7 @@ def accuracy_table(points: pd.DataFrame) -> TableSet:
             "final_val_acc_mean", "final_val_acc_ci95", "baseline_val_acc_mean", "target_val_acc_mean",
             "time_to_target_s_mean", "time_to_target_s_ci95", "epochs_to_target_mean"]
     return TableSet(
-        "accuracy", "Validation accuracy and time to accuracy",
+        "accuracy", "Validation accuracy and time to accuracy (fixed-schedule runs)",
         "Validation accuracy after the last epoch (%, mean ± 95% CI over repeats). A run converged when it beats "
         "the features-only baseline (logistic regression on the node features, same splits); a configuration "
         "whose runs do not is marked 'not converged' and its accuracy is not compared. Time to target: "
@@ -504,33 +525,67 @@ def series_workers(points: pd.DataFrame) -> pd.Series:
     return out
 
 
-def scaling_data(points: pd.DataFrame) -> pd.DataFrame:
-    """Speed-up and parallel efficiency against the fewest devices of each series."""
+SCALING_VALUE = "steady_epoch_time_s"  # per pass over the split: comparable whatever the epochs a run took
+
+
+def _ok_values(runs: pd.DataFrame, point, value: str, **override) -> pd.Series:
+    """`value` of the ok runs of one grid point (a row of grid_points), axes overridable."""
+    if runs is None or runs.empty or value not in runs:
+        return pd.Series(dtype=float)
+    key = {k: getattr(point, k) for k in ("experiment", *GRID_KEYS)}
+    key.update(override)
+    sel = runs["status"] == "ok"
+    for k, v in key.items():
+        sel &= runs[k] == v
+    return pd.to_numeric(runs.loc[sel, value], errors="coerce").dropna()
+
+
+def scaling_data(points: pd.DataFrame, runs: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Speed-up and parallel efficiency against the fewest devices of each series, from the
+    steady-state epoch time (an epoch is one pass over the training split whatever the device
+    count, and timing runs stop after different numbers of epochs). With `runs`, each speed-up
+    gets its 95% interval (ratio of geometric means over repeats, Welch t on the logs) and a
+    verdict; `oversubscribed` marks points with more processes than cores."""
     series = ["experiment", "framework", "model", "batch_size", "series_workers"]
-    cols = [*series, "workers", "devices", "base_devices", "train_time_s", "base_train_time_s", "speedup",
-            "ideal_speedup", "efficiency", "n_ok", "statuses", "worst_status", "base_status", "command"]
+    cols = [*series, "workers", "devices", "base_devices", "epoch_time_s", "base_epoch_time_s", "speedup",
+            "low", "high", "verdict", "ideal_speedup", "efficiency", "n_ok", "statuses", "worst_status",
+            "base_status", "oversubscribed", "command"]
     if points.empty:
         return pd.DataFrame(columns=cols)
     points = points.assign(series_workers=series_workers(points))
+    value = SCALING_VALUE
     out = []
     for _, g in points.groupby(series, sort=False):
         g = g.sort_values("devices")
         base = g.iloc[0]
+        base_times = _ok_values(runs, base, value)
         for p in g.itertuples():
-            ok = p.n_ok > 0 and base.n_ok > 0
-            speedup = base.train_time_s_mean / p.train_time_s_mean if ok else float("nan")
+            ok = p.n_ok > 0 and base.n_ok > 0 and not pd.isna(getattr(p, f"{value}_mean"))
+            speedup, lo, hi = float("nan"), float("nan"), float("nan")
+            if ok:
+                speedup = getattr(base, f"{value}_mean") / getattr(p, f"{value}_mean")
+                if runs is not None and p.devices != base.devices:
+                    speedup, lo, hi = ratio_interval(base_times, _ok_values(runs, p, value))
             ideal = p.devices / base.devices
             out.append({**{k: getattr(p, k) for k in series}, "workers": p.workers, "devices": p.devices,
-                        "base_devices": base.devices, "train_time_s": p.train_time_s_mean,
-                        "base_train_time_s": base.train_time_s_mean, "speedup": speedup,
+                        "base_devices": base.devices, "epoch_time_s": getattr(p, f"{value}_mean"),
+                        "base_epoch_time_s": getattr(base, f"{value}_mean"), "speedup": speedup,
+                        "low": lo, "high": hi, "verdict": verdict(lo, hi, 1.0, "faster", "slower"),
                         "ideal_speedup": ideal, "efficiency": speedup / ideal if ok else float("nan"),
                         "n_ok": p.n_ok, "statuses": p.statuses, "worst_status": p.worst_status,
-                        "base_status": base.statuses, "command": p.command})
+                        "base_status": base.statuses, "oversubscribed": bool(getattr(p, "oversubscribed", False)),
+                        "command": p.command})
     return pd.DataFrame(out, columns=cols)
 
 
-def scaling_table(points: pd.DataFrame) -> TableSet:
-    data = scaling_data(points)
+OVERSUBSCRIBED_MARK = "‡"
+OVERSUBSCRIBED_TEXT = (f"{OVERSUBSCRIBED_MARK} oversubscribed: more processes (ranks × (1 + loader workers)) than "
+                       "CPU cores, so processes take turns on the cores; such a figure measures CPU contention "
+                       "and says nothing about GPUs.")
+
+
+def scaling_table(points: pd.DataFrame, runs: pd.DataFrame | None = None) -> TableSet:
+    data = scaling_data(points, runs)
     grids = []
     for exp, g in data.groupby("experiment", sort=False):
         devices = sorted(g["devices"].unique())
@@ -554,17 +609,126 @@ def scaling_table(points: pd.DataFrame) -> TableSet:
                 elif d == r.base_devices:
                     cells.append(Cell("1.00× (baseline)", css="muted", title=f"rerun: {r.command}"))
                 else:
-                    cells.append(Cell(f"{r.speedup:.2f}× · {100 * r.efficiency:.0f}%",
+                    ci = "" if pd.isna(r.low) else f" ({r.low:.2f}–{r.high:.2f})"
+                    mark = f" {OVERSUBSCRIBED_MARK}" if r.oversubscribed else ""
+                    cells.append(Cell(f"{r.speedup:.2f}×{ci} · {100 * r.efficiency:.0f}%{mark}",
                                       css="warn" if r.efficiency < EFFICIENCY_WARN else "",
-                                      title=f"rerun: {r.command}"))
+                                      title=f"{r.verdict}; rerun: {r.command}"))
             rows.append(cells)
         grids.append(GridTable(exp, header, rows, n_index=4))
     return TableSet(
         "scaling", "Scaling with devices",
-        f"Speed-up of the training time over the fewest devices measured (usually 1) and parallel "
+        f"Speed-up of the steady-state epoch time (one pass over the training split) over the fewest "
+        f"devices measured (usually 1), with its 95% interval ({CI_METHOD_RATIO}), and parallel "
         f"efficiency (speed-up / device ratio). Efficiency below {100 * EFFICIENCY_WARN:.0f}% is "
-        f"highlighted: adding devices no longer pays off there.",
+        f"highlighted: adding devices no longer pays off there. {OVERSUBSCRIBED_TEXT}",
         data, grids)
+
+
+# -- one axis at a time: loader workers and batch size -------------------------------------
+
+def axis_effect(points: pd.DataFrame, runs: pd.DataFrame, axis: str, value: str, kind: str) -> pd.DataFrame:
+    """Every grid point against the same configuration at the lowest value of `axis`.
+
+    kind "speedup": base / this of a time (above 1: this value of the axis is faster); "gain":
+    this / base of a rate. Each with its 95% interval (ratio of geometric means over repeats,
+    Welch t on the logs) and verdict, plus the loader's share of a step at both ends."""
+    others = ["experiment"] + [k for k in GRID_KEYS if k != axis]
+    cols = [*others, axis, f"base_{axis}", "estimate", "low", "high", "verdict", "n_ok", "base_n_ok",
+            "load_share", "base_load_share", "oversubscribed", "command"]
+    if points.empty or runs is None:
+        return pd.DataFrame(columns=cols)
+    above, below = ("faster", "slower") if kind == "speedup" else ("higher", "lower")
+
+    def load_share(p):
+        step = p["step_s_mean"]
+        return p["step_load_wait_s_mean"] / step if step and not pd.isna(step) else float("nan")
+
+    rows = []
+    for key, g in points.groupby(others, sort=False):
+        if g[axis].nunique() < 2:
+            continue
+        g = g.sort_values(axis)
+        base = g.iloc[0]
+        base_vals = _ok_values(runs, base, value)
+        for _, p in g.iloc[1:].iterrows():
+            this = _ok_values(runs, p, value)
+            est, lo, hi = ratio_interval(base_vals, this) if kind == "speedup" else ratio_interval(this, base_vals)
+            rows.append({**dict(zip(others, key)), axis: p[axis], f"base_{axis}": base[axis], "estimate": est,
+                         "low": lo, "high": hi, "verdict": verdict(lo, hi, 1.0, above, below),
+                         "n_ok": p["n_ok"], "base_n_ok": base["n_ok"], "load_share": load_share(p),
+                         "base_load_share": load_share(base),
+                         "oversubscribed": bool(p.get("oversubscribed")) or bool(base.get("oversubscribed")),
+                         "command": p["command"]})
+    return paper_order(pd.DataFrame(rows, columns=cols), [*others[1:], axis])
+
+
+def _effect_cell(r, what: str) -> Cell:
+    if not r["n_ok"] or not r["base_n_ok"] or pd.isna(r["estimate"]):
+        return Cell("no ok runs on both sides", css="muted")
+    ci = "" if pd.isna(r["low"]) else f" ({r['low']:.2f}–{r['high']:.2f})"
+    mark = f" {OVERSUBSCRIBED_MARK}" if r["oversubscribed"] else ""
+    return Cell(f"{r['estimate']:.2f}×{ci}{mark}", css="warn" if r["verdict"] in ("slower", "lower") else "",
+                title=f"{what}: {r['verdict']}; rerun: {r['command']}")
+
+
+def _effect_grids(data: pd.DataFrame, axis: str, index: list, columns) -> list:
+    """Rows `index` (labels), one column group per `columns` [(label, fn(row) -> Cell)] and level."""
+    grids = []
+    labels = {"model": model_label, "framework": framework_label}
+    names = {"model": "Model", "framework": "Framework", "devices": "Devices", "batch_size": "Batch size",
+             "workers": "Workers"}
+    for exp, g in data.groupby("experiment", sort=False):
+        levels = sorted(g[axis].unique())
+        base = g[f"base_{axis}"].iloc[0]
+        header = [[(names[k], 1) for k in index]
+                  + [(f"{label}: {names[axis].lower()} {base} → {lv}", 1) for lv in levels for label, _ in columns]]
+        rows, prev = [], None
+        for key, s in g.groupby(index, sort=False):
+            key = key if isinstance(key, tuple) else (key,)
+            text = [labels.get(k, str)(v) if k in labels else str(v) for k, v in zip(index, key)]
+            cells = _index_cells(text, prev)
+            prev = text
+            by_level = {r[axis]: r for r in s.to_dict("records")}
+            for lv in levels:
+                r = by_level.get(lv)
+                cells += [fn(r) if r is not None else Cell("—", css="missing") for _, fn in columns]
+            rows.append(cells)
+        grids.append(GridTable(exp, header, rows, n_index=len(index)))
+    return grids
+
+
+def workers_table(points: pd.DataFrame, runs: pd.DataFrame | None) -> TableSet:
+    """Loader workers against in-process sampling: speed-up of the epoch and the loader's wait."""
+    data = axis_effect(points, runs, "workers", SCALING_VALUE, "speedup")
+
+    def wait(r):
+        if pd.isna(r["load_share"]) or pd.isna(r["base_load_share"]):
+            return Cell("n/a", css="muted")
+        return Cell(f"{fmt_pct(r['base_load_share'])} → {fmt_pct(r['load_share'])}")
+
+    columns = [("speed-up", lambda r: _effect_cell(r, "speed-up")), ("loader wait", wait)]
+    return TableSet(
+        "workers", "Loader workers",
+        "Speed-up of the steady-state epoch time from the fewest loader workers per rank (usually 0: "
+        f"sampling in the training process) to more ({CI_METHOD_RATIO}; highlighted: slower), and the share of "
+        "a training step spent waiting for the loader at both settings. A worker samples ahead while the "
+        f"rank computes, which pays only where cores are free for it. {OVERSUBSCRIBED_TEXT}",
+        data, _effect_grids(data, "workers", ["model", "framework", "devices", "batch_size"], columns),
+        empty_text="Only one loader-worker setting was measured.")
+
+
+def batch_table(points: pd.DataFrame, runs: pd.DataFrame | None) -> TableSet:
+    """Throughput gain from a larger batch size per process."""
+    data = axis_effect(points, runs, "batch_size", "steady_seed_nodes_per_s", "gain")
+    columns = [("throughput gain", lambda r: _effect_cell(r, "throughput gain"))]
+    return TableSet(
+        "batch", "Batch size",
+        "Steady-state throughput (seed nodes per second, all processes) at a larger batch size per process "
+        f"over the smallest ({CI_METHOD_RATIO}; highlighted: lower). Larger batches mean fewer steps, so fewer "
+        f"gradient all-reduces per epoch, but a larger sampled subgraph per step. {OVERSUBSCRIBED_TEXT}",
+        data, _effect_grids(data, "batch_size", ["model", "framework", "devices", "workers"], columns),
+        empty_text="Only one batch size was measured.")
 
 
 # -- flat tables: breakdown and throughput --------------------------------------------------
@@ -679,12 +843,14 @@ def paper_comparison(points: pd.DataFrame, paper: pd.DataFrame) -> TableSet:
         exp_rows = []
         for r in merged.itertuples():
             ok = not pd.isna(r.n_ok) and r.n_ok > 0
+            # Ours projected to the study's 50 epochs: the warm-up epoch plus 49 steady ones.
+            projected = r.warmup_epoch_time_s_mean + (PAPER_EPOCHS - 1) * r.steady_epoch_time_s_mean if ok else None
             exp_rows.append({"experiment": exp, **{k: getattr(r, k) for k in keys}, "paper_s": r.paper_s,
-                         "ours_s": r.train_time_s_mean if ok else float("nan"),
-                         "ours_ci95": r.train_time_s_ci95 if ok else float("nan"),
+                         "ours_s": projected if ok else float("nan"),
+                         "ours_ci95": (PAPER_EPOCHS - 1) * r.steady_epoch_time_s_ci95 if ok else float("nan"),
                          "ours_status": "not run" if pd.isna(r.n_ok) else ("ok" if ok else r.statuses),
                          "paper_per_epoch_s": r.paper_s / PAPER_EPOCHS,
-                         "ours_per_epoch_s": r.train_time_s_mean / epochs if ok else float("nan"),
+                         "ours_per_epoch_s": r.steady_epoch_time_s_mean if ok else float("nan"),
                          "ours_epochs": epochs})
         rows += exp_rows
         d = pd.DataFrame(exp_rows)
@@ -692,7 +858,7 @@ def paper_comparison(points: pd.DataFrame, paper: pd.DataFrame) -> TableSet:
         header = [[("Model", 1), ("Devices", 1), ("Workers", 1)] + [(f"Batch size {b}", 2 * len(FRAMEWORK_ORDER)) for b in batches],
                   [("", 1)] * 3 + [(framework_label(f), 2) for b in batches for f in FRAMEWORK_ORDER],
                   [("", 1)] * 3 + [(s, 1) for b in batches for f in FRAMEWORK_ORDER
-                                   for s in ("paper", f"ours ({epochs} ep.)")]]
+                                   for s in ("paper", f"ours ({PAPER_EPOCHS} ep., projected)")]]
         body, prev = [], None
         for rk in paper_order(d[["model", "devices", "workers"]].drop_duplicates(), ["model", "devices", "workers"]).itertuples(index=False):
             labels = [model_label(rk.model), str(rk.devices), str(rk.workers)]
@@ -722,8 +888,9 @@ def paper_comparison(points: pd.DataFrame, paper: pd.DataFrame) -> TableSet:
     return TableSet(
         "paper_comparison", "Our Table 2 beside the seed study's",
         f"Seed study: {PAPER_SETUP} (published Table 2, seconds). Ours: the same layout from our "
-        f"runs on {PAPER_DATASET}; absolute times differ with hardware and epochs, so compare which "
-        f"framework is faster (bold, per source) and the trends. The CSV also has per-epoch times.",
+        f"runs on {PAPER_DATASET}, projected to {PAPER_EPOCHS} epochs (warm-up epoch + {PAPER_EPOCHS - 1} × the "
+        f"steady-state epoch); absolute times differ with hardware, so compare which framework is faster "
+        f"(bold, per source) and the trends. The CSV also has per-epoch times.",
         pd.DataFrame(rows, columns=cols), grids)
 
 
@@ -732,7 +899,9 @@ def paper_comparison(points: pd.DataFrame, paper: pd.DataFrame) -> TableSet:
 HARNESS_ORDER = ("study", "fair")
 HARNESS_LABELS = {"study": "seed study's harness", "fair": "fair harness"}
 # A study-vs-fair comparison pairs runs that differ only in the harness.
-STUDY_KEYS = ("dataset", "device_type", "epochs", "framework", "model", "batch_size", "workers")
+# Not epochs: the study harness trains a fixed schedule, the fair harness's timing runs stop when
+# their epoch time is known; both are compared per epoch.
+STUDY_KEYS = ("dataset", "device_type", "framework", "model", "batch_size", "workers")
 WORK_VALUES = ("steps_per_epoch", "seed_nodes_per_rank_epoch", "seed_nodes_per_epoch_all_ranks",
                "train_split_seed_nodes", "split_passes_per_epoch")
 
@@ -763,10 +932,11 @@ def study_work_data(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def study_time_data(points: pd.DataFrame) -> pd.DataFrame:
-    """Training time and median epoch time against devices per harness, with the speed-up
-    over the fewest devices of the same harness and configuration."""
-    cols = ["harness", *STUDY_KEYS, "devices", "base_devices", "n_ok", "statuses", "train_time_s", "train_time_ci95",
-            "speedup", "median_epoch_time_s", "epoch_speedup", "command"]
+    """Steady-state epoch time against devices per harness (training batches only, so the two
+    harnesses are comparable), with the speed-up over the fewest devices of the same harness and
+    configuration; each harness's own training time in the CSV."""
+    cols = ["harness", *STUDY_KEYS, "devices", "base_devices", "n_ok", "statuses", "epoch_time_s", "epoch_time_ci95",
+            "speedup", "train_time_s", "train_time_ci95", "command"]
     if points.empty or "harness" not in points or not (points["harness"] == "study").any():
         return pd.DataFrame(columns=cols)
     rows = []
@@ -777,11 +947,10 @@ def study_time_data(points: pd.DataFrame) -> pd.DataFrame:
             ok = p.n_ok > 0 and base.n_ok > 0
             rows.append({**dict(zip(["harness", *STUDY_KEYS], key)), "devices": p.devices,
                          "base_devices": base.devices, "n_ok": p.n_ok, "statuses": p.statuses,
+                         "epoch_time_s": p.steady_epoch_time_s_mean, "epoch_time_ci95": p.steady_epoch_time_s_ci95,
+                         "speedup": (base.steady_epoch_time_s_mean / p.steady_epoch_time_s_mean
+                                     if ok else float("nan")),
                          "train_time_s": p.train_time_s_mean, "train_time_ci95": p.train_time_s_ci95,
-                         "speedup": base.train_time_s_mean / p.train_time_s_mean if ok else float("nan"),
-                         "median_epoch_time_s": p.median_epoch_time_s_mean,
-                         "epoch_speedup": (base.median_epoch_time_s_mean / p.median_epoch_time_s_mean
-                                           if ok else float("nan")),
                          "command": p.command})
     out = pd.DataFrame(rows, columns=cols)
     return paper_order(out, ["model", "framework", "batch_size", "workers", "harness", "devices"])
@@ -798,7 +967,7 @@ def _study_grids(data: pd.DataFrame, caption: str, cell) -> list:
               [("", 1)] * 4 + [(f"{d} device{'s' if d != 1 else ''}", 1) for _ in harnesses for d in devices]]
     rows, prev = [], None
     grids = []
-    for setting, exp in data.groupby(["dataset", "device_type", "epochs"], sort=False):
+    for setting, exp in data.groupby(["dataset", "device_type"], sort=False):
         idx = {(r["model"], r["framework"], r["batch_size"], r["workers"], r["harness"], r["devices"]): r
                for r in exp.to_dict("records")}
         keys = paper_order(exp[["model", "framework", "batch_size", "workers"]].drop_duplicates(),
@@ -813,7 +982,7 @@ def _study_grids(data: pd.DataFrame, caption: str, cell) -> list:
                     r = idx.get((k.model, k.framework, k.batch_size, k.workers, h, d))
                     cells.append(Cell("—", css="missing", title="not in the grid") if r is None else cell(r))
             rows.append(cells)
-        title = f"{caption} · dataset {setting[0]} · {setting[1]} · {setting[2]} epochs"
+        title = f"{caption} · dataset {setting[0]} · {setting[1]}"
         grids.append(GridTable(title, header, rows, n_index=4))
     return grids
 
@@ -848,19 +1017,21 @@ def study_time_table(points: pd.DataFrame) -> TableSet:
     def cell(r):
         if not r["n_ok"]:
             return Cell(r["statuses"], css="status", title=f"rerun: {r['command']}")
-        ci = "" if pd.isna(r["train_time_ci95"]) else f" ± {fmt_num(r['train_time_ci95'], ref=r['train_time_s'])}"
+        if pd.isna(r["epoch_time_s"]):
+            return Cell("n/a", css="muted", title="no epoch after the warm-up epoch")
+        ci = "" if pd.isna(r["epoch_time_ci95"]) else f" ± {fmt_num(r['epoch_time_ci95'], ref=r['epoch_time_s'])}"
         sp = "" if r["devices"] == r["base_devices"] or pd.isna(r["speedup"]) else f" ({r['speedup']:.2f}×)"
-        return Cell(f"{fmt_num(r['train_time_s'])}{ci} s{sp}",
+        return Cell(f"{fmt_num(r['epoch_time_s'])}{ci} s{sp}",
                     css="warn" if not pd.isna(r["speedup"]) and r["speedup"] < 1 else "",
-                    title=f"median epoch {fmt_num(r['median_epoch_time_s'])} s; rerun: {r['command']}")
+                    title=f"training time {fmt_num(r['train_time_s'])} s; rerun: {r['command']}")
     return TableSet(
         "study_time", "Time vs devices: seed study's harness vs fair harness",
-        "Training time of the slowest rank (mean ± 95% CI over repeats) and in brackets the speed-up over "
-        "the fewest devices of the same harness (below 1×, highlighted: slower with more devices). Each "
-        "harness's own definition: the study's is the wall time of trainer.fit, validation and Lightning's "
-        "set-up included, as the seed study timed it; the fair harness's is the sum of its training epochs. "
-        "The CSV also has the median epoch time (training batches only, comparable between harnesses).",
-        data, _study_grids(data, "Training time (speed-up)", cell),
+        "Steady-state epoch time of the slowest rank (training batches only, after the warm-up epoch; mean ± "
+        "95% CI over repeats) and in brackets the speed-up over the fewest devices of the same harness "
+        "(below 1×, highlighted: slower with more devices). The CSV also has each harness's own training "
+        "time: the study's is the wall time of trainer.fit, validation and Lightning's set-up included, as "
+        "the seed study timed it; the fair harness's is the sum of its epochs (their number set by the stop rule).",
+        data, _study_grids(data, "Steady-state epoch time (speed-up)", cell),
         empty_text="No run with the seed study's harness (--harness study) in these results.")
 
 
@@ -874,7 +1045,8 @@ def paper_study_speedups(paper: pd.DataFrame) -> pd.DataFrame:
 
 # -- all tables -----------------------------------------------------------------------------
 
-POINT_VALUES = ("train_time_s", "median_epoch_time_s", "throughput_seed_nodes_per_s",
+POINT_VALUES = ("train_time_s", "median_epoch_time_s", "throughput_seed_nodes_per_s", "steady_seed_nodes_per_s",
+                "epochs_run", "precision_reached",
                 "sampled_edges_per_s", "final_val_acc", "startup_s", "step_s",
                 "steady_epoch_time_s", "steady_epoch_cv", "warmup_epoch_time_s", "steps_per_epoch",
                 "timed_to_startup_ratio", "baseline_val_acc", "target_val_acc", "time_to_target_s",
@@ -889,7 +1061,8 @@ def performance_points(runs: pd.DataFrame) -> pd.DataFrame:
 def all_tables(runs: pd.DataFrame, paper: pd.DataFrame | None = None) -> dict:
     """name -> TableSet for every table of the report (runs must carry `experiment`)."""
     points = performance_points(runs)
-    tables = [training_time_table(points), scaling_table(points), breakdown_table(points),
+    tables = [training_time_table(points), scaling_table(points, runs), workers_table(points, runs),
+              batch_table(points, runs), breakdown_table(points),
               throughput_table(points), accuracy_table(points),
               paper_comparison(points, load_paper() if paper is None else paper),
               study_work_table(runs), study_time_table(points)]

@@ -29,8 +29,9 @@ BASELINE_VERSION = 1  # bump when the method changes: cached values are then rec
 # in the default sweep's budget (measured, see README "Default sweep").
 TARGETS = {
     "tiny": (0.60, "synthetic; features-only baseline 0.535"),
-    "small": (0.75, "synthetic; features-only baseline 0.555; in the default sweep GraphSAGE reaches 0.93 "
-                    "after one epoch, GAT passes 0.80 after ~250 steps"),
+    "small": (0.92, "synthetic; features-only baseline 0.555; near what both models converge to (measured at 2 "
+                    "processes x batch 256, lr 5e-3: GraphSAGE ~0.95, reaching 0.92 in its 3rd epoch; GAT 0.92-0.93, "
+                    "reaching 0.92 after 25-30 epochs)"),
     "reddit": (0.93, "GraphSAGE reaches ~0.95 on Reddit (Hamilton et al., 2017)"),
     "ogbn-products": (0.89, "GraphSAGE reaches ~0.91 validation accuracy (OGB leaderboard)"),
 }
@@ -105,8 +106,10 @@ def reference(graph) -> dict:
             os.replace(tmp, cache)
         except OSError:
             tmp.unlink(missing_ok=True)  # a read-only dataset directory: recompute next time
+    labels = np.asarray(graph.labels)[np.asarray(graph.val_idx)]
+    chance = float(np.bincount(labels).max() / len(labels)) if len(labels) else None
     return {"target_val_acc": tgt, "target_reason": why, "baseline_val_acc": baseline,
-            "baseline_method": BASELINE_METHOD}
+            "baseline_method": BASELINE_METHOD, "chance_val_acc": chance}
 
 
 def time_to_target(epoch_times: list, validation: list, target_acc):

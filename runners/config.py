@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 from runners.adapters import registry  # light: no torch, PyG or DGL
+from runners.stopping import UNTIL  # light: scipy only when the rule runs
 
 FRAMEWORKS = registry.FRAMEWORK_NAMES
 MODELS = registry.MODEL_NAMES
@@ -83,7 +84,7 @@ class RunConfig:
     probes: bool = True
     cpu_sample_interval_s: float = 1.0
     nvml_sample_interval_s: float = 0.5
-    eval_every: int = 1
+    eval_every: int | str = 1  # N: every N epochs and after the last; "end": after the last only; 0: never
     eval_batch_size: int = 4096
     uneven_batches: bool = False
     inject: Optional[str] = None
@@ -98,6 +99,13 @@ class RunConfig:
     kill_grace_s: float = 5.0
     native_stacks: bool = False
     max_steps_per_epoch: int = 0
+    # When training stops (runners.stopping): "epochs" trains exactly `epochs`; "precise" trains
+    # until the steady-state epoch time is known to `precision` (relative 95 % half-width), with
+    # `epochs` and `max_train_s` as caps.
+    until: str = "epochs"
+    precision: float = 0.03
+    min_steady_epochs: int = 4  # see runners.stopping.StopRule
+    max_train_s: float = 0.0
     skip_reason: Optional[str] = None
     memory_limit_bytes: int = 0  # 0: no cap; else the process tree runs in a memory cgroup
 
@@ -135,6 +143,12 @@ class RunConfig:
         run_id = (f"{self.dataset}-{self.framework}-{self.model}-d{self.devices}{nodes}"
                   f"-b{self.batch_size}-w{self.workers}-r{self.repeat}-{digest[:10]}")
         return {"run_id": run_id, "digest": digest, "settings": settings}
+
+    def stop_rule(self):
+        from runners.stopping import StopRule
+
+        return StopRule(until=self.until, precision=self.precision, min_steady_epochs=self.min_steady_epochs,
+                        max_epochs=self.epochs, max_train_s=self.max_train_s)
 
     @property
     def world_size(self) -> int:
@@ -188,7 +202,8 @@ def build_parser() -> argparse.ArgumentParser:
     req.add_argument("--batch-size", type=int, required=True, help="seed nodes per process and step")
     req.add_argument("--workers", type=int, required=True, help="data-loader worker processes per rank")
     req.add_argument("--dataset", required=True, help="dataset name (see runners.datasets)")
-    req.add_argument("--epochs", type=int, required=True)
+    req.add_argument("--epochs", type=int, required=True,
+                     help="epochs to train; with --until precise, the most epochs to train")
     req.add_argument("--out", required=True, help="run directory to write")
     opt = p.add_argument_group("training settings")
     opt.add_argument("--fanouts", default=",".join(str(f) for f in default("fanouts")),
@@ -213,7 +228,20 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_argument("--replace", action="store_true", help="sample neighbours with replacement")
     opt.add_argument("--pyg-trim", action="store_true",
                      help="PyG: trim each layer to the nodes it still needs (off as in PyG's DDP example)")
-    opt.add_argument("--eval-every", type=int, default=default("eval_every"), help="validate every N epochs (0: never)")
+    opt.add_argument("--eval-every", default=default("eval_every"),
+                     help="validate every N epochs and after the last; 'end': after the last epoch only; "
+                     "0: never")
+    stop = p.add_argument_group("when to stop (runners/stopping.py)")
+    stop.add_argument("--until", default=default("until"),
+                      help="epochs: train exactly --epochs; precise: train until the 95%% interval of the "
+                      "steady-state epoch time is within --precision of its mean (at least "
+                      "--min-steady-epochs after the warm-up epoch, no drift), --epochs and --max-train-time "
+                      "being caps")
+    stop.add_argument("--precision", type=float, default=default("precision"),
+                      help="target relative half-width of the 95%% interval (0.03 = 3%%)")
+    stop.add_argument("--min-steady-epochs", type=int, default=default("min_steady_epochs"))
+    stop.add_argument("--max-train-time", type=float, default=default("max_train_s"),
+                      help="seconds of training after which a precise run stops anyway (0: no cap)")
     opt.add_argument("--eval-batch-size", type=int, default=default("eval_batch_size"))
     opt.add_argument("--max-steps-per-epoch", type=int, default=default("max_steps_per_epoch"),
                      help="cap steps per epoch (0: the whole training split); for quick checks")
@@ -287,7 +315,24 @@ def config_from_args(args: argparse.Namespace, visible_gpus: int, cpu_cores: int
     _require(args.time_limit > 0, f"--time-limit {args.time_limit}: must be positive")
     _require(args.stall_floor > 0, f"--stall-floor {args.stall_floor}: must be positive")
     _require(args.stall_factor >= 1, f"--stall-factor {args.stall_factor}: must be at least 1")
-    _require(args.eval_every >= 0, f"--eval-every {args.eval_every}: must be 0 or more")
+    eval_every = args.eval_every if args.eval_every == "end" else None
+    if eval_every is None:
+        try:
+            eval_every = int(args.eval_every)
+        except (TypeError, ValueError):
+            eval_every = -1
+        _require(eval_every >= 0, f"--eval-every {args.eval_every!r}: allowed: a whole number >= 0, or 'end'")
+    _require(args.until in UNTIL, f"--until {args.until!r} is unknown; allowed: {', '.join(UNTIL)}")
+    _require(0 < args.precision < 1, f"--precision {args.precision}: must be between 0 and 1 (0.03 = 3%)")
+    _require(args.min_steady_epochs >= 2,
+             f"--min-steady-epochs {args.min_steady_epochs}: must be at least 2 (an interval needs two epochs)")
+    _require(args.max_train_time >= 0, f"--max-train-time {args.max_train_time}: must be 0 (no cap) or more")
+    _require(args.until == "epochs" or args.epochs >= 1 + args.min_steady_epochs,
+             f"--epochs {args.epochs}: with --until precise it caps the run and must allow the warm-up epoch "
+             f"plus --min-steady-epochs {args.min_steady_epochs}")
+    _require(args.until == "epochs" or args.harness == "fair",
+             f"--harness {args.harness}: --until precise needs the fair harness (the study harness trains "
+             "Lightning's fixed schedule)")
     _require(args.threads_per_rank >= 0, f"--threads-per-rank {args.threads_per_rank}: must be 0 or more")
     _require(args.harness in HARNESSES,
              f"--harness {args.harness!r} is unknown; allowed: {', '.join(HARNESSES)}")
@@ -368,12 +413,13 @@ def config_from_args(args: argparse.Namespace, visible_gpus: int, cpu_cores: int
         warmup_epochs=args.warmup_epochs, self_loops=not args.no_self_loops,
         replace=args.replace, pyg_trim=args.pyg_trim, breakdown=breakdown,
         probes=not args.no_probes, cpu_sample_interval_s=args.cpu_sample_interval,
-        nvml_sample_interval_s=args.nvml_sample_interval, eval_every=args.eval_every,
+        nvml_sample_interval_s=args.nvml_sample_interval, eval_every=eval_every,
         eval_batch_size=args.eval_batch_size, uneven_batches=uneven, inject=args.inject,
         inject_rank=args.inject_rank, threads_per_rank=threads, time_limit_s=args.time_limit,
         stall_floor_s=args.stall_floor, stall_factor=args.stall_factor,
         startup_timeout_s=args.startup_timeout, native_stacks=args.native_stacks,
         max_steps_per_epoch=args.max_steps_per_epoch, skip_reason=skip_reason,
-        memory_limit_bytes=memory_limit, harness=args.harness,
+        memory_limit_bytes=memory_limit, harness=args.harness, until=args.until, precision=args.precision,
+        min_steady_epochs=args.min_steady_epochs, max_train_s=args.max_train_time,
     )
 

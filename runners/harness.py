@@ -27,6 +27,7 @@ T_PROCESS_START = time.time()
 
 import numpy as np  # noqa: E402
 
+from runners import stopping  # noqa: E402
 from runners.config import RunConfig  # noqa: E402
 from runners.envinfo import RECORDED_ENV_VARS  # noqa: E402
 from runners.probes import CpuSampler, CsvAppender, Heartbeat, NvmlSampler, start_nvml  # noqa: E402
@@ -368,9 +369,46 @@ class Rank:
         self.info["phases_recorded"] = t.phases_valid
         self.mark("training_started")
         self.write_info()
-        train_time = sum(self.train_epoch(t, epoch) for epoch in range(cfg.epochs))
+        train_time = self.train(t)
         self.stop_probes()
         self.finish(train_time)
+
+    def train(self, t: "Training") -> float:
+        """Epochs until the stop rule says the epoch time is known (or the schedule is done);
+        returns this rank's training time. Every rank applies the rule to the same numbers
+        (each epoch's slowest-rank time), so all ranks stop after the same epoch."""
+        rule = self.cfg.stop_rule()
+        slowest, reason, train_time = [], None, 0.0
+        while reason is None:
+            epoch = len(slowest)
+            epoch_s = self.train_epoch(t, epoch)
+            train_time += epoch_s
+            slowest.append(self.slowest_epoch(t, epoch_s))
+            reason = stopping.decide(slowest, rule)
+            self.validate(t, epoch, last=reason is not None)
+        self.info["stop"] = {"reason": reason, "epochs": len(slowest), **rule.to_json()}
+        return train_time
+
+    def slowest_epoch(self, t: "Training", epoch_s: float) -> float:
+        """The slowest rank's time of this epoch, known to every rank (outside the timed region)."""
+        import torch.distributed as dist
+
+        self.hb.beat("epoch-sync")
+        x = t.torch.tensor([epoch_s], dtype=t.torch.float64, device=t.device)  # NCCL: device tensors only
+        dist.all_reduce(x, op=dist.ReduceOp.MAX)
+        return float(x.item())
+
+    def validate(self, t: "Training", epoch: int, last: bool) -> None:
+        """Validation accuracy (untimed) when due: every eval_every epochs and after the last
+        epoch, or only after the last with eval_every "end"; never with 0."""
+        every = self.cfg.eval_every
+        if not (last and every != 0) and not (isinstance(every, int) and every > 0 and (epoch + 1) % every == 0):
+            return
+        t_eval = time.perf_counter()
+        acc = self.evaluate(t.adapter, t.ddp.module, t.graph, t.device)
+        self.val_csv.write([[epoch, round(acc, 6), round(time.perf_counter() - t_eval, 4)]])
+        if self.rank == 0:
+            print(f"[gnnscale] epoch {epoch + 1} val_acc {acc:.4f}", flush=True)
 
     def set_up_training(self, torch, device, graph, adapter, model) -> "Training":
         """DDP model, optimiser, the rank's seed share in shared memory and the loader over it."""
@@ -417,8 +455,8 @@ class Rank:
                         phases_valid=cfg.breakdown or not cuda)
 
     def train_epoch(self, t: "Training", epoch: int) -> float:
-        """One epoch: the new seed share, the timed steps, the records, evaluation (untimed);
-        returns the epoch's training time."""
+        """One epoch: the new seed share, the timed steps and their records; returns the
+        epoch's training time."""
         cfg, now = self.cfg, time.perf_counter
         t.ddp.train()
         share = t.epoch_share(epoch)
@@ -435,15 +473,9 @@ class Rank:
         del it
         self.hb.beat("epoch-sync")
         mean_loss = self.write_epoch(epoch, rows, epoch_s, t.phases_valid)
-        acc_text = ""
-        if cfg.eval_every and ((epoch + 1) % cfg.eval_every == 0 or epoch == cfg.epochs - 1):
-            t_eval = now()
-            acc = self.evaluate(t.adapter, t.ddp.module, t.graph, t.device)
-            self.val_csv.write([[epoch, round(acc, 6), round(now() - t_eval, 4)]])
-            acc_text = f" val_acc {acc:.4f}"
         if self.rank == 0:
-            print(f"[gnnscale] epoch {epoch + 1}/{cfg.epochs} rank0 {epoch_s:.3f}s steps {len(rows)} "
-                  f"loss {mean_loss if mean_loss is not None else float('nan'):.4f}{acc_text}", flush=True)
+            print(f"[gnnscale] epoch {epoch + 1} (at most {cfg.epochs}) rank0 {epoch_s:.3f}s steps {len(rows)} "
+                  f"loss {mean_loss if mean_loss is not None else float('nan'):.4f}", flush=True)
         return epoch_s
 
     def timed_step(self, t: "Training", it, epoch: int, step: int) -> list:

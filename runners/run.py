@@ -142,7 +142,7 @@ def collect_measurements(out: Path, local_ranks: list) -> dict:
             "breakdown": breakdown, "infos": infos}
 
 
-WARMUP_EPOCHS = 1  # epochs reported as warm-up, outside the steady-state figures
+from runners.stopping import WARMUP_EPOCHS  # noqa: E402 (one definition of the warm-up)
 
 
 def steady_state(epoch_times: list, warmup: int = WARMUP_EPOCHS) -> dict:
@@ -211,15 +211,43 @@ def summarise(m: dict, cfg: RunConfig, reference: dict | None = None) -> dict:
         "epochs_to_target": epochs_to,
         "baseline_val_acc": baseline,
         # Beating the features-only baseline is the least a GNN must do; below it, accuracy
-        # comparisons between frameworks mean nothing.
-        "converged": (final_acc > baseline) if (final_acc is not None and baseline is not None) else None,
+        # comparisons between frameworks mean nothing. Judged for fixed schedules only: a
+        # timing run stops when its epoch time is known, long before it could converge.
+        "converged": ((final_acc > baseline) if (final_acc is not None and baseline is not None
+                                                 and cfg.until == "epochs") else None),
+        # What a timing run can show: it learnt (above the majority class, loss falling), so a
+        # fast but broken run is caught.
+        "learned": learned(final_acc, reference.get("chance_val_acc"), rank0),
         "startup_s": startup,
         "step_breakdown_s": m["breakdown"],
         "first_loss": rank0[0]["loss"] if rank0 else None,
         "last_loss": rank0[-1]["loss"] if rank0 else None,
         "rank_train_times_s": times,
         **work_per_rank(m, cfg),
+        "precision": precision_record(epoch_times, cfg, infos),
     }
+
+
+def learned(final_acc, chance, rank0_epochs: list):
+    """Did training move at all: validation accuracy above the majority-class share and the
+    last epoch's loss below the first's (None when either is unknown)."""
+    losses = [e.get("loss") for e in rank0_epochs if e.get("loss") is not None]
+    if final_acc is None or chance is None or len(losses) < 2:
+        return None
+    return bool(final_acc > chance and losses[-1] < losses[0])
+
+
+def precision_record(epoch_times: list, cfg: RunConfig, infos: dict) -> dict:
+    """How well the run pinned its steady-state epoch time down (runners.stopping): the rule and
+    its settings, why it stopped (the ranks' own record), the epochs it used and the interval
+    and drift reached. `stopped_by_cap` marks a run the caps stopped before it was precise."""
+    from runners import stopping
+
+    stop = next((i["stop"] for i in infos.values() if i.get("stop")), {})
+    a = stopping.assess(epoch_times, cfg.precision)
+    reason = stop.get("reason")
+    return {**cfg.stop_rule().to_json(), "stopped_by": reason, "epochs_run": len(epoch_times),
+            "stopped_by_cap": reason in ("epoch_cap", "time_cap"), **a}
 
 
 def seed_work(epochs: list, world_size: int, split) -> dict:

@@ -192,12 +192,14 @@ class StudyRank(Rank):
         self.open_records()
         self.train_loop_s, self.seeds_per_epoch, self.last_acc = 0.0, [], None
         self.cpu = self.nvml = None
-        validate = cfg.eval_every > 0
+        validate = cfg.eval_every != 0
+        # "end": Lightning validates every n-th epoch; n = epochs validates after the last only.
+        every = cfg.epochs if cfg.eval_every == "end" else cfg.eval_every or 1
         trainer = pl.Trainer(
             accelerator="gpu" if cfg.device_type == "cuda" else "cpu", devices=cfg.devices, num_nodes=cfg.nodes,
             strategy=DDPStrategy(process_group_backend=cfg.backend), max_epochs=cfg.epochs,
             limit_train_batches=cfg.max_steps_per_epoch or 1.0, limit_val_batches=1.0 if validate else 0,
-            check_val_every_n_epoch=cfg.eval_every or 1, logger=False, enable_checkpointing=False,
+            check_val_every_n_epoch=every, logger=False, enable_checkpointing=False,
             enable_progress_bar=False, enable_model_summary=False)
         worker_init = self.worker_init if cfg.workers > 0 else None
         self.mark("model_ready")

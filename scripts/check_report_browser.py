@@ -48,9 +48,14 @@ PROBE = """<script>
     });
     var res = performance.getEntriesByType('resource').map(function (r) { return r.name; })
       .filter(function (n) { return n.slice(0, 5) !== 'data:'; });
+    var sections = Array.prototype.map.call(document.querySelectorAll('section[id]'), function (s) {
+      var h = s.querySelector('h2');
+      return {id: s.id, heading: h ? h.textContent : '', rendered: s.offsetHeight > 0};
+    });
     var pre = document.createElement('pre');
     pre.id = '%s';
-    pre.textContent = JSON.stringify({images: imgs, errors: errors, resources: res, title: document.title});
+    pre.textContent = JSON.stringify({images: imgs, errors: errors, resources: res, title: document.title,
+                                      sections: sections});
     document.body.appendChild(pre);
   });
 })();
@@ -107,7 +112,7 @@ def check(report: Path, screenshot: Path | None = None, window_size: str = "1400
     m = re.search(rf'<pre id="{MARKER_ID}">(.*?)</pre>', res.stdout, re.S)
     if not m:
         problems.append(f"the page did not finish loading (chromium exit {res.returncode}): {res.stderr[-500:]}")
-        seen = {"images": [], "errors": [], "resources": []}
+        seen = {"images": [], "errors": [], "resources": [], "sections": []}
     else:
         seen = json.loads(html.unescape(m.group(1)))
     broken = [i for i in seen["images"] if not i["loaded"]]
@@ -117,7 +122,9 @@ def check(report: Path, screenshot: Path | None = None, window_size: str = "1400
     problems += [f"fetched from outside the page: {r}" for r in seen["resources"]]
     problems += [f"console: {line}" for line in console_errors(res.stderr)]
     summary = {"ok": not problems, "chromium": exe, "report": str(report), "images": len(seen["images"]),
-               "images_loaded": len(seen["images"]) - len(broken), "problems": problems}
+               "images_loaded": len(seen["images"]) - len(broken), "problems": problems,
+               # the sections the browser laid out (id -> heading), so a check can ask for them
+               "sections": {s["id"]: s["heading"] for s in seen.get("sections", []) if s.get("rendered")}}
     if screenshot is not None:
         screenshot = Path(screenshot).resolve()
         screenshot.parent.mkdir(parents=True, exist_ok=True)

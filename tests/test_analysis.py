@@ -158,11 +158,11 @@ def test_table2_values_and_faster_framework(all_tables, results):
     data = perf_experiment(all_tables, "table2").set_index(["framework", "devices"])
     for rid in _runs.OK_RUNS:
         c = results[rid]["config"]
-        assert data.loc[(c["framework"], c["devices"]), "train_time_s_mean"] == pytest.approx(
-            results[rid]["summary"]["train_time_s"])
+        assert data.loc[(c["framework"], c["devices"]), "steady_epoch_time_s_mean"] == pytest.approx(
+            results[rid]["summary"]["steady_epoch_time_s"])
     grid_html = next(g for g in t.grids if "uneven" not in g.caption).to_html()
     for devices in (1, 2):
-        times = {fw: results[f"{fw}-sage-d{devices}"]["summary"]["train_time_s"] for fw in ("pyg", "dgl")}
+        times = {fw: results[f"{fw}-sage-d{devices}"]["summary"]["steady_epoch_time_s"] for fw in ("pyg", "dgl")}
         fast = min(times, key=times.get)
         shown = tables.fmt_num(times[fast])
         assert re.search(rf"class='[^']*best[^']*'[^>]*>{re.escape(shown)}<", grid_html), (devices, shown)
@@ -179,8 +179,8 @@ def test_non_ok_cell_shows_status(all_tables, results):
 def test_scaling_matches_result_ratios(all_tables, results):
     data = perf_experiment(all_tables, "scaling").set_index(["framework", "devices"])
     for fw in ("pyg", "dgl"):
-        t1 = results[f"{fw}-sage-d1"]["summary"]["train_time_s"]
-        t2 = results[f"{fw}-sage-d2"]["summary"]["train_time_s"]
+        t1 = results[f"{fw}-sage-d1"]["summary"]["steady_epoch_time_s"]
+        t2 = results[f"{fw}-sage-d2"]["summary"]["steady_epoch_time_s"]
         assert data.loc[(fw, 2), "speedup"] == pytest.approx(t1 / t2)
         assert data.loc[(fw, 2), "efficiency"] == pytest.approx(t1 / t2 / 2)
         assert data.loc[(fw, 1), "speedup"] == pytest.approx(1.0)
@@ -263,7 +263,7 @@ def test_report_findings_environment_and_rerun_commands(page, results):
     assert "Steady-state epoch time (warm-up excluded), PyG / DGL" in text
     assert "no clear difference in 2 of 2 configurations" in text
     assert "DGL faster in" not in text and "PyG faster in" not in text
-    assert "Median speed-up of the training time over the fewest devices" in text
+    assert "Median speed-up of the steady-state epoch time over the fewest devices" in text
     assert "deliberately injected fault (stall-rank)" in text
     for r in results.values():
         assert r["command"]["shell"] in text  # next to its row in "All runs"

@@ -160,10 +160,15 @@ SCHEMA_TO_OPTION = {
     "sampling.replace": "replace", "sampling.pyg_trim": "pyg_trim", "eval_every": "eval_every",
     "max_steps_per_epoch": "max_steps_per_epoch", "time_limit_s": "time_limit",
     "stall_floor_s": "stall_floor", "stall_factor": "stall_factor", "threads_per_rank": "threads_per_rank",
+    "timing.precision": "precision", "timing.min_steady_epochs": "min_steady_epochs",
 }
 # Workflow-only settings (the runner has no such option, or a different meaning).
 WORKFLOW_ONLY = {"raw_dir", "download", "grid.repeats", "node_gpus", "max_cpu_devices", "nodes",
-                 "request_gpus", "master_port", "models", "optimizer", "sampling", "run_order_seed", "grid.harnesses"}
+                 "request_gpus", "master_port", "models", "optimizer", "sampling", "run_order_seed", "grid.harnesses",
+                 # The sweep's timing runs stop by the rule with caps; the runner's own default is
+                 # the fixed schedule of --epochs (a command line says what it wants).
+                 "timing", "timing.until", "timing.max_epochs", "timing.max_train_s", "timing.eval_every",
+                 "convergence", "study"}
 
 
 def schema_defaults(node, prefix=""):

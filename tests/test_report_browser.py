@@ -24,6 +24,9 @@ def test_report_opens_cleanly_in_chromium(tmp_path_factory, tmp_path):
     assert '"problems": []' in res.stdout
     summary = browser.check(page)
     assert summary["ok"] and summary["images"] == summary["images_loaded"] == 6
+    # every axis of the study has its section, laid out by the browser
+    for section in ("scaling", "workers", "batch", "throughput", "study", "plan", "accuracy"):
+        assert section in summary["sections"], (section, summary["sections"])
     assert shot.exists() and shot.stat().st_size > 20_000
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

@@ -76,7 +76,9 @@ def dry_run(cwd, *configfiles, args=(), snakefile=ROOT / "Snakefile", **extra_en
 @pytest.mark.parametrize(
     "config,runs",
     [
-        ("config.yaml", 2 * 2 * 1 * 1 * 1 * 3),  # frameworks x models x devices x batch x workers x repeats
+        # timing grid: frameworks x models x devices x batch x workers x repeats; convergence:
+        # frameworks x models x repeats; study harness: frameworks x models x devices x repeats
+        ("config.yaml", 2 * 2 * 2 * 2 * 2 * 3 + 2 * 2 * 3 + 2 * 2 * 2 * 2),
         ("paper.yaml", 2 * 2 * 3 * 3 * 2),  # Reddit need not be present for -n
         ("minimal.yaml", 2),
         ("study.yaml", 2 * 2 * 2 * 2 * 2),  # harnesses x frameworks x models x devices x repeats
@@ -86,6 +88,18 @@ def test_dry_run_counts(tmp_path, config, runs):
     counts = dry_run(tmp_path, CONFIGS / config)
     assert counts["run"] == runs
     assert counts["dataset"] == counts["aggregate"] == counts["report"] == 1
+
+
+def test_default_sweep_covers_every_axis():
+    """The main job is a scaling study: at least two values on each of the five axes, repeats
+    enough for intervals, and the seed study's harness at two device counts."""
+    cfg = yaml.safe_load((CONFIGS / "config.yaml").read_text())
+    grid = cfg["grid"]
+    for axis in ("frameworks", "models", "devices", "batch_sizes", "workers"):
+        assert len(grid[axis]) >= 2, axis
+    assert grid["repeats"] >= 3 and cfg["convergence"]["repeats"] >= 3
+    assert len(cfg["study"]["devices"]) >= 2 and cfg["study"]["batch_size"] in grid["batch_sizes"]
+    assert cfg["timing"]["until"] == "precise"
 
 
 @pytest.mark.parametrize(
@@ -129,6 +143,20 @@ def test_harness_axis_run_ids(tmp_path):
     fair = [c for c in commands if c not in study]
     assert fair and all("--harness" not in c and "/study-" not in c for c in fair)
     assert any(re.search(r"results/runs/small/pyg-sage-d1-b512-w0-r0 ", c) for c in fair)
+
+
+def test_default_sweep_run_kinds(tmp_path):
+    """Timing runs stop by the rule and validate at the end; convergence runs ("conv-") train
+    the full schedule, validated every epoch; study runs ("study-") the study's short schedule."""
+    res = snakemake("-n", "-p", "--configfile", str(CONFIGS / "config.yaml"), cwd=tmp_path)
+    commands = [c for c in (res.stdout + res.stderr).splitlines() if "runners.run" in c]
+    kinds = {"conv": [c for c in commands if "/conv-" in c], "study": [c for c in commands if "/study-" in c]}
+    timing = [c for c in commands if c not in kinds["conv"] + kinds["study"]]
+    assert len(timing) == 96 and len(kinds["conv"]) == 12 and len(kinds["study"]) == 16
+    assert all("--until precise" in c and "--eval-every end" in c and "--max-train-time" in c for c in timing)
+    assert all("--until" not in c and "--eval-every 1" in c and "-b256-w0-" in c for c in kinds["conv"])
+    assert {re.search(r"--epochs (\d+)", c)[1] for c in kinds["conv"]} == {"12", "40"}  # GraphSAGE, GAT
+    assert all("--harness study" in c and "--epochs 3 " in c for c in kinds["study"])
 
 
 def test_run_message_numbers_runs(tmp_path):

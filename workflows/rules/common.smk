@@ -78,13 +78,19 @@ wildcard_constraints:
     batch=r"\d+",
     workers=r"\d+",
     repeat=r"\d+",
-    # "" for the fair harness (the default, so its run ids stay as they were), else
-    # "<harness>-" (see harness_prefix).
-    hprefix=r"(study-)?",
+    # "" for the fair harness's timing runs (the default, so their run ids stay as they
+    # were), "study-" for the seed study's harness, "conv-" for convergence runs (see KINDS).
+    hprefix=r"(study-|conv-)?",
 
 
 DATASET = config["dataset"]
 RUN_ID = "{hprefix}{framework}-{model}-d{devices}-b{batch}-w{workers}-r{repeat}"
+
+
+# What a run is for, by its run-id prefix: timing runs (the grid; fair harness, stop rule of
+# config timing), convergence runs (config convergence; fixed schedule, validated every epoch)
+# and runs of the seed study's harness (fixed schedule).
+KINDS = {"": "timing", "conv-": "convergence", "study-": "study"}
 
 
 def harness_prefix(harness):
@@ -93,34 +99,65 @@ def harness_prefix(harness):
 
 
 def harness_of(wildcards):
-    """The harness a run id names (the inverse of harness_prefix)."""
-    return wildcards.hprefix.rstrip("-") or "fair"
+    """The harness a run id names: the study's for "study-", else the fair harness."""
+    return "study" if wildcards.hprefix == "study-" else "fair"
+
+
+def kind_of(wildcards):
+    return KINDS[wildcards.hprefix]
 
 
 RUN_DIR = f"results/runs/{{dataset}}/{RUN_ID}"
 
-# One entry per grid point, in a stable order (used for "run i/N" messages).
-RUNS = [
-    dict(
-        dataset=DATASET,
-        hprefix=harness_prefix(harness),
-        framework=framework,
-        model=model,
-        devices=devices,
-        batch=batch,
-        workers=workers,
-        repeat=repeat,
+
+def points(prefixes, devices, batches, workers, repeats):
+    """Run entries of the grid's frameworks x models over the given axes."""
+    return [
+        dict(
+            dataset=DATASET,
+            hprefix=prefix,
+            framework=framework,
+            model=model,
+            devices=d,
+            batch=b,
+            workers=w,
+            repeat=r,
+        )
+        for prefix, framework, model, d, b, w, r in itertools.product(
+            prefixes,
+            GRID["frameworks"],
+            GRID["models"],
+            devices,
+            sorted(batches),
+            sorted(workers),
+            range(repeats),
+        )
+    ]
+
+
+# One entry per run, in a stable order (used for "run i/N" messages): the grid, then the
+# convergence runs and the study-harness runs when the config asks for them.
+RUNS = points(
+    [harness_prefix(h) for h in GRID.get("harnesses", ["fair"])],
+    DEVICES,
+    GRID["batch_sizes"],
+    GRID["workers"],
+    GRID["repeats"],
+)
+if config.get("convergence"):
+    _c = config["convergence"]
+    RUNS += points(
+        ["conv-"], [_c["devices"]], [_c["batch_size"]], [_c["workers"]], _c["repeats"]
     )
-    for harness, framework, model, devices, batch, workers, repeat in itertools.product(
-        GRID.get("harnesses", ["fair"]),
-        GRID["frameworks"],
-        GRID["models"],
-        DEVICES,
-        sorted(GRID["batch_sizes"]),
-        sorted(GRID["workers"]),
-        range(GRID["repeats"]),
+if config.get("study"):
+    _s = config["study"]
+    RUNS += points(
+        ["study-"],
+        sorted(_s["devices"]),
+        [_s["batch_size"]],
+        [_s["workers"]],
+        _s["repeats"],
     )
-]
 RUN_DIRS = [RUN_DIR.format(**run) for run in RUNS]
 RUN_RESULTS = [os.path.join(d, "result.json") for d in RUN_DIRS]
 
@@ -145,20 +182,22 @@ def interleaved_order(results, repeats, seed):
     (shuffled anew), ...: drift over the sweep and bursts of outside load hit every
     configuration and both frameworks alike instead of one block of runs. The shuffle is
     drawn from random.Random(seed), so the order is reproducible and recorded in the config.
+    `repeats[i]` is the repeat index of `results[i]`.
     """
     import random
 
     rng = random.Random(seed)
     order = []
-    for r in range(repeats):
-        block = [p for i, p in enumerate(results) if i % repeats == r]
+    for r in sorted(set(repeats)):
+        block = [p for p, rep in zip(results, repeats) if rep == r]
         rng.shuffle(block)
         order += block
     return order
 
 
-# RUNS varies the repeat fastest, so the results of repeat r are every repeats-th entry.
-RUN_ORDER = interleaved_order(RUN_RESULTS, GRID["repeats"], config["run_order_seed"])
+RUN_ORDER = interleaved_order(
+    RUN_RESULTS, [run["repeat"] for run in RUNS], config["run_order_seed"]
+)
 _ORDER_INDEX = {path: i for i, path in enumerate(RUN_ORDER)}
 RUN_NUMBER = RunNumber(RUN_ORDER)
 
@@ -204,9 +243,7 @@ def run_settings(wildcards):
     """
     model = model_settings(wildcards.model)
     opt = config["optimizer"]
-    flags = [
-        # a model may train for its own number of epochs (GAT needs more steps to learn)
-        f"--epochs {model.get('epochs') or config['epochs']}",
+    flags = stop_settings(wildcards, model) + [
         "--fanouts " + ",".join(str(f) for f in config["fanouts"]),
         # Each repeat trains from its own seed (weights, sampling, dropout), the same for
         # both frameworks, so accuracy intervals over repeats reflect training randomness.
@@ -223,7 +260,6 @@ def run_settings(wildcards):
         f"--lr-scaling {opt['lr_scaling']}",
         f"--warmup-epochs {opt['warmup_epochs']}",
         f"--device {config['device']}",
-        f"--eval-every {config['eval_every']}",
         f"--max-steps-per-epoch {config['max_steps_per_epoch']}",
         f"--time-limit {config['time_limit_s']}",
         f"--stall-floor {config['stall_floor_s']}",
@@ -247,6 +283,30 @@ def run_settings(wildcards):
         # Only when not the default, so adding the axis reruns no finished fair run.
         flags.append(f"--harness {harness_of(wildcards)}")
     return " ".join(flags)
+
+
+def stop_settings(wildcards, model):
+    """When a run stops and when it validates. Timing runs follow config timing (by default
+    until their steady-state epoch time is precise, validated once at the end); convergence
+    and study-harness runs train the fixed schedule, validated every eval_every epochs.
+    """
+    kind = kind_of(wildcards)
+    # a model may train for its own number of epochs (GAT needs more steps to learn)
+    epochs = model.get("epochs") or config["epochs"]
+    if kind == "study" and (config.get("study") or {}).get("epochs"):
+        epochs = config["study"]["epochs"]
+    timing = config["timing"]
+    if kind != "timing" or timing["until"] == "epochs":
+        every = config["eval_every"] if kind != "timing" else timing["eval_every"]
+        return [f"--epochs {epochs}", f"--eval-every {every}"]
+    return [
+        "--until precise",
+        f"--epochs {timing['max_epochs']}",
+        f"--precision {timing['precision']}",
+        f"--min-steady-epochs {timing['min_steady_epochs']}",
+        f"--max-train-time {timing['max_train_s']}",
+        f"--eval-every {timing['eval_every']}",
+    ]
 
 
 def run_resources():
@@ -313,6 +373,9 @@ REPORT_TABLES = {
     "study_work": "Seed study explained",
     "study_time": "Seed study explained",
     "scaling": "Timing",
+    "workers": "Timing",
+    "batch": "Timing",
+    "plan": "Timing",
     "breakdown": "Timing",
     "throughput": "Timing",
     "accuracy": "Accuracy",
