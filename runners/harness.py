@@ -474,7 +474,8 @@ class Rank:
         self.hb.beat("epoch-sync")
         mean_loss = self.write_epoch(epoch, rows, epoch_s, t.phases_valid)
         if self.rank == 0:
-            print(f"[gnnscale] epoch {epoch + 1} (at most {cfg.epochs}) rank0 {epoch_s:.3f}s steps {len(rows)} "
+            of = f"/{cfg.epochs}" if cfg.until == "epochs" else f" (at most {cfg.epochs})"
+            print(f"[gnnscale] epoch {epoch + 1}{of} rank0 {epoch_s:.3f}s steps {len(rows)} "
                   f"loss {mean_loss if mean_loss is not None else float('nan'):.4f}", flush=True)
         return epoch_s
 
