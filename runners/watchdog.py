@@ -547,7 +547,7 @@ def _rule_timeout(ev):
 
 
 def _rule_startup(ev):
-    if all(x["phase"] == "starting" for x in ev["ranks"]):
+    if all(x["phase"] == "starting" for x in ev["ranks"]) and not any(is_frozen(x) for x in ev["ranks"]):
         return "startup_hang", None, []
 
 
@@ -562,6 +562,15 @@ def _rule_shm(ev):
     shm = ev.get("shm")
     if shm and shm[1] and shm[0] / shm[1] > 0.95:
         return "shm_exhausted", None, [f"/dev/shm {shm[0] / 2**20:.0f} MiB used of {shm[1] / 2**20:.0f} MiB"]
+
+
+def _rule_frozen_rank(ev):
+    # Process evidence outranks the phase: a rank stopped while it waits for its loader is
+    # the culprit, not its (healthy) worker.
+    frozen = [x for x in ev["ranks"] if x.get("phase") not in ("done", "failed") and is_frozen(x)]
+    if frozen:
+        x = min(frozen, key=progress_key)
+        return "stalled_rank", x["rank"], [f"rank {x['rank']} is frozen: {_describe(x)}"]
 
 
 def _rule_stalled_worker(ev):
@@ -585,7 +594,7 @@ def _rule_mismatch(ev):
 
 
 # Evidence-based priority list: the first rule whose evidence holds names the cause.
-STOP_RULES = [_rule_timeout, _rule_startup, _rule_uneven, _rule_shm, _rule_stalled_worker,
+STOP_RULES = [_rule_timeout, _rule_startup, _rule_uneven, _rule_frozen_rank, _rule_shm, _rule_stalled_worker,
               _rule_stalled_rank, _rule_mismatch]
 
 

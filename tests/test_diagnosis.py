@@ -72,6 +72,28 @@ def test_rank_behind_waiting_for_its_loader_blames_the_worker():
     assert (key, culprit) == ("stalled_worker", 0) and "pid 42" in why[0]
 
 
+def test_rank_frozen_while_it_waits_for_its_loader_is_the_culprit_not_its_worker():
+    # A rank stopped from outside (SIGSTOP) while it waited for its next batch: its worker is
+    # healthy (sleeping with its prefetched batches); the process state names the rank.
+    ranks = [rank(0, 0, 3, "backward"), rank(1, 0, 3, "loading", state="stopped")]
+    worker = {"role": "rank1-worker0", "pid": 43, "status": "sleeping", "status_before": "sleeping"}
+    key, culprit, why = decide_stop(stop_ev(ranks, [worker]))
+    assert (key, culprit) == ("stalled_rank", 1)
+    assert "rank 1 is frozen" in why[0] and "stopped" in why[0]
+    # Uninterruptible sleep without CPU progress is process evidence too; with CPU progress it is not.
+    ranks = [rank(0, 0, 3, "backward"), rank(1, 0, 3, "loading", state="disk-sleep", cpu=0.0)]
+    assert decide_stop(stop_ev(ranks))[:2] == ("stalled_rank", 1)
+    ranks = [rank(0, 0, 3, "backward"), rank(1, 0, 3, "loading", state="disk-sleep", cpu=0.9)]
+    assert decide_stop(stop_ev(ranks))[:2] == ("stalled_worker", 1)
+
+
+def test_rank_frozen_during_startup_is_named_rather_than_a_startup_hang():
+    ranks = [rank(0, -1, -1, "starting"), rank(1, -1, -1, "starting", state="stopped")]
+    assert decide_stop(stop_ev(ranks))[:2] == ("stalled_rank", 1)
+    assert decide_stop(stop_ev([rank(0, -1, -1, "starting"), rank(1, -1, -1, "starting")]))[:2] == (
+        "startup_hang", None)
+
+
 def test_uneven_batches_outrank_everything_else():
     ranks = [rank(0, 0, 5, "backward"), rank(1, 0, 4, "epoch-sync", state="stopped")]
     assert decide_stop(stop_ev(ranks, counts=[6, 5]))[:2] == ("uneven_batches", 1)

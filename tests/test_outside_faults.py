@@ -1,0 +1,96 @@
+"""Faults from outside the run, made for real: a rank stopped from outside. Each ends with a
+result that says what happened, and nothing of the run left running.
+"""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+
+from runners.probes import proc_stat, read_heartbeat
+from tests.helpers import REPO, run_env, runner_argv
+
+WAIT_S = 300  # for a run to reach a point the test acts at (start-up on a busy 2-core machine)
+
+
+def run_pids(out: Path) -> set:
+    pids = {json.loads(f.read_text())["pid"] for f in out.glob("rank*/rank.json")}
+    return pids | {json.loads(f.read_text())["pid"] for f in (out / "workers").glob("*.json")}
+
+
+def alive(pid) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def wait_for(what: str, check, proc, log: Path, timeout=WAIT_S):
+    """Poll `check()` until it returns something truthy; fail with the run's output otherwise."""
+    deadline = time.time() + timeout
+    while True:
+        found = check()
+        if found:
+            return found
+        assert proc.poll() is None, f"the run ended before {what}:\n{log.read_text()[-3000:]}"
+        assert time.time() < deadline, f"no {what} within {timeout} s:\n{log.read_text()[-3000:]}"
+        time.sleep(0.2)
+
+
+def default_sigint():
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # a shell's background job inherits it ignored
+
+
+def start(tmp_path, argv) -> tuple:
+    log = tmp_path / "launcher.out"
+    proc = subprocess.Popen(argv, cwd=REPO, env=run_env(), stdout=open(log, "w"), stderr=subprocess.STDOUT,
+                            start_new_session=True, preexec_fn=default_sigint)
+    return proc, log
+
+
+# -- 4. a rank stopped from outside while it waits for its loader ----------------------------------
+def test_rank_stopped_while_it_waits_for_its_loader_is_the_culprit(tmp_path):
+    out = tmp_path / "run"
+    # The harness stops rank 1's loader worker (SIGSTOP) at epoch 0 step 2, so rank 1 ends up
+    # waiting for its next batch; the test then stops rank 1 itself and lets the worker go on.
+    proc, log = start(tmp_path, runner_argv(out, devices=2, workers=1, epochs=2,
+                                            extra=["--inject", "hang-worker", "--allow-fault-injection",
+                                                   "--stall-floor", "10"]))
+    try:
+        worker = int(wait_for("the stopped worker", lambda: re.search(
+            r"injected fault hang-worker: signalled loader worker pid (\d+)", log.read_text()), proc, log).group(1))
+        seen = {}
+
+        def waiting_for_loader():
+            hb = read_heartbeat(out / "heartbeats" / "rank1.hb")
+            if not hb or hb["phase"] != "loading":
+                seen.clear()
+                return None
+            if seen.get("beats") != hb["beats"]:
+                seen.update(beats=hb["beats"], since=time.time())
+            return hb if time.time() - seen["since"] >= 1.0 else None
+
+        rank1 = wait_for("rank 1 waiting for its loader", waiting_for_loader, proc, log)["pid"]
+        os.kill(rank1, signal.SIGSTOP)
+        wait_for("rank 1 stopped", lambda: (proc_stat(rank1) or {}).get("state") == "T", proc, log, timeout=10)
+        os.kill(worker, signal.SIGCONT)  # the loader is healthy again; only the rank is frozen
+        rc = proc.wait(timeout=WAIT_S)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert rc == 0, log.read_text()[-3000:]
+    result = json.loads((out / "result.json").read_text())
+    d = result["diagnosis"]
+    assert result["status"] == "hang", d
+    assert (d["cause"], d["culprit_rank"]) == ("stalled_rank", 1), d
+    culprit = next(x for x in d["ranks"] if x["rank"] == 1)
+    assert culprit["phase"] == "loading" and culprit["state"] == "stopped", culprit
+    assert d["evidence"][0].startswith("rank 1 is frozen: process state 'stopped'"), d["evidence"]
+    assert next(w for w in d["workers"] if w["pid"] == worker)["status"] != "stopped", d["workers"]
+    assert "hang: rank 1 made no progress in phase 'loading'" in d["summary"]
+    assert not [p for p in run_pids(out) if alive(p)]
