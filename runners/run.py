@@ -247,35 +247,45 @@ def work_per_rank(m: dict, cfg: RunConfig) -> dict:
             **seed_work(m["epochs"], cfg.world_size, split)}
 
 
+def shm_need(model: dict) -> int:
+    """/dev/shm the run's loader workers use at most (from runners.memory's model): the batches
+    each rank's workers have built and not yet handed over, and PyG's per-rank shared copy of
+    the adjacency."""
+    inp = model["inputs"]
+    per_batch = inp["batch_bytes"] if inp["workers_gather_features"] else inp["batch_structure_bytes"]
+    if not inp["workers_per_rank"]:
+        return 0
+    return inp["ranks"] * (inp["dataset_copy_per_rank_bytes"] + inp["batches_waiting_per_rank"] * per_batch)
+
+
 def preflight(cfg: RunConfig, env: dict, graph_meta: dict) -> dict:
     """Shared-memory and open-files needs of loader workers and the modelled peak host memory
     of the whole process tree (runners.memory); warn, never refuse."""
     from runners import memory
 
     warnings = []
+    model = memory.model_peak(cfg, graph_meta)
     if cfg.workers > 0:
-        # Each worker keeps up to prefetch_factor (2) batches in flight in shared memory; a
-        # batch carries the features of every sampled node.
-        fan = 1
-        reach = cfg.batch_size
-        for f in cfg.fanouts:
-            fan *= max(f, 1) if f > 0 else 50
-            reach += cfg.batch_size * fan
-        nodes = min(reach, graph_meta.get("num_nodes", reach))
-        batch_bytes = nodes * (graph_meta.get("num_features", 0) * 4 + 16)
-        need_shm = batch_bytes * 2 * cfg.workers * cfg.devices
+        need_shm = shm_need(model)
         need_fds = 64 * cfg.workers * cfg.devices
-        if env.get("shm_bytes") is not None and need_shm > env["shm_bytes"] * 0.5:
+        shm_free = env.get("shm_free_bytes")
+        if shm_free is not None and need_shm > shm_free:
+            size = memory.fmt_bytes(env.get("shm_bytes"))
+            warnings.append(f"/dev/shm has {memory.fmt_bytes(shm_free)} free (of {size})"
+                            f" but the loader workers may need about {memory.fmt_bytes(need_shm)} of it (upper "
+                            "estimate): expect workers to die of SIGBUS or 'No space left on device'; enlarge "
+                            "/dev/shm (docker --shm-size), or use fewer workers or smaller batches")
+        elif env.get("shm_bytes") is not None and need_shm > env["shm_bytes"] * 0.5:
             warnings.append(f"/dev/shm is {env['shm_bytes'] / 2**20:.0f} MiB; workers may need about "
                             f"{need_shm / 2**20:.0f} MiB of it (upper estimate)")
         if env["open_files_limit"] < need_fds:
             warnings.append(f"open-files limit {env['open_files_limit']} is below an estimated {need_fds} "
                             "descriptors for shared tensors; raise `ulimit -n`")
-        result = {"shm_bytes": env.get("shm_bytes"), "shm_needed_estimate_bytes": need_shm,
-                  "open_files_limit": env["open_files_limit"], "fds_needed_estimate": need_fds}
+        result = {"shm_bytes": env.get("shm_bytes"), "shm_free_bytes": shm_free,
+                  "shm_needed_estimate_bytes": need_shm, "open_files_limit": env["open_files_limit"],
+                  "fds_needed_estimate": need_fds}
     else:
         result = {"shm_bytes": env.get("shm_bytes"), "open_files_limit": env["open_files_limit"]}
-    model = memory.model_peak(cfg, graph_meta)
     result["memory_model"] = model
     result["memory_model_bytes"] = model["total_bytes"]
     result["memory_limit_bytes"] = cfg.memory_limit_bytes or None

@@ -78,8 +78,12 @@ CAUSES = {
         "dataset path; raise --startup-timeout for very large datasets",
     ),
     "shm_exhausted": (
-        "shared memory (/dev/shm) is (nearly) full: loader workers pass batches through it",
-        "enlarge /dev/shm (docker --shm-size), use fewer workers or smaller batches",
+        "shared memory (/dev/shm) ran out: loader workers hand every batch to their rank through "
+        "/dev/shm, and a worker writing into a full one dies of SIGBUS or fails with 'No space left "
+        "on device'",
+        "enlarge /dev/shm (`docker run --shm-size=2g`, or remount it larger), or need less of it: "
+        "fewer loader workers per rank (--workers 0 passes no batch through /dev/shm), smaller "
+        "batches or fan-outs; `df -h /dev/shm` shows its size and what is free",
     ),
     "fd_limit": (
         "too many open file descriptors for shared tensors",
@@ -211,6 +215,7 @@ class Supervisor:
         self.seen: dict = {}  # pid -> psutil.Process, every process of the run ever seen
         self.ledger = ProcessLedger()
         self.max_step_s = 0.0
+        self.shm_peak = None  # (used, total, seconds after launch) of /dev/shm at its fullest
         self.timeline = open(self.out / "heartbeats" / "timeline.jsonl", "a")
 
     # -- observation ---------------------------------------------------------------------
@@ -218,6 +223,9 @@ class Supervisor:
         for p in process_tree(self.proc.pid):
             self.seen.setdefault(p.pid, p)
         self.ledger.observe(list(self.seen), time.time())
+        shm = shm_usage()
+        if shm and (self.shm_peak is None or shm[0] > self.shm_peak[0]):
+            self.shm_peak = (shm[0], shm[1], round(time.time() - self.launch_t, 2))
         if self.cgroup is not None:
             self._watch_oom()
 
@@ -305,7 +313,7 @@ class Supervisor:
             rc = self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             rc = None
-        status, diagnosis = classify_exit(self.out, 0, sorted(self.watch))
+        status, diagnosis = classify_exit(self.out, 0, sorted(self.watch), self.shm_peak)
         self.timeline.close()
         outcome = Outcome(status, diagnosis, returncode=rc, killed_by_watchdog=True, survivors=survivors)
         outcome.note = f"every rank finished but the process tree had not exited after {EXIT_GRACE_S:.0f} s; stopped it"
@@ -315,7 +323,7 @@ class Supervisor:
         self._write_ledger()  # before the leftovers are stopped: their deaths are not evidence
         leftovers = [p for p in self.seen.values() if _alive(p)]
         survivors = stop_tree(leftovers, self.cfg.kill_grace_s) if leftovers else []
-        status, diagnosis = classify_exit(self.out, rc, sorted(self.watch))
+        status, diagnosis = classify_exit(self.out, rc, sorted(self.watch), self.shm_peak)
         self.timeline.close()
         return Outcome(status, diagnosis, returncode=rc, orphans_killed=[p.pid for p in leftovers],
                        survivors=survivors)
@@ -827,9 +835,10 @@ COLLECTIVE_TIMEOUT = re.compile(
 WORKER_FAILED = re.compile(r"DataLoader worker .*(killed|exited unexpectedly)")
 
 
-def exit_evidence(out: Path, rc: int, local_ranks: list) -> dict:
+def exit_evidence(out: Path, rc: int, local_ranks: list, shm_peak=None) -> dict:
     """What a run that ended by itself left behind: rank records, errors, torchrun's log,
-    final heartbeats and the supervisor's ledger of process deaths (processes.json)."""
+    final heartbeats, the supervisor's ledger of process deaths (processes.json) and /dev/shm
+    at its fullest during the run."""
     infos = {r: _read_json(out / f"rank{r}" / "rank.json") or {} for r in local_ranks}
     errors = {r: e for r in local_ranks if (e := _read_json(out / f"rank{r}" / "error.json"))}
     try:
@@ -852,7 +861,8 @@ def exit_evidence(out: Path, rc: int, local_ranks: list) -> dict:
     first = min(primary or errors.values(), key=lambda e: e.get("time", 0)) if errors else None
     return {"rc": rc, "ranks": ranks, "errors": errors, "primary": primary, "first": first, "log": log,
             "codes": codes, "ledger": _read_json(out / "processes.json") or [],
-            "counts": next((i.get("steps_per_rank") for i in infos.values() if i.get("steps_per_rank")), None)}
+            "counts": next((i.get("steps_per_rank") for i in infos.values() if i.get("steps_per_rank")), None),
+            "shm_peak": shm_peak}
 
 
 def _error_text(e: dict) -> str:
@@ -909,6 +919,51 @@ def _exit_collective_timeout(ev):
                  for x in ev["ranks"]]
     culprit, why = blame(positions)
     return "collective_timeout", culprit, [f"PyTorch's collective timeout fired: '{hit.group(0)}'"] + why
+
+
+# PyTorch's words (torch 2.2) for a loader that ran out of /dev/shm: its shared-memory allocator
+# failing to fill or map a /torch_* file, the worker's own SIGBUS handler, and the loader's
+# report of a worker killed by SIGBUS.
+SHM_ERROR = re.compile(r"unable to (?:write to|mmap \d+ bytes from) file </torch_[^>]*>[^\n]{0,80}"
+                       r"|insufficient shared memory \(shm\)|out of shared memory|killed by signal: Bus error")
+NO_SPACE = re.compile(r"No space left on device|Disk quota exceeded")
+FULL = 0.95  # /dev/shm this full (by any process) leaves a loader's next batch no room
+
+
+def shm_exhaustion(ev) -> tuple:
+    """(culprit rank or None, evidence) that /dev/shm ran out; empty evidence when nothing says so.
+
+    A worker killed by SIGBUS, or PyTorch's shared-memory error text, is direct evidence; a
+    bare 'No space left on device' counts only when /dev/shm was seen full during the run (it
+    is also what a full disk says)."""
+    evidence, culprit = [], None
+    for d in worker_deaths(ev):
+        if d.get("signal") == "SIGBUS":
+            culprit = d["rank"] if culprit is None else culprit
+            evidence.append(f"loader worker {d['role']} (pid {d['pid']}) was killed by SIGBUS (seen by "
+                            f"{' and '.join(d['seen_by'])}): what a write into a full /dev/shm gets")
+    peak = ev.get("shm_peak")
+    full = bool(peak and peak[1] and peak[0] >= FULL * peak[1])
+    for r, e in sorted(ev["errors"].items()):
+        text = _error_text(e)
+        m = SHM_ERROR.search(text) or (NO_SPACE.search(text) if full else None)
+        if m:
+            culprit = r if culprit is None else culprit
+            evidence.append(f"rank {r}: '{m.group(0)[:200]}'")
+    m = SHM_ERROR.search(ev["log"])
+    if m and not evidence:
+        evidence.append(f"torchrun's log: '{m.group(0)[:200]}'")
+    if evidence and peak:
+        # Sampled every poll: the allocation that failed was freed at once, so this is a floor.
+        evidence.append(f"/dev/shm at its fullest the watchdog saw (every {POLL_S} s): {peak[0] / 2**20:.1f} MiB "
+                        f"used of {peak[1] / 2**20:.1f} MiB, {peak[2]} s after launch")
+    return culprit, evidence
+
+
+def _exit_shm(ev):
+    culprit, evidence = shm_exhaustion(ev)
+    if evidence:
+        return "shm_exhausted", culprit, evidence
 
 
 def _exit_dead_worker(ev):
@@ -978,8 +1033,8 @@ def _exit_unexplained(ev):
 
 
 # Evidence-based priority list: the first rule whose evidence holds names the cause.
-EXIT_RULES = [_exit_uneven, _exit_collective_timeout, _exit_dead_worker, _exit_error_text, _exit_crash,
-              _exit_signal, _exit_dead_rank, _exit_unexplained]
+EXIT_RULES = [_exit_uneven, _exit_collective_timeout, _exit_shm, _exit_dead_worker, _exit_error_text,
+              _exit_crash, _exit_signal, _exit_dead_rank, _exit_unexplained]
 EXIT_STATUS = {"killed": "killed", "collective_timeout": "hang"}  # any other cause: 'crashed'
 
 
@@ -992,12 +1047,12 @@ def decide_exit(ev: dict):
     raise AssertionError("the last rule always applies")
 
 
-def classify_exit(out: Path, rc: int, local_ranks: list):
+def classify_exit(out: Path, rc: int, local_ranks: list, shm_peak=None):
     """Status and diagnosis of a run whose torchrun exited by itself."""
     infos = {r: _read_json(out / f"rank{r}" / "rank.json") or {} for r in local_ranks}
     if rc == 0 and all(i.get("finished") for i in infos.values()):
         return "ok", None
-    ev = exit_evidence(out, rc, local_ranks)
+    ev = exit_evidence(out, rc, local_ranks, shm_peak)
     key, culprit, evidence = decide_exit(ev)
     status = EXIT_STATUS.get(key, "crashed")
     evidence = list(evidence)

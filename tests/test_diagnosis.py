@@ -164,6 +164,35 @@ def test_pytorch_collective_timeout_stays_a_hang_and_names_the_rank_behind():
     assert "Watchdog caught collective operation timeout" in why[0] and "behind" in why[1]
 
 
+# -- shared memory ----------------------------------------------------------------------------
+BUS = "DataLoader worker (pid(s) 700) exited unexpectedly"
+
+
+def test_worker_killed_by_sigbus_is_shared_memory_exhaustion_not_a_dead_worker():
+    # A loader worker writing a batch into a full /dev/shm (tmpfs) dies of SIGBUS.
+    ev = exit_ev(errors=[error(1, 100.0, "RuntimeError", BUS), error(0, 101.0, "RuntimeError", PEER)],
+                 ledger=[{"pid": 700, "role": "rank1-worker1", "last_alive": 99.0, "dead_seen": 99.5,
+                          "signal": "SIGBUS"}])
+    ev["shm_peak"] = (4 * 2**20, 4 * 2**20, 12.5)
+    key, culprit, why = decide_exit(ev)
+    assert (key, culprit) == ("shm_exhausted", 1)
+    assert "rank1-worker1" in why[0] and "SIGBUS" in why[0]
+    assert "/dev/shm at its fullest the watchdog saw" in why[-1] and "4.0 MiB used of 4.0 MiB" in why[-1]
+    # The same death by SIGKILL (the OOM killer) stays a dead worker.
+    ev["ledger"][0]["signal"] = "SIGKILL"
+    assert decide_exit(ev)[:2] == ("dead_worker", 1)
+
+
+def test_pytorch_shared_memory_errors_are_shm_exhaustion():
+    for message in ("unable to write to file </torch_4242_1608512961_0>: No space left on device (28)",
+                    "DataLoader worker (pid 801) is killed by signal: Bus error. It is possible that "
+                    "dataloader's workers are out of shared memory. Please try to raise your shared memory limit."):
+        ev = exit_ev(errors=[error(0, 100.0, "RuntimeError", message), error(1, 101.0, "RuntimeError", PEER)])
+        key, culprit, why = decide_exit(ev)
+        assert (key, culprit) == ("shm_exhausted", 0), message
+        assert why[0].startswith("rank 0: '")
+
+
 def test_rank_gone_before_the_others_lost_it_is_the_dead_rank():
     ev = exit_ev(errors=[error(0, 101.0, "RuntimeError", PEER)],
                  ledger=[{"pid": 101, "role": "rank1", "last_alive": 99.0, "dead_seen": 99.5}])

@@ -40,3 +40,22 @@ def test_preflight_warns_about_small_shm_and_fd_limit():
                              epochs=1, out="/tmp/x"), {"shm_bytes": 24 * 2**30, "open_files_limit": 20000},
                    {"num_nodes": 2000, "num_features": 32})
     assert ok["warnings"] == []
+
+
+def test_preflight_warns_when_the_shared_memory_need_exceeds_what_is_free():
+    # The small graph: PyG, 2 ranks x 2 workers, batches of 512 seeds (about 36 MiB modelled).
+    meta = {"num_nodes": 6000, "num_edges": 60000, "num_features": 64, "num_classes": 10,
+            "dataset_bytes": 2 * 2**20, "adjacency_bytes": 2**19}
+    cfg = RunConfig(framework="pyg", model="sage", devices=2, batch_size=512, workers=2, dataset="small",
+                    epochs=1, out="/tmp/x", fanouts=[6, 5, 4])
+    env = {"shm_bytes": 2**30, "shm_free_bytes": 4 * 2**20, "open_files_limit": 20000}
+    pre = preflight(cfg, env, meta)
+    assert pre["shm_needed_estimate_bytes"] > 4 * 2**20 and pre["shm_free_bytes"] == 4 * 2**20
+    assert len(pre["warnings"]) == 1
+    assert pre["warnings"][0].startswith("/dev/shm has 4.00 MiB free (of 1.00 GiB)")
+    assert "--shm-size" in pre["warnings"][0] and "fewer workers" in pre["warnings"][0]
+    # Half of /dev/shm is free and that is enough: no warning. Without workers nothing is needed.
+    assert preflight(cfg, dict(env, shm_free_bytes=2**29), meta)["warnings"] == []
+    no_workers = RunConfig(framework="pyg", model="sage", devices=2, batch_size=512, workers=0, dataset="small",
+                           epochs=1, out="/tmp/x", fanouts=[6, 5, 4])
+    assert preflight(no_workers, env, meta)["warnings"] == []
