@@ -5,7 +5,9 @@
 
 Exit codes: 0 whenever a result was recorded (ok, hang, timeout, crashed, killed), 2 for
 invalid options or an unusable dataset/environment (reported before anything is launched),
-1 only if the suite itself failed to record a result.
+128 + N when signal N (SIGINT 130, SIGTERM 143) stopped the run (the result says
+`interrupted`, with everything measured so far; a non-zero code so that Snakemake and
+schedulers redo the run), 1 only if the suite itself failed to record a result.
 """
 
 from __future__ import annotations
@@ -70,12 +72,23 @@ def launch_command(cfg: RunConfig, config_path: Path) -> list:
     ]
 
 
-def _pump(stream, sink, echo) -> None:
+EXIT_SIGNAL_BASE = 128  # + the signal's number, as a shell reports a process a signal ended
+
+
+def _pump(stream, sink, echo, mute: threading.Event) -> None:
+    """Copy torchrun's output to the log and the terminal. Never stop reading: torchrun would
+    block on a full pipe. A closed terminal (a Ctrl-C'd `| tee`) only ends the echo. Once the
+    launcher stops the tree for a signal it sets `mute`: the dying processes' tracebacks go to
+    the log only."""
     for line in iter(stream.readline, ""):
         sink.write(line)
         sink.flush()
-        echo.write(line)
-        echo.flush()
+        if echo is not None and not mute.is_set():
+            try:
+                echo.write(line)
+                echo.flush()
+            except (OSError, ValueError):
+                echo = None
 
 
 def read_csv(path: Path) -> list:
@@ -472,10 +485,11 @@ def main(argv=None) -> int:
     cmd = launch_command(cfg, config_path)
     print(f"[gnnscale] launching {cfg.framework}/{cfg.model} devices={cfg.devices} batch={cfg.batch_size} "
           f"workers={cfg.workers} dataset={cfg.dataset} epochs={cfg.epochs} -> {out}", flush=True)
-    from runners.watchdog import Outcome, Supervisor
+    from runners.watchdog import Interruption, Outcome, Supervisor
 
     log = open(out / "logs" / "launcher.log", "w")
     cgroup = None
+    interruption = Interruption().install()  # from here on a signal stops the run, keeping the result
     try:
         preexec = None
         if cfg.memory_limit_bytes:
@@ -492,19 +506,12 @@ def main(argv=None) -> int:
                                     "ranks": [], "evidence": [str(exc)]})
         proc = None
     if proc is not None:
-        pump = threading.Thread(target=_pump, args=(proc.stdout, log, sys.stdout), daemon=True)
+        mute = threading.Event()
+        pump = threading.Thread(target=_pump, args=(proc.stdout, log, sys.stdout, mute), daemon=True)
         pump.start()
         supervisor = Supervisor(cfg, out, proc, local_ranks, launch_t)
-        supervisor.cgroup = cgroup
-        try:
-            outcome = supervisor.run()
-        except KeyboardInterrupt:
-            from runners.watchdog import process_tree, stop_tree
-
-            stop_tree(process_tree(proc.pid), cfg.kill_grace_s)
-            if cgroup is not None:
-                cgroup.remove()
-            raise
+        supervisor.cgroup, supervisor.interruption, supervisor.mute = cgroup, interruption, mute
+        outcome = supervisor.run()
         pump.join(timeout=5)
     log.close()
     cgroup_stats, cgroup_leftover = None, []
@@ -577,8 +584,11 @@ def main(argv=None) -> int:
                             for r in local_ranks}},
     }
     write_result(out, result)
-    print_summary(result)
-    return 0
+    try:
+        print_summary(result)
+    except BrokenPipeError:  # nobody reads our output any more (a Ctrl-C'd `| tee`)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return EXIT_SIGNAL_BASE + interruption.signum if outcome.status == "interrupted" else 0
 
 
 def print_summary(result: dict) -> None:

@@ -6,7 +6,8 @@ step seen so far)` (before the first step: the start-up timeout). It then captur
 Python stacks of every rank and every loader worker (py-spy, with faulthandler via SIGUSR1
 as a fallback), stops the whole process tree (SIGTERM, then SIGKILL after a grace period)
 and explains what it saw. Every process of the run is tracked from the start, so none is
-left behind whatever the outcome.
+left behind whatever the outcome. A SIGTERM or SIGINT to the launcher (Ctrl-C, Snakemake,
+a scheduler's time limit) stops the tree the same way, at the next poll (see Interruption).
 """
 
 from __future__ import annotations
@@ -85,6 +86,12 @@ CAUSES = {
         "fewer loader workers per rank (--workers 0 passes no batch through /dev/shm), smaller "
         "batches or fan-outs; `df -h /dev/shm` shows its size and what is free",
     ),
+    "interrupted": (
+        "the launcher was stopped from outside by a signal before the run finished (Ctrl-C, kill, "
+        "Snakemake cancelling its jobs, a scheduler's time limit or preemption)",
+        "rerun the command (a Snakemake rerun redoes the run); on a cluster, raise the job's time "
+        "limit if it was reached",
+    ),
     "fd_limit": (
         "too many open file descriptors for shared tensors",
         "raise `ulimit -n` or use torch.multiprocessing.set_sharing_strategy('file_system')",
@@ -120,6 +127,53 @@ CAUSES = {
         "raise --time-limit or reduce epochs/dataset size",
     ),
 }
+
+
+class Interruption:
+    """SIGTERM and SIGINT to the launcher, noted by a handler and acted on by the supervisor's
+    loop at its next poll, so no exception lands in the middle of a write. Python's handlers
+    are not told who sent a signal; `context` records what can be known instead."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self):
+        self.signum = None
+        self.received_t = None
+        self.count = 0
+
+    def install(self) -> "Interruption":
+        for s in self.SIGNALS:
+            if signal.getsignal(s) is not signal.SIG_IGN:  # `nohup`, a background job's SIGINT
+                signal.signal(s, self._note)
+        return self
+
+    def _note(self, signum, frame) -> None:
+        self.count += 1  # a second Ctrl-C must not cut the clean-up short
+        if self.signum is None:
+            self.signum, self.received_t = signum, time.time()
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name
+
+    def context(self) -> dict:
+        """The launcher's ancestors and a SLURM job around it: who may have sent the signal."""
+        ctx = {"signal": self.name, "number": self.signum, "count": self.count,
+               "sender": "unknown (a Python signal handler is not told which process sent the signal)"}
+        chain = []
+        try:
+            p = psutil.Process(os.getpid()).parent()
+            while p is not None and len(chain) < 4:
+                chain.append({"pid": p.pid, "name": p.name(), "cmdline": " ".join(p.cmdline())[:300]})
+                p = p.parent()
+        except psutil.Error:
+            pass
+        ctx["launcher_ancestors"] = chain
+        slurm = {k: os.environ[k] for k in ("SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_JOB_NAME",
+                                            "SLURM_JOB_PARTITION") if k in os.environ}
+        if slurm:
+            ctx["slurm"] = slurm
+        return ctx
 
 
 @dataclass
@@ -208,6 +262,8 @@ class Supervisor:
     """Watches one torchrun process tree until it ends or must be stopped."""
 
     cgroup = None  # a runners.memory.MemoryCgroup when the tree runs under --memory-limit
+    interruption = None  # an installed Interruption: a signal to the launcher stops the run
+    mute = None  # a threading.Event that stops the log pump's echo on the terminal
 
     def __init__(self, cfg, out: Path, proc: subprocess.Popen, local_ranks: list, launch_t: float):
         self.cfg, self.out, self.proc, self.launch_t = cfg, Path(out), proc, launch_t
@@ -279,11 +335,14 @@ class Supervisor:
         from runners.memory import uptime_s
 
         self.launch_uptime = (uptime_s() or 0.0) - (time.time() - self.launch_t)
-        return apply_oom(self._supervise(), self)
+        outcome = self._supervise()
+        return outcome if outcome.status == "interrupted" else apply_oom(outcome, self)
 
     def _supervise(self) -> Outcome:
         while True:
             now = time.time()
+            if self.interruption is not None and self.interruption.signum is not None:
+                return self._interrupted()
             self._track_processes()
             self._poll_heartbeats(now)
             rc = self.proc.poll()
@@ -327,6 +386,25 @@ class Supervisor:
         self.timeline.close()
         return Outcome(status, diagnosis, returncode=rc, orphans_killed=[p.pid for p in leftovers],
                        survivors=survivors)
+
+    def _interrupted(self) -> Outcome:
+        """The launcher got SIGTERM/SIGINT: stop the tree at once (no stacks: the cause is known
+        and a scheduler's grace period is short) and say how far every rank got."""
+        sig = self.interruption
+        if self.mute is not None:
+            self.mute.set()
+        self._track_processes()
+        self._write_ledger()
+        survivors = stop_tree([p for p in self.seen.values() if _alive(p)], self.cfg.kill_grace_s)
+        try:
+            rc = self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            rc = None
+        self.timeline.close()
+        after = sig.received_t - self.launch_t
+        diagnosis = diagnose_interruption(self.out, sig, self.watch, after)
+        return Outcome("interrupted", diagnosis, detected_after_s=after, returncode=rc, killed_by_watchdog=True,
+                       survivors=survivors, note=f"stopped on {sig.name} to the launcher")
 
     def _stop(self, status: str, stalled, now: float) -> Outcome:
         detected_after = now - self.launch_t
@@ -674,6 +752,45 @@ def diagnose_stop(out: Path, status: str, stalled, watch: dict, states: dict, st
     return {"summary": summary, "cause": key, "cause_text": cause, "remedy": remedy, "evidence": evidence,
             "ranks": ranks, "workers": ev["workers"], "culprit_rank": culprit, "stack_files": stacks,
             "threshold_s": round(threshold, 2)}
+
+
+def _csv_rows(path: Path) -> int:
+    try:
+        with open(path) as fh:
+            return max(0, sum(1 for _ in fh) - 1)
+    except OSError:
+        return 0
+
+
+def diagnose_interruption(out: Path, sig: Interruption, watch: dict, after_s: float) -> dict:
+    """Say which signal stopped the run, what may have sent it and what was measured before it."""
+    ctx = sig.context()
+    ranks = []
+    for r, w in sorted(watch.items()):
+        # The ranks ran on until the tree was stopped: their last heartbeat, not the last poll's.
+        hb = (read_heartbeat(out / "heartbeats" / f"rank{r}.hb") or w.heartbeat
+              or {"epoch": -1, "step": -1, "phase": "starting", "pid": None})
+        ranks.append({"rank": r, "pid": hb.get("pid"), "epoch": hb["epoch"], "step": hb["step"],
+                      "phase": hb["phase"], "blocked_in": PHASE_BLOCKED_IN.get(hb["phase"], hb["phase"])})
+    steps = sum(_csv_rows(out / f"rank{r}" / "steps.csv") for r in watch)
+    epochs = min((_csv_rows(out / f"rank{r}" / "epochs.csv") for r in watch), default=0)
+    cause, remedy = CAUSES["interrupted"]
+    evidence = [f"{sig.name} to the launcher {after_s:.1f} s after launch; sender: {ctx['sender']}"]
+    if ctx["launcher_ancestors"]:
+        evidence.append("the launcher's parents: " + " <- ".join(
+            f"{a['name']} (pid {a['pid']})" for a in ctx["launcher_ancestors"]))
+    if ctx.get("slurm"):
+        evidence.append(f"inside SLURM job {ctx['slurm'].get('SLURM_JOB_ID')}: SLURM sends SIGTERM at the time "
+                        "limit, on preemption and on scancel (`sacct -j JOB` says which)")
+    evidence.append(f"measured before the signal: {epochs} finished epoch(s) per rank, {steps} step(s) in "
+                    "rank*/steps.csv (the steps of an unfinished epoch are written when it ends, so they are lost)")
+    evidence += [f"rank {x['rank']}: epoch {x['epoch']} step {x['step']} phase '{x['phase']}'" for x in ranks]
+    summary = (f"interrupted: {sig.name} to the launcher {after_s:.1f} s after launch stopped the run; "
+               f"{epochs} epoch(s) and {steps} step(s) were measured before it; rank progress: "
+               + ", ".join(f"r{x['rank']} e{x['epoch']} s{x['step']} {x['phase']}" for x in ranks))
+    return {"summary": summary, "cause": "interrupted", "cause_text": cause, "remedy": remedy,
+            "evidence": evidence, "ranks": ranks, "culprit_rank": None, "signal": ctx,
+            "detected_after_s": round(after_s, 2)}
 
 
 def shm_usage():

@@ -1,5 +1,6 @@
-"""Faults from outside the run, made for real: a small /dev/shm and a rank stopped from
-outside. Each ends with a result that says what happened, and nothing of the run left running.
+"""Faults from outside the run, made for real: a signal to the launcher, a small /dev/shm and a
+rank stopped from outside. Each ends with a result that says what happened, and nothing of the
+run left running.
 
 A small /dev/shm is a tmpfs mount in a private mount namespace (`unshare -m`, as
 root); that test is skipped where this is not allowed.
@@ -11,16 +12,27 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
+import jsonschema
 import psutil
 import pytest
 
 from runners.probes import proc_stat, read_heartbeat
 from tests.helpers import REPO, run_env, runner_argv
 
+SCHEMA = json.loads((REPO / "runners" / "schemas" / "result.schema.json").read_text())
 WAIT_S = 300  # for a run to reach a point the test acts at (start-up on a busy 2-core machine)
+
+
+def rows(path) -> int:
+    """Data rows of a CSV file (0 while it does not exist)."""
+    try:
+        return max(0, len(Path(path).read_text().splitlines()) - 1)
+    except OSError:
+        return 0
 
 
 def run_pids(out: Path) -> set:
@@ -68,6 +80,56 @@ def mount_namespaces() -> str | None:
 
 
 needs_mounts = pytest.mark.skipif(mount_namespaces() is not None, reason=str(mount_namespaces()))
+
+
+# -- 1. SIGTERM / SIGINT to the launcher ---------------------------------------------------------
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_signal_to_the_launcher_keeps_what_was_measured(tmp_path, sig):
+    out = tmp_path / "run"
+    proc, log = start(tmp_path, runner_argv(out, devices=2, workers=1, epochs=10000,
+                                            extra=["--max-steps-per-epoch", "2"]))
+    try:
+        wait_for("two finished epochs on both ranks",
+                 lambda: min(rows(out / f"rank{r}" / "epochs.csv") for r in (0, 1)) >= 2, proc, log)
+        t0 = time.time()
+        os.kill(proc.pid, sig)  # what Snakemake (Ctrl-C) or SLURM (time limit) sends
+        rc = proc.wait(timeout=60)
+        stopped_s = time.time() - t0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    text = log.read_text()
+    assert rc == 128 + sig, text[-3000:]  # non-zero: Snakemake and schedulers redo the run
+    assert stopped_s < 20, stopped_s  # well inside SLURM's 30 s between SIGTERM and SIGKILL
+    result = json.loads((out / "result.json").read_text())
+    jsonschema.validate(result, SCHEMA)
+    assert result["status"] == "interrupted" and result["summary"] is None
+    d = result["diagnosis"]
+    assert d["cause"] == "interrupted" and d["signal"]["signal"] == sig.name
+    assert d["signal"]["sender"].startswith("unknown")
+    assert d["signal"]["launcher_ancestors"][0]["pid"] == os.getpid()
+    assert d["summary"].startswith(f"interrupted: {sig.name} to the launcher")
+    assert f"INTERRUPTED pyg/sage" in text and d["summary"] in text
+    # Every epoch the ranks finished is in the result, and every step of them in steps.csv.
+    epochs = {r: rows(out / f"rank{r}" / "epochs.csv") for r in (0, 1)}
+    assert min(epochs.values()) >= 2
+    assert len(result["epochs"]) == sum(epochs.values())
+    assert all(rows(out / f"rank{r}" / "steps.csv") >= 2 * epochs[r] for r in (0, 1))
+    assert not [p for p in run_pids(out) if alive(p)]
+    if sig == signal.SIGTERM:
+        # The analysis shows the run, with its epochs and steps.
+        agg = tmp_path / "aggregate"
+        res = subprocess.run([sys.executable, "-m", "analysis.aggregate", "--out-dir", str(agg), str(out)],
+                             cwd=REPO, env=run_env(), capture_output=True, text=True, timeout=300)
+        assert res.returncode == 0, res.stderr
+        import pandas as pd
+
+        runs = pd.read_csv(agg / "runs.csv")
+        assert list(runs["status"]) == ["interrupted"] and runs["epochs_completed"][0] >= 2
+        assert len(pd.read_csv(agg / "epochs.csv")) == len(result["epochs"])
+        assert len(pd.read_csv(agg / "steps.csv")) == sum(rows(out / f"rank{r}" / "steps.csv") for r in (0, 1))
+        failures = json.loads((agg / "failures.json").read_text())
+        assert [f["diagnosis"]["cause"] for f in failures] == ["interrupted"]
 
 
 # -- 3. a small /dev/shm -----------------------------------------------------------------------
