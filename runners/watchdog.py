@@ -86,6 +86,11 @@ CAUSES = {
         "fewer loader workers per rank (--workers 0 passes no batch through /dev/shm), smaller "
         "batches or fan-outs; `df -h /dev/shm` shows its size and what is free",
     ),
+    "disk_full": (
+        "the filesystem of the run directory ran out of space (or quota): a rank could not write "
+        "its records",
+        "free space there or point --out at a filesystem with room (`df -h` on the run directory)",
+    ),
     "interrupted": (
         "the launcher was stopped from outside by a signal before the run finished (Ctrl-C, kill, "
         "Snakemake cancelling its jobs, a scheduler's time limit or preemption)",
@@ -263,6 +268,7 @@ class Supervisor:
 
     cgroup = None  # a runners.memory.MemoryCgroup when the tree runs under --memory-limit
     interruption = None  # an installed Interruption: a signal to the launcher stops the run
+    write_errors = None  # a list the launcher's log pump appends a failed write (OSError) to
     mute = None  # a threading.Event that stops the log pump's echo on the terminal
 
     def __init__(self, cfg, out: Path, proc: subprocess.Popen, local_ranks: list, launch_t: float):
@@ -343,6 +349,8 @@ class Supervisor:
             now = time.time()
             if self.interruption is not None and self.interruption.signum is not None:
                 return self._interrupted()
+            if self.write_errors:
+                raise self.write_errors[0]  # the launcher stops the tree and reports it
             self._track_processes()
             self._poll_heartbeats(now)
             rc = self.proc.poll()
@@ -954,8 +962,8 @@ WORKER_FAILED = re.compile(r"DataLoader worker .*(killed|exited unexpectedly)")
 
 def exit_evidence(out: Path, rc: int, local_ranks: list, shm_peak=None) -> dict:
     """What a run that ended by itself left behind: rank records, errors, torchrun's log,
-    final heartbeats, the supervisor's ledger of process deaths (processes.json) and /dev/shm
-    at its fullest during the run."""
+    final heartbeats, the supervisor's ledger of process deaths (processes.json), /dev/shm at
+    its fullest during the run and the space left on the run directory's filesystem."""
     infos = {r: _read_json(out / f"rank{r}" / "rank.json") or {} for r in local_ranks}
     errors = {r: e for r in local_ranks if (e := _read_json(out / f"rank{r}" / "error.json"))}
     try:
@@ -976,10 +984,15 @@ def exit_evidence(out: Path, rc: int, local_ranks: list, shm_peak=None) -> dict:
     # Ranks that only lost their peer are victims: the first error of another kind is the cause.
     primary = [e for e in errors.values() if not PEER_LOST.search(e["message"]) or e.get("worker_failure")]
     first = min(primary or errors.values(), key=lambda e: e.get("time", 0)) if errors else None
+    try:
+        disk = shutil.disk_usage(out)
+        disk = (disk.used, disk.total, disk.free)
+    except OSError:
+        disk = None
     return {"rc": rc, "ranks": ranks, "errors": errors, "primary": primary, "first": first, "log": log,
             "codes": codes, "ledger": _read_json(out / "processes.json") or [],
             "counts": next((i.get("steps_per_rank") for i in infos.values() if i.get("steps_per_rank")), None),
-            "shm_peak": shm_peak}
+            "shm_peak": shm_peak, "disk": disk}
 
 
 def _error_text(e: dict) -> str:
@@ -1098,12 +1111,21 @@ def _exit_dead_worker(ev):
         return "dead_worker", first["rank"], [f"rank {first['rank']}: {first.get('worker_failure') or first['message'][:300]}"]
 
 
+DISK_LOW_BYTES = 2**20  # below this much free space a filesystem counts as full
+
+
 def _exit_error_text(ev):
     first = ev["first"]
     if not first:
         return None
     text = _error_text(first)
-    if re.search(r"No space left on device|/dev/shm|Bus error", text):
+    if NO_SPACE.search(text):
+        disk = ev.get("disk")
+        if disk and disk[2] < DISK_LOW_BYTES:
+            return "disk_full", first["rank"], [f"the run directory's filesystem has {disk[2] / 2**10:.0f} KiB "
+                                                f"free of {disk[1] / 2**20:.1f} MiB"]
+        return "shm_exhausted", first["rank"], []
+    if re.search(r"/dev/shm|Bus error", text):
         return "shm_exhausted", first["rank"], []
     if "Too many open files" in text:
         return "fd_limit", first["rank"], []

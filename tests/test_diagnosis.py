@@ -164,7 +164,7 @@ def test_pytorch_collective_timeout_stays_a_hang_and_names_the_rank_behind():
     assert "Watchdog caught collective operation timeout" in why[0] and "behind" in why[1]
 
 
-# -- shared memory ----------------------------------------------------------------------------
+# -- shared memory and disk space -------------------------------------------------------------
 BUS = "DataLoader worker (pid(s) 700) exited unexpectedly"
 
 
@@ -191,6 +191,18 @@ def test_pytorch_shared_memory_errors_are_shm_exhaustion():
         key, culprit, why = decide_exit(ev)
         assert (key, culprit) == ("shm_exhausted", 0), message
         assert why[0].startswith("rank 0: '")
+
+
+def test_no_space_left_is_shm_only_with_shm_evidence_and_a_full_disk_otherwise():
+    nospace = "[Errno 28] No space left on device"
+    ev = exit_ev(errors=[error(1, 100.0, "OSError", nospace)])
+    ev["disk"] = (8 * 2**20, 8 * 2**20, 0)  # the run directory's filesystem: nothing free
+    key, culprit, why = decide_exit(ev)
+    assert (key, culprit) == ("disk_full", 1) and "0 KiB free of 8.0 MiB" in why[0]
+    ev["shm_peak"] = (63 * 2**20, 64 * 2**20, 3.0)  # /dev/shm was full during the run
+    assert decide_exit(ev)[:2] == ("shm_exhausted", 1)
+    ev["shm_peak"], ev["disk"] = (2**20, 64 * 2**20, 3.0), (2**30, 2**31, 2**30)
+    assert decide_exit(ev)[:2] == ("shm_exhausted", 1)  # neither is full: as before, the shared memory
 
 
 def test_rank_gone_before_the_others_lost_it_is_the_dead_rank():

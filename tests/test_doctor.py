@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 from runners.config import RunConfig
-from runners.run import preflight
+from runners.run import expected_output, preflight
 from tests.helpers import REPO
 
 
@@ -59,3 +59,18 @@ def test_preflight_warns_when_the_shared_memory_need_exceeds_what_is_free():
     no_workers = RunConfig(framework="pyg", model="sage", devices=2, batch_size=512, workers=0, dataset="small",
                            epochs=1, out="/tmp/x", fanouts=[6, 5, 4])
     assert preflight(no_workers, env, meta)["warnings"] == []
+
+
+def test_expected_output_grows_with_steps_epochs_and_the_time_limit():
+    cfg = RunConfig(framework="pyg", model="sage", devices=2, batch_size=128, workers=1, dataset="tiny", epochs=4,
+                    out="/tmp/x", fanouts=[6, 5, 4], time_limit_s=100)
+    base = expected_output(cfg, {"num_train": 1300})
+    assert base["steps_per_epoch"] == 6  # 1300 seeds / 2 ranks / 128 per batch, rounded up
+    assert base["least_bytes"] < base["expected_bytes"] == sum(base["terms_bytes"].values())
+    cfg.epochs, cfg.time_limit_s = 8, 200
+    more = expected_output(cfg, {"num_train": 1300})
+    assert more["terms_bytes"]["steps"] == 2 * base["terms_bytes"]["steps"]
+    assert more["terms_bytes"]["samples"] == 2 * base["terms_bytes"]["samples"]
+    assert more["least_bytes"] == base["least_bytes"]
+    cfg.max_steps_per_epoch = 2
+    assert expected_output(cfg, {"num_train": 1300})["steps_per_epoch"] == 2

@@ -1,9 +1,9 @@
-"""Faults from outside the run, made for real: a signal to the launcher, a small /dev/shm and a
-rank stopped from outside. Each ends with a result that says what happened, and nothing of the
-run left running.
+"""Faults from outside the run, made for real: a signal to the launcher, a full disk, a small
+/dev/shm and a rank stopped from outside. Each ends with a result (or, for a full disk, one
+line and exit code 3) that says what happened, and nothing of the run left running.
 
-A small /dev/shm is a tmpfs mount in a private mount namespace (`unshare -m`, as
-root); that test is skipped where this is not allowed.
+A small /dev/shm and a small filesystem are tmpfs mounts in a private mount namespace
+(`unshare -m`, as root); those tests are skipped where that is not allowed.
 """
 
 import json
@@ -130,6 +130,64 @@ def test_signal_to_the_launcher_keeps_what_was_measured(tmp_path, sig):
         assert len(pd.read_csv(agg / "steps.csv")) == sum(rows(out / f"rank{r}" / "steps.csv") for r in (0, 1))
         failures = json.loads((agg / "failures.json").read_text())
         assert [f["diagnosis"]["cause"] for f in failures] == ["interrupted"]
+
+
+# -- 2. a full disk ----------------------------------------------------------------------------
+@needs_mounts
+def test_too_little_space_to_start_is_refused_before_launch(tmp_path):
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    argv = runner_argv(mnt / "run", devices=2, workers=0, epochs=2)
+    res = subprocess.run(["unshare", "-m", "sh", "-c", 'mount -t tmpfs -o size=256k tmpfs "$0" && exec "$@"',
+                          str(mnt), *argv], cwd=REPO, env=run_env(), capture_output=True, text=True, timeout=WAIT_S)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert re.search(rf"error: --out {re.escape(str(mnt / 'run'))}: its filesystem has \d+\.\d+ KiB free but "
+                     r"a run needs about \d", res.stderr), res.stderr
+    assert "Traceback" not in res.stdout + res.stderr
+
+
+FILL_WHEN_TRAINING = r'''
+mount -t tmpfs -o size=16m tmpfs "$MNT" || exit 90
+"$@" > "$LOG" 2>&1 &
+run=$!
+# Once both ranks have finished two epochs, fill the filesystem to the last byte.
+until [ "$(cat "$MNT/run/rank0/epochs.csv" "$MNT/run/rank1/epochs.csv" 2>/dev/null | wc -l)" -ge 6 ]; do
+    kill -0 $run 2>/dev/null || break
+    sleep 0.2
+done
+dd if=/dev/zero of="$MNT/filler" bs=64k 2>/dev/null
+wait $run
+rc=$?
+rm -f "$MNT/filler"
+cp -r "$MNT/run" "$COPY"
+exit $rc
+'''
+
+
+@needs_mounts
+def test_disk_filling_up_during_the_run_stops_it_with_one_line(tmp_path):
+    mnt, copy, log = tmp_path / "small", tmp_path / "copy", tmp_path / "launcher.out"
+    mnt.mkdir()
+    # More epochs than the 2 before the fill and the few until a write fails, few enough for the
+    # pre-flight to find room for all of them (about 3 MiB of its 16).
+    argv = runner_argv(mnt / "run", devices=2, workers=1, epochs=400,
+                       extra=["--max-steps-per-epoch", "2", "--time-limit", "200"])
+    res = subprocess.run(["unshare", "-m", "sh", "-c", FILL_WHEN_TRAINING, "sh", *argv], cwd=REPO,
+                         env={**run_env(), "MNT": str(mnt), "LOG": str(log), "COPY": str(copy)},
+                         capture_output=True, text=True, timeout=WAIT_S)
+    text = log.read_text()
+    assert res.returncode == 3, text[-3000:]
+    assert "pre-flight warning: --out's filesystem" not in text  # it had room before the filler
+    errors = [line for line in text.splitlines() if "No space left on device" in line]
+    assert len(errors) == 1, text[-3000:]
+    assert re.match(rf"\[gnnscale\] error: No space left on device: could not write {re.escape(str(mnt / 'run'))}"
+                    r"\S* \([\d.]+ (B|KiB) free of 16\.00 MiB on its filesystem\); stopped the run",
+                    errors[0]), errors[0]
+    assert "Traceback" not in text and "Exception ignored" not in text, text[-3000:]
+    assert not (copy / "result.json").exists()
+    pids = run_pids(copy)
+    assert len(pids) >= 4  # two ranks and their workers
+    assert not [p for p in pids if alive(p)]
 
 
 # -- 3. a small /dev/shm -----------------------------------------------------------------------
