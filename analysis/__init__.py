@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from runners.adapters import registry  # light: no torch, PyG or DGL
 
-STATUSES = ("ok", "hang", "timeout", "crashed", "killed", "error", "skipped")
+STATUSES = ("ok", "hang", "timeout", "crashed", "killed", "interrupted", "error", "skipped")
 
 # Colours of the status map and of status cells; "not run" is a grid point with no result.
 STATUS_COLOURS = {
@@ -18,13 +18,14 @@ STATUS_COLOURS = {
     "timeout": "#756bb1",
     "crashed": "#de2d26",
     "killed": "#8c510a",
+    "interrupted": "#e7ba52",  # stopped from outside (Ctrl-C, a scheduler): rerun, not a verdict
     "error": "#636363",
     "skipped": "#bdbdbd",  # a grid point this machine cannot run (more GPUs than it has)
     "not run": "#eeeeee",
 }
 
 # Most severe first: a cell with mixed repeats is coloured by its worst outcome.
-STATUS_SEVERITY = ("error", "crashed", "killed", "timeout", "hang", "skipped", "ok")
+STATUS_SEVERITY = ("error", "crashed", "killed", "timeout", "hang", "interrupted", "skipped", "ok")
 
 # Frameworks and models, their order, labels and colours: from the one registry.
 FRAMEWORK_ORDER = registry.FRAMEWORK_NAMES

@@ -80,9 +80,11 @@ def memory_bytes():
         return None
 
 
-def shm_bytes():
+def shm_bytes(free: bool = False):
+    """Size of /dev/shm (or what is free of it now), None without one."""
     try:
-        return int(shutil.disk_usage("/dev/shm").total)
+        u = shutil.disk_usage("/dev/shm")
+        return int(u.free if free else u.total)
     except OSError:
         return None
 
@@ -177,6 +179,7 @@ def collect() -> dict:
         "cpu_cores": cpu_cores(),
         "memory_bytes": memory_bytes(),
         "shm_bytes": shm_bytes(),
+        "shm_free_bytes": shm_bytes(free=True),
         "open_files_limit": open_files_limit(),
         "hostname": socket.gethostname(),
         "platform": platform.platform(),

@@ -30,7 +30,8 @@ import numpy as np  # noqa: E402
 from runners import stopping  # noqa: E402
 from runners.config import RunConfig  # noqa: E402
 from runners.envinfo import RECORDED_ENV_VARS  # noqa: E402
-from runners.probes import CpuSampler, CsvAppender, Heartbeat, NvmlSampler, start_nvml  # noqa: E402
+from runners.probes import (DISK_FULL_MARK, CpuSampler, CsvAppender, Heartbeat, NvmlSampler,  # noqa: E402
+                            disk_full, start_nvml)
 
 # seed_id_sum: the sum of the batch's seed node ids, a cheap fingerprint of which seeds the
 # loader really delivered (tests compare it with the harness's split across frameworks).
@@ -556,6 +557,9 @@ def main(argv=None, rank_class=None) -> int:
     try:
         rank.run()
     except BaseException as exc:
+        if disk_full(exc):  # no record can be written either: one line, which the launcher acts on
+            print(f"{DISK_FULL_MARK} rank {rank.rank} could not write its records: {exc}", file=sys.stderr, flush=True)
+            return 1
         # A dead loader worker makes PyTorch's SIGCHLD handler raise again and again; stop it
         # so the error record gets written, and ask the loader for the worker failure itself.
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -582,8 +586,15 @@ def main(argv=None, rank_class=None) -> int:
         err = {"rank": rank.rank, "time": time.time(), "type": type(exc).__name__, "message": str(exc)[:2000],
                "worker_failure": worker_failure, "dead_workers": dead, "traceback": tb,
                "epoch": rank.hb.epoch, "step": rank.hb.step, "phase": phase}
-        (rank.dir / "error.json").write_text(json.dumps(err, indent=1))
-        rank.write_info()
+        try:
+            (rank.dir / "error.json").write_text(json.dumps(err, indent=1))
+            rank.write_info()
+        except OSError as werr:
+            if not disk_full(werr):
+                raise
+            print(f"{DISK_FULL_MARK} rank {rank.rank} could not write its error record: {werr}", file=sys.stderr,
+                  flush=True)
+            return 1
         print(tb, file=sys.stderr, flush=True)
         return 1
     # Everything is on disk. Skip interpreter teardown: destructors of the process group and

@@ -9,6 +9,7 @@ at a fixed interval; each records its own cost so that probe overhead is itself 
 from __future__ import annotations
 
 import csv
+import errno
 import mmap
 import os
 import signal
@@ -78,6 +79,16 @@ def read_heartbeat(path: Path):
         return None
     return {"t": t, "epoch": epoch, "step": step, "phase": PHASES[phase] if 0 <= phase < len(PHASES) else "?",
             "steps_per_epoch": spe, "pid": pid, "beats": beats}
+
+
+# A rank that cannot write its records prints this line instead of a traceback; the launcher
+# stops the run on it (runners.run, exit code 3).
+DISK_FULL_MARK = "[gnnscale] disk full:"
+
+
+def disk_full(exc: BaseException) -> bool:
+    """A write failed for lack of space or quota: the run cannot record anything more."""
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 PF_EXITING = 0x4  # /proc/PID/stat flag of a process that is in the middle of exiting

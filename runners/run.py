@@ -4,17 +4,24 @@
         --workers 0 --dataset small --epochs 3 --out results/runs/example
 
 Exit codes: 0 whenever a result was recorded (ok, hang, timeout, crashed, killed), 2 for
-invalid options or an unusable dataset/environment (reported before anything is launched),
-1 only if the suite itself failed to record a result.
+invalid options or an unusable dataset/environment, too little free space to start the run
+included (reported before anything is launched), 3 when a write failed for lack of
+space during the run (the tree is stopped, one line names the path and the space left, no
+result could be recorded), 128 + N when signal N (SIGINT 130, SIGTERM 143) stopped the run
+(the result says `interrupted`, with everything measured so far; a non-zero code so that
+Snakemake and schedulers redo the run), 1 only if the suite itself failed to record a result.
 """
 
 from __future__ import annotations
 
 import csv
 import datetime as dt
+import errno
 import json
+import math
 import os
 import shlex
+import shutil
 import socket
 import statistics
 import subprocess
@@ -27,6 +34,7 @@ import numpy as np
 
 from runners import envinfo
 from runners.config import ConfigError, RunConfig, build_parser, config_from_args
+from runners.probes import DISK_FULL_MARK, disk_full
 
 SCHEMA_VERSION = 1
 SCHEMA_PATH = Path(__file__).resolve().parent / "schemas" / "result.schema.json"
@@ -70,12 +78,38 @@ def launch_command(cfg: RunConfig, config_path: Path) -> list:
     ]
 
 
-def _pump(stream, sink, echo) -> None:
+EXIT_DISK_FULL = 3
+EXIT_SIGNAL_BASE = 128  # + the signal's number, as a shell reports a process a signal ended
+
+
+def _pump(stream, sink, echo, failed: list, mute: threading.Event) -> None:
+    """Copy torchrun's output to the log and the terminal. Never stop reading: torchrun would
+    block on a full pipe. A log write that failed for lack of space, or a rank's line saying so
+    (DISK_FULL_MARK), goes to `failed` (the supervisor stops the run on it) and ends the echo,
+    so the ranks' errors about it are not spewed on the terminal. A closed terminal (a Ctrl-C'd
+    `| tee`) only ends the echo. Once the launcher stops the tree for a signal or a full disk
+    it sets `mute`: the dying processes' tracebacks go to the log only."""
     for line in iter(stream.readline, ""):
-        sink.write(line)
-        sink.flush()
-        echo.write(line)
-        echo.flush()
+        if line.startswith(DISK_FULL_MARK):  # a rank's records hit a full disk
+            failed.append(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
+            echo = None
+        if sink is not None:
+            try:
+                sink.write(line)
+                sink.flush()
+            except OSError as exc:
+                if disk_full(exc):
+                    failed.append(OSError(exc.errno, exc.strerror, sink.name))
+                    echo = None
+                sink = None
+            except ValueError:  # closed by the launcher on its way out after a full disk
+                sink = None
+        if echo is not None and not mute.is_set():
+            try:
+                echo.write(line)
+                echo.flush()
+            except (OSError, ValueError):
+                echo = None
 
 
 def read_csv(path: Path) -> list:
@@ -275,35 +309,45 @@ def work_per_rank(m: dict, cfg: RunConfig) -> dict:
             **seed_work(m["epochs"], cfg.world_size, split)}
 
 
+def shm_need(model: dict) -> int:
+    """/dev/shm the run's loader workers use at most (from runners.memory's model): the batches
+    each rank's workers have built and not yet handed over, and PyG's per-rank shared copy of
+    the adjacency."""
+    inp = model["inputs"]
+    per_batch = inp["batch_bytes"] if inp["workers_gather_features"] else inp["batch_structure_bytes"]
+    if not inp["workers_per_rank"]:
+        return 0
+    return inp["ranks"] * (inp["dataset_copy_per_rank_bytes"] + inp["batches_waiting_per_rank"] * per_batch)
+
+
 def preflight(cfg: RunConfig, env: dict, graph_meta: dict) -> dict:
     """Shared-memory and open-files needs of loader workers and the modelled peak host memory
     of the whole process tree (runners.memory); warn, never refuse."""
     from runners import memory
 
     warnings = []
+    model = memory.model_peak(cfg, graph_meta)
     if cfg.workers > 0:
-        # Each worker keeps up to prefetch_factor (2) batches in flight in shared memory; a
-        # batch carries the features of every sampled node.
-        fan = 1
-        reach = cfg.batch_size
-        for f in cfg.fanouts:
-            fan *= max(f, 1) if f > 0 else 50
-            reach += cfg.batch_size * fan
-        nodes = min(reach, graph_meta.get("num_nodes", reach))
-        batch_bytes = nodes * (graph_meta.get("num_features", 0) * 4 + 16)
-        need_shm = batch_bytes * 2 * cfg.workers * cfg.devices
+        need_shm = shm_need(model)
         need_fds = 64 * cfg.workers * cfg.devices
-        if env.get("shm_bytes") is not None and need_shm > env["shm_bytes"] * 0.5:
+        shm_free = env.get("shm_free_bytes")
+        if shm_free is not None and need_shm > shm_free:
+            size = memory.fmt_bytes(env.get("shm_bytes"))
+            warnings.append(f"/dev/shm has {memory.fmt_bytes(shm_free)} free (of {size})"
+                            f" but the loader workers may need about {memory.fmt_bytes(need_shm)} of it (upper "
+                            "estimate): expect workers to die of SIGBUS or 'No space left on device'; enlarge "
+                            "/dev/shm (docker --shm-size), or use fewer workers or smaller batches")
+        elif env.get("shm_bytes") is not None and need_shm > env["shm_bytes"] * 0.5:
             warnings.append(f"/dev/shm is {env['shm_bytes'] / 2**20:.0f} MiB; workers may need about "
                             f"{need_shm / 2**20:.0f} MiB of it (upper estimate)")
         if env["open_files_limit"] < need_fds:
             warnings.append(f"open-files limit {env['open_files_limit']} is below an estimated {need_fds} "
                             "descriptors for shared tensors; raise `ulimit -n`")
-        result = {"shm_bytes": env.get("shm_bytes"), "shm_needed_estimate_bytes": need_shm,
-                  "open_files_limit": env["open_files_limit"], "fds_needed_estimate": need_fds}
+        result = {"shm_bytes": env.get("shm_bytes"), "shm_free_bytes": shm_free,
+                  "shm_needed_estimate_bytes": need_shm, "open_files_limit": env["open_files_limit"],
+                  "fds_needed_estimate": need_fds}
     else:
         result = {"shm_bytes": env.get("shm_bytes"), "open_files_limit": env["open_files_limit"]}
-    model = memory.model_peak(cfg, graph_meta)
     result["memory_model"] = model
     result["memory_model_bytes"] = model["total_bytes"]
     result["memory_limit_bytes"] = cfg.memory_limit_bytes or None
@@ -318,6 +362,47 @@ def preflight(cfg: RunConfig, env: dict, graph_meta: dict) -> dict:
     for w in warnings:
         print(f"[gnnscale] pre-flight warning: {w}", flush=True)
     return result
+
+
+# What a run writes into its directory, per unit, from tiny CPU runs' directories with about 2x
+# to spare: a steps.csv row per step and rank; per epoch and rank its epochs.csv, validation.csv
+# and result.json records and a progress line; per process its stack dumps and records; per
+# second of the time limit a CPU sample per process (cpu.csv) and two timeline lines per rank
+# (heartbeats/timeline.jsonl); and the fixed files (logs, config, result.json's body).
+OUTPUT_BYTES = {"fixed": 2**20, "per_process": 2**15, "per_rank_epoch": 2**10, "per_rank_step": 2**9,
+                "per_line": 2**7}
+
+
+def expected_output(cfg: RunConfig, graph_meta: dict) -> dict:
+    """An upper estimate of the bytes the run writes into its directory, with its terms, and
+    the least any run needs to start and record a result (the fixed and per-process terms).
+    Epochs cut short by the time limit make it an over-estimate: a warning, not a refusal."""
+    steps = math.ceil(graph_meta.get("num_train", 0) / cfg.world_size / cfg.batch_size)
+    if cfg.max_steps_per_epoch:
+        steps = min(steps, cfg.max_steps_per_epoch)
+    procs = 1 + cfg.devices * (1 + cfg.workers)  # the torchrun agent, ranks and loader workers
+    lines_per_s = procs / cfg.cpu_sample_interval_s + cfg.devices * 2
+    terms = {"fixed": OUTPUT_BYTES["fixed"], "processes": procs * OUTPUT_BYTES["per_process"],
+             "epochs": cfg.devices * cfg.epochs * OUTPUT_BYTES["per_rank_epoch"],
+             "steps": cfg.devices * steps * cfg.epochs * OUTPUT_BYTES["per_rank_step"],
+             "samples": int(lines_per_s * cfg.time_limit_s * OUTPUT_BYTES["per_line"])}
+    return {"expected_bytes": sum(terms.values()), "least_bytes": terms["fixed"] + terms["processes"],
+            "terms_bytes": terms, "steps_per_epoch": steps}
+
+
+def report_disk_full(out: Path, exc: OSError) -> int:
+    """The one line a run ends with when a write failed for lack of space; EXIT_DISK_FULL."""
+    from runners.memory import fmt_bytes
+
+    try:
+        u = shutil.disk_usage(out)
+        space = f"{fmt_bytes(u.free)} free of {fmt_bytes(u.total)}"
+    except OSError:
+        space = "free space unknown"
+    print(f"[gnnscale] error: {exc.strerror or exc}: could not write {exc.filename or out} ({space} on its "
+          "filesystem); stopped the run, no result was recorded; free space or choose another --out, then "
+          "rerun", file=sys.stderr, flush=True)
+    return EXIT_DISK_FULL
 
 
 def memory_section(out: Path, local_ranks: list, cfg: RunConfig, pre: dict, cgroup_stats, leftover) -> dict:
@@ -446,6 +531,7 @@ def main(argv=None) -> int:
     identity = cfg.identity(graph.content_hash)
     graph_meta = {"num_nodes": graph.num_nodes, "num_edges": graph.num_edges,
                   "num_features": graph.num_features, "num_classes": graph.num_classes,
+                  "num_train": len(graph.train_idx),
                   "dataset_bytes": int(sum(a.nbytes for a in (graph.indptr, graph.indices, graph.features,
                                                              graph.labels))),
                   "adjacency_bytes": int(graph.indptr.nbytes + graph.indices.nbytes)}
@@ -455,17 +541,41 @@ def main(argv=None) -> int:
     del graph
 
     out = Path(cfg.out)
-    clear_run_dir(out)
-    for sub in ("heartbeats", "logs", "stacks"):
-        (out / sub).mkdir(parents=True, exist_ok=True)
-    if cfg.master_port == 0:
-        cfg.master_port = free_port()
-    config_path = out / "config.json"
-    cfg.save(config_path)
-    rerun = ["python", "-m", "runners.run"] + argv
-    (out / "command.sh").write_text("#!/bin/sh\n# reruns this configuration\ncd " + shlex.quote(
-        str(envinfo.REPO_ROOT)) + " && " + shlex.join(rerun) + "\n")
+    from runners.memory import fmt_bytes
+
+    try:
+        clear_run_dir(out)
+        for sub in ("heartbeats", "logs", "stacks"):
+            (out / sub).mkdir(parents=True, exist_ok=True)
+        space = expected_output(cfg, graph_meta)
+        space["free_bytes"] = shutil.disk_usage(out).free
+        if space["free_bytes"] < space["least_bytes"]:
+            print(f"error: --out {out}: its filesystem has {fmt_bytes(space['free_bytes'])} free but a run needs "
+                  f"about {fmt_bytes(space['least_bytes'])} to start and record its result (this one up to about "
+                  f"{fmt_bytes(space['expected_bytes'])}); free space or choose another --out", file=sys.stderr,
+                  flush=True)
+            return 2
+        if cfg.master_port == 0:
+            cfg.master_port = free_port()
+        config_path = out / "config.json"
+        cfg.save(config_path)
+        rerun = ["python", "-m", "runners.run"] + argv
+        (out / "command.sh").write_text("#!/bin/sh\n# reruns this configuration\ncd " + shlex.quote(
+            str(envinfo.REPO_ROOT)) + " && " + shlex.join(rerun) + "\n")
+        log = open(out / "logs" / "launcher.log", "w")
+    except OSError as exc:
+        if not disk_full(exc):
+            raise
+        return report_disk_full(out, exc)
     pre = preflight(cfg, env, graph_meta)
+    pre["output"] = space
+    if space["free_bytes"] < space["expected_bytes"]:
+        pre["warnings"].append(
+            f"--out's filesystem has {fmt_bytes(space['free_bytes'])} free; this run may write up to about "
+            f"{fmt_bytes(space['expected_bytes'])} (upper estimate: " + ", ".join(
+                f"{k} {fmt_bytes(v)}" for k, v in space["terms_bytes"].items()) + "); if it fills up, the run "
+            "is stopped without a result (exit 3)")
+        print(f"[gnnscale] pre-flight warning: {pre['warnings'][-1]}", flush=True)
 
     local_ranks = list(range(cfg.node_rank * cfg.devices, (cfg.node_rank + 1) * cfg.devices))
     child_env = dict(os.environ)
@@ -490,10 +600,10 @@ def main(argv=None) -> int:
     cmd = launch_command(cfg, config_path)
     print(f"[gnnscale] launching {cfg.framework}/{cfg.model} devices={cfg.devices} batch={cfg.batch_size} "
           f"workers={cfg.workers} dataset={cfg.dataset} epochs={cfg.epochs} -> {out}", flush=True)
-    from runners.watchdog import Outcome, Supervisor
+    from runners.watchdog import Interruption, Outcome, Supervisor, process_tree, stop_tree
 
-    log = open(out / "logs" / "launcher.log", "w")
     cgroup = None
+    interruption = Interruption().install()  # from here on a signal stops the run, keeping the result
     try:
         preexec = None
         if cfg.memory_limit_bytes:
@@ -510,19 +620,31 @@ def main(argv=None) -> int:
                                     "ranks": [], "evidence": [str(exc)]})
         proc = None
     if proc is not None:
-        pump = threading.Thread(target=_pump, args=(proc.stdout, log, sys.stdout), daemon=True)
+        write_errors: list = []
+        mute = threading.Event()
+        pump = threading.Thread(target=_pump, args=(proc.stdout, log, sys.stdout, write_errors, mute), daemon=True)
         pump.start()
-        supervisor = Supervisor(cfg, out, proc, local_ranks, launch_t)
-        supervisor.cgroup = cgroup
+        supervisor = None
         try:
+            supervisor = Supervisor(cfg, out, proc, local_ranks, launch_t)
+            supervisor.cgroup, supervisor.interruption = cgroup, interruption
+            supervisor.write_errors, supervisor.mute = write_errors, mute
             outcome = supervisor.run()
-        except KeyboardInterrupt:
-            from runners.watchdog import process_tree, stop_tree
-
-            stop_tree(process_tree(proc.pid), cfg.kill_grace_s)
+        except OSError as exc:
+            if not disk_full(exc):
+                raise
+            mute.set()
+            seen = list(supervisor.seen.values()) if supervisor else []
+            stop_tree(list({p.pid: p for p in process_tree(proc.pid) + seen}.values()), cfg.kill_grace_s)
             if cgroup is not None:
                 cgroup.remove()
-            raise
+            # Closed now, unflushed writes are dropped; else they fail again, with a traceback each, at exit.
+            for f in (log, getattr(supervisor, "timeline", None)):
+                try:
+                    f and f.close()
+                except OSError:
+                    pass
+            return report_disk_full(out, exc)
         pump.join(timeout=5)
     log.close()
     cgroup_stats, cgroup_leftover = None, []
@@ -594,9 +716,17 @@ def main(argv=None) -> int:
                   "ranks": {r: {k: f"rank{r}/{k}.csv" for k in ("steps", "epochs", "cpu", "validation")}
                             for r in local_ranks}},
     }
-    write_result(out, result)
-    print_summary(result)
-    return 0
+    try:
+        write_result(out, result)
+    except OSError as exc:
+        if not disk_full(exc):
+            raise
+        return report_disk_full(out, OSError(exc.errno, exc.strerror, str(out / "result.json")))
+    try:
+        print_summary(result)
+    except BrokenPipeError:  # nobody reads our output any more (a Ctrl-C'd `| tee`)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return EXIT_SIGNAL_BASE + interruption.signum if outcome.status == "interrupted" else 0
 
 
 def print_summary(result: dict) -> None:

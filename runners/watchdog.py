@@ -6,7 +6,8 @@ step seen so far)` (before the first step: the start-up timeout). It then captur
 Python stacks of every rank and every loader worker (py-spy, with faulthandler via SIGUSR1
 as a fallback), stops the whole process tree (SIGTERM, then SIGKILL after a grace period)
 and explains what it saw. Every process of the run is tracked from the start, so none is
-left behind whatever the outcome.
+left behind whatever the outcome. A SIGTERM or SIGINT to the launcher (Ctrl-C, Snakemake,
+a scheduler's time limit) stops the tree the same way, at the next poll (see Interruption).
 """
 
 from __future__ import annotations
@@ -78,8 +79,23 @@ CAUSES = {
         "dataset path; raise --startup-timeout for very large datasets",
     ),
     "shm_exhausted": (
-        "shared memory (/dev/shm) is (nearly) full: loader workers pass batches through it",
-        "enlarge /dev/shm (docker --shm-size), use fewer workers or smaller batches",
+        "shared memory (/dev/shm) ran out: loader workers hand every batch to their rank through "
+        "/dev/shm, and a worker writing into a full one dies of SIGBUS or fails with 'No space left "
+        "on device'",
+        "enlarge /dev/shm (`docker run --shm-size=2g`, or remount it larger), or need less of it: "
+        "fewer loader workers per rank (--workers 0 passes no batch through /dev/shm), smaller "
+        "batches or fan-outs; `df -h /dev/shm` shows its size and what is free",
+    ),
+    "disk_full": (
+        "the filesystem of the run directory ran out of space (or quota): a rank could not write "
+        "its records",
+        "free space there or point --out at a filesystem with room (`df -h` on the run directory)",
+    ),
+    "interrupted": (
+        "the launcher was stopped from outside by a signal before the run finished (Ctrl-C, kill, "
+        "Snakemake cancelling its jobs, a scheduler's time limit or preemption)",
+        "rerun the command (a Snakemake rerun redoes the run); on a cluster, raise the job's time "
+        "limit if it was reached",
     ),
     "fd_limit": (
         "too many open file descriptors for shared tensors",
@@ -116,6 +132,53 @@ CAUSES = {
         "raise --time-limit or reduce epochs/dataset size",
     ),
 }
+
+
+class Interruption:
+    """SIGTERM and SIGINT to the launcher, noted by a handler and acted on by the supervisor's
+    loop at its next poll, so no exception lands in the middle of a write. Python's handlers
+    are not told who sent a signal; `context` records what can be known instead."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self):
+        self.signum = None
+        self.received_t = None
+        self.count = 0
+
+    def install(self) -> "Interruption":
+        for s in self.SIGNALS:
+            if signal.getsignal(s) is not signal.SIG_IGN:  # `nohup`, a background job's SIGINT
+                signal.signal(s, self._note)
+        return self
+
+    def _note(self, signum, frame) -> None:
+        self.count += 1  # a second Ctrl-C must not cut the clean-up short
+        if self.signum is None:
+            self.signum, self.received_t = signum, time.time()
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name
+
+    def context(self) -> dict:
+        """The launcher's ancestors and a SLURM job around it: who may have sent the signal."""
+        ctx = {"signal": self.name, "number": self.signum, "count": self.count,
+               "sender": "unknown (a Python signal handler is not told which process sent the signal)"}
+        chain = []
+        try:
+            p = psutil.Process(os.getpid()).parent()
+            while p is not None and len(chain) < 4:
+                chain.append({"pid": p.pid, "name": p.name(), "cmdline": " ".join(p.cmdline())[:300]})
+                p = p.parent()
+        except psutil.Error:
+            pass
+        ctx["launcher_ancestors"] = chain
+        slurm = {k: os.environ[k] for k in ("SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_JOB_NAME",
+                                            "SLURM_JOB_PARTITION") if k in os.environ}
+        if slurm:
+            ctx["slurm"] = slurm
+        return ctx
 
 
 @dataclass
@@ -204,6 +267,9 @@ class Supervisor:
     """Watches one torchrun process tree until it ends or must be stopped."""
 
     cgroup = None  # a runners.memory.MemoryCgroup when the tree runs under --memory-limit
+    interruption = None  # an installed Interruption: a signal to the launcher stops the run
+    write_errors = None  # a list the launcher's log pump appends a failed write (OSError) to
+    mute = None  # a threading.Event that stops the log pump's echo on the terminal
 
     def __init__(self, cfg, out: Path, proc: subprocess.Popen, local_ranks: list, launch_t: float):
         self.cfg, self.out, self.proc, self.launch_t = cfg, Path(out), proc, launch_t
@@ -211,6 +277,7 @@ class Supervisor:
         self.seen: dict = {}  # pid -> psutil.Process, every process of the run ever seen
         self.ledger = ProcessLedger()
         self.max_step_s = 0.0
+        self.shm_peak = None  # (used, total, seconds after launch) of /dev/shm at its fullest
         self.timeline = open(self.out / "heartbeats" / "timeline.jsonl", "a")
 
     # -- observation ---------------------------------------------------------------------
@@ -218,6 +285,9 @@ class Supervisor:
         for p in process_tree(self.proc.pid):
             self.seen.setdefault(p.pid, p)
         self.ledger.observe(list(self.seen), time.time())
+        shm = shm_usage()
+        if shm and (self.shm_peak is None or shm[0] > self.shm_peak[0]):
+            self.shm_peak = (shm[0], shm[1], round(time.time() - self.launch_t, 2))
         if self.cgroup is not None:
             self._watch_oom()
 
@@ -271,11 +341,16 @@ class Supervisor:
         from runners.memory import uptime_s
 
         self.launch_uptime = (uptime_s() or 0.0) - (time.time() - self.launch_t)
-        return apply_oom(self._supervise(), self)
+        outcome = self._supervise()
+        return outcome if outcome.status == "interrupted" else apply_oom(outcome, self)
 
     def _supervise(self) -> Outcome:
         while True:
             now = time.time()
+            if self.interruption is not None and self.interruption.signum is not None:
+                return self._interrupted()
+            if self.write_errors:
+                raise self.write_errors[0]  # the launcher stops the tree and reports it
             self._track_processes()
             self._poll_heartbeats(now)
             rc = self.proc.poll()
@@ -305,7 +380,7 @@ class Supervisor:
             rc = self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             rc = None
-        status, diagnosis = classify_exit(self.out, 0, sorted(self.watch))
+        status, diagnosis = classify_exit(self.out, 0, sorted(self.watch), self.shm_peak)
         self.timeline.close()
         outcome = Outcome(status, diagnosis, returncode=rc, killed_by_watchdog=True, survivors=survivors)
         outcome.note = f"every rank finished but the process tree had not exited after {EXIT_GRACE_S:.0f} s; stopped it"
@@ -315,10 +390,29 @@ class Supervisor:
         self._write_ledger()  # before the leftovers are stopped: their deaths are not evidence
         leftovers = [p for p in self.seen.values() if _alive(p)]
         survivors = stop_tree(leftovers, self.cfg.kill_grace_s) if leftovers else []
-        status, diagnosis = classify_exit(self.out, rc, sorted(self.watch))
+        status, diagnosis = classify_exit(self.out, rc, sorted(self.watch), self.shm_peak)
         self.timeline.close()
         return Outcome(status, diagnosis, returncode=rc, orphans_killed=[p.pid for p in leftovers],
                        survivors=survivors)
+
+    def _interrupted(self) -> Outcome:
+        """The launcher got SIGTERM/SIGINT: stop the tree at once (no stacks: the cause is known
+        and a scheduler's grace period is short) and say how far every rank got."""
+        sig = self.interruption
+        if self.mute is not None:
+            self.mute.set()
+        self._track_processes()
+        self._write_ledger()
+        survivors = stop_tree([p for p in self.seen.values() if _alive(p)], self.cfg.kill_grace_s)
+        try:
+            rc = self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            rc = None
+        self.timeline.close()
+        after = sig.received_t - self.launch_t
+        diagnosis = diagnose_interruption(self.out, sig, self.watch, after)
+        return Outcome("interrupted", diagnosis, detected_after_s=after, returncode=rc, killed_by_watchdog=True,
+                       survivors=survivors, note=f"stopped on {sig.name} to the launcher")
 
     def _stop(self, status: str, stalled, now: float) -> Outcome:
         detected_after = now - self.launch_t
@@ -547,7 +641,7 @@ def _rule_timeout(ev):
 
 
 def _rule_startup(ev):
-    if all(x["phase"] == "starting" for x in ev["ranks"]):
+    if all(x["phase"] == "starting" for x in ev["ranks"]) and not any(is_frozen(x) for x in ev["ranks"]):
         return "startup_hang", None, []
 
 
@@ -562,6 +656,15 @@ def _rule_shm(ev):
     shm = ev.get("shm")
     if shm and shm[1] and shm[0] / shm[1] > 0.95:
         return "shm_exhausted", None, [f"/dev/shm {shm[0] / 2**20:.0f} MiB used of {shm[1] / 2**20:.0f} MiB"]
+
+
+def _rule_frozen_rank(ev):
+    # Process evidence outranks the phase: a rank stopped while it waits for its loader is
+    # the culprit, not its (healthy) worker.
+    frozen = [x for x in ev["ranks"] if x.get("phase") not in ("done", "failed") and is_frozen(x)]
+    if frozen:
+        x = min(frozen, key=progress_key)
+        return "stalled_rank", x["rank"], [f"rank {x['rank']} is frozen: {_describe(x)}"]
 
 
 def _rule_stalled_worker(ev):
@@ -585,7 +688,7 @@ def _rule_mismatch(ev):
 
 
 # Evidence-based priority list: the first rule whose evidence holds names the cause.
-STOP_RULES = [_rule_timeout, _rule_startup, _rule_uneven, _rule_shm, _rule_stalled_worker,
+STOP_RULES = [_rule_timeout, _rule_startup, _rule_uneven, _rule_frozen_rank, _rule_shm, _rule_stalled_worker,
               _rule_stalled_rank, _rule_mismatch]
 
 
@@ -657,6 +760,45 @@ def diagnose_stop(out: Path, status: str, stalled, watch: dict, states: dict, st
     return {"summary": summary, "cause": key, "cause_text": cause, "remedy": remedy, "evidence": evidence,
             "ranks": ranks, "workers": ev["workers"], "culprit_rank": culprit, "stack_files": stacks,
             "threshold_s": round(threshold, 2)}
+
+
+def _csv_rows(path: Path) -> int:
+    try:
+        with open(path) as fh:
+            return max(0, sum(1 for _ in fh) - 1)
+    except OSError:
+        return 0
+
+
+def diagnose_interruption(out: Path, sig: Interruption, watch: dict, after_s: float) -> dict:
+    """Say which signal stopped the run, what may have sent it and what was measured before it."""
+    ctx = sig.context()
+    ranks = []
+    for r, w in sorted(watch.items()):
+        # The ranks ran on until the tree was stopped: their last heartbeat, not the last poll's.
+        hb = (read_heartbeat(out / "heartbeats" / f"rank{r}.hb") or w.heartbeat
+              or {"epoch": -1, "step": -1, "phase": "starting", "pid": None})
+        ranks.append({"rank": r, "pid": hb.get("pid"), "epoch": hb["epoch"], "step": hb["step"],
+                      "phase": hb["phase"], "blocked_in": PHASE_BLOCKED_IN.get(hb["phase"], hb["phase"])})
+    steps = sum(_csv_rows(out / f"rank{r}" / "steps.csv") for r in watch)
+    epochs = min((_csv_rows(out / f"rank{r}" / "epochs.csv") for r in watch), default=0)
+    cause, remedy = CAUSES["interrupted"]
+    evidence = [f"{sig.name} to the launcher {after_s:.1f} s after launch; sender: {ctx['sender']}"]
+    if ctx["launcher_ancestors"]:
+        evidence.append("the launcher's parents: " + " <- ".join(
+            f"{a['name']} (pid {a['pid']})" for a in ctx["launcher_ancestors"]))
+    if ctx.get("slurm"):
+        evidence.append(f"inside SLURM job {ctx['slurm'].get('SLURM_JOB_ID')}: SLURM sends SIGTERM at the time "
+                        "limit, on preemption and on scancel (`sacct -j JOB` says which)")
+    evidence.append(f"measured before the signal: {epochs} finished epoch(s) per rank, {steps} step(s) in "
+                    "rank*/steps.csv (the steps of an unfinished epoch are written when it ends, so they are lost)")
+    evidence += [f"rank {x['rank']}: epoch {x['epoch']} step {x['step']} phase '{x['phase']}'" for x in ranks]
+    summary = (f"interrupted: {sig.name} to the launcher {after_s:.1f} s after launch stopped the run; "
+               f"{epochs} epoch(s) and {steps} step(s) were measured before it; rank progress: "
+               + ", ".join(f"r{x['rank']} e{x['epoch']} s{x['step']} {x['phase']}" for x in ranks))
+    return {"summary": summary, "cause": "interrupted", "cause_text": cause, "remedy": remedy,
+            "evidence": evidence, "ranks": ranks, "culprit_rank": None, "signal": ctx,
+            "detected_after_s": round(after_s, 2)}
 
 
 def shm_usage():
@@ -818,9 +960,10 @@ COLLECTIVE_TIMEOUT = re.compile(
 WORKER_FAILED = re.compile(r"DataLoader worker .*(killed|exited unexpectedly)")
 
 
-def exit_evidence(out: Path, rc: int, local_ranks: list) -> dict:
+def exit_evidence(out: Path, rc: int, local_ranks: list, shm_peak=None) -> dict:
     """What a run that ended by itself left behind: rank records, errors, torchrun's log,
-    final heartbeats and the supervisor's ledger of process deaths (processes.json)."""
+    final heartbeats, the supervisor's ledger of process deaths (processes.json), /dev/shm at
+    its fullest during the run and the space left on the run directory's filesystem."""
     infos = {r: _read_json(out / f"rank{r}" / "rank.json") or {} for r in local_ranks}
     errors = {r: e for r in local_ranks if (e := _read_json(out / f"rank{r}" / "error.json"))}
     try:
@@ -841,9 +984,15 @@ def exit_evidence(out: Path, rc: int, local_ranks: list) -> dict:
     # Ranks that only lost their peer are victims: the first error of another kind is the cause.
     primary = [e for e in errors.values() if not PEER_LOST.search(e["message"]) or e.get("worker_failure")]
     first = min(primary or errors.values(), key=lambda e: e.get("time", 0)) if errors else None
+    try:
+        disk = shutil.disk_usage(out)
+        disk = (disk.used, disk.total, disk.free)
+    except OSError:
+        disk = None
     return {"rc": rc, "ranks": ranks, "errors": errors, "primary": primary, "first": first, "log": log,
             "codes": codes, "ledger": _read_json(out / "processes.json") or [],
-            "counts": next((i.get("steps_per_rank") for i in infos.values() if i.get("steps_per_rank")), None)}
+            "counts": next((i.get("steps_per_rank") for i in infos.values() if i.get("steps_per_rank")), None),
+            "shm_peak": shm_peak, "disk": disk}
 
 
 def _error_text(e: dict) -> str:
@@ -902,6 +1051,51 @@ def _exit_collective_timeout(ev):
     return "collective_timeout", culprit, [f"PyTorch's collective timeout fired: '{hit.group(0)}'"] + why
 
 
+# PyTorch's words (torch 2.2) for a loader that ran out of /dev/shm: its shared-memory allocator
+# failing to fill or map a /torch_* file, the worker's own SIGBUS handler, and the loader's
+# report of a worker killed by SIGBUS.
+SHM_ERROR = re.compile(r"unable to (?:write to|mmap \d+ bytes from) file </torch_[^>]*>[^\n]{0,80}"
+                       r"|insufficient shared memory \(shm\)|out of shared memory|killed by signal: Bus error")
+NO_SPACE = re.compile(r"No space left on device|Disk quota exceeded")
+FULL = 0.95  # /dev/shm this full (by any process) leaves a loader's next batch no room
+
+
+def shm_exhaustion(ev) -> tuple:
+    """(culprit rank or None, evidence) that /dev/shm ran out; empty evidence when nothing says so.
+
+    A worker killed by SIGBUS, or PyTorch's shared-memory error text, is direct evidence; a
+    bare 'No space left on device' counts only when /dev/shm was seen full during the run (it
+    is also what a full disk says)."""
+    evidence, culprit = [], None
+    for d in worker_deaths(ev):
+        if d.get("signal") == "SIGBUS":
+            culprit = d["rank"] if culprit is None else culprit
+            evidence.append(f"loader worker {d['role']} (pid {d['pid']}) was killed by SIGBUS (seen by "
+                            f"{' and '.join(d['seen_by'])}): what a write into a full /dev/shm gets")
+    peak = ev.get("shm_peak")
+    full = bool(peak and peak[1] and peak[0] >= FULL * peak[1])
+    for r, e in sorted(ev["errors"].items()):
+        text = _error_text(e)
+        m = SHM_ERROR.search(text) or (NO_SPACE.search(text) if full else None)
+        if m:
+            culprit = r if culprit is None else culprit
+            evidence.append(f"rank {r}: '{m.group(0)[:200]}'")
+    m = SHM_ERROR.search(ev["log"])
+    if m and not evidence:
+        evidence.append(f"torchrun's log: '{m.group(0)[:200]}'")
+    if evidence and peak:
+        # Sampled every poll: the allocation that failed was freed at once, so this is a floor.
+        evidence.append(f"/dev/shm at its fullest the watchdog saw (every {POLL_S} s): {peak[0] / 2**20:.1f} MiB "
+                        f"used of {peak[1] / 2**20:.1f} MiB, {peak[2]} s after launch")
+    return culprit, evidence
+
+
+def _exit_shm(ev):
+    culprit, evidence = shm_exhaustion(ev)
+    if evidence:
+        return "shm_exhausted", culprit, evidence
+
+
 def _exit_dead_worker(ev):
     failed_at = rank_failure_times(ev)
     first_failure = min(failed_at.values()) if failed_at else None
@@ -917,12 +1111,21 @@ def _exit_dead_worker(ev):
         return "dead_worker", first["rank"], [f"rank {first['rank']}: {first.get('worker_failure') or first['message'][:300]}"]
 
 
+DISK_LOW_BYTES = 2**20  # below this much free space a filesystem counts as full
+
+
 def _exit_error_text(ev):
     first = ev["first"]
     if not first:
         return None
     text = _error_text(first)
-    if re.search(r"No space left on device|/dev/shm|Bus error", text):
+    if NO_SPACE.search(text):
+        disk = ev.get("disk")
+        if disk and disk[2] < DISK_LOW_BYTES:
+            return "disk_full", first["rank"], [f"the run directory's filesystem has {disk[2] / 2**10:.0f} KiB "
+                                                f"free of {disk[1] / 2**20:.1f} MiB"]
+        return "shm_exhausted", first["rank"], []
+    if re.search(r"/dev/shm|Bus error", text):
         return "shm_exhausted", first["rank"], []
     if "Too many open files" in text:
         return "fd_limit", first["rank"], []
@@ -969,8 +1172,8 @@ def _exit_unexplained(ev):
 
 
 # Evidence-based priority list: the first rule whose evidence holds names the cause.
-EXIT_RULES = [_exit_uneven, _exit_collective_timeout, _exit_dead_worker, _exit_error_text, _exit_crash,
-              _exit_signal, _exit_dead_rank, _exit_unexplained]
+EXIT_RULES = [_exit_uneven, _exit_collective_timeout, _exit_shm, _exit_dead_worker, _exit_error_text,
+              _exit_crash, _exit_signal, _exit_dead_rank, _exit_unexplained]
 EXIT_STATUS = {"killed": "killed", "collective_timeout": "hang"}  # any other cause: 'crashed'
 
 
@@ -983,12 +1186,12 @@ def decide_exit(ev: dict):
     raise AssertionError("the last rule always applies")
 
 
-def classify_exit(out: Path, rc: int, local_ranks: list):
+def classify_exit(out: Path, rc: int, local_ranks: list, shm_peak=None):
     """Status and diagnosis of a run whose torchrun exited by itself."""
     infos = {r: _read_json(out / f"rank{r}" / "rank.json") or {} for r in local_ranks}
     if rc == 0 and all(i.get("finished") for i in infos.values()):
         return "ok", None
-    ev = exit_evidence(out, rc, local_ranks)
+    ev = exit_evidence(out, rc, local_ranks, shm_peak)
     key, culprit, evidence = decide_exit(ev)
     status = EXIT_STATUS.get(key, "crashed")
     evidence = list(evidence)

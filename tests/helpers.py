@@ -17,15 +17,25 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def runner_argv(out, framework="pyg", model="sage", devices=2, workers=0, epochs=2, batch_size=128,
+                dataset="tiny", extra=()) -> list:
+    """The command line of `python -m runners.run` for one configuration on the test datasets."""
+    return [sys.executable, "-m", "runners.run", "--framework", framework, "--model", model,
+            "--devices", str(devices), "--batch-size", str(batch_size), "--workers", str(workers),
+            "--dataset", dataset, "--epochs", str(epochs), "--fanouts", "6,5,4",
+            "--data-root", str(DATA_ROOT), "--out", str(out), *extra]
+
+
+def run_env() -> dict:
+    return {**os.environ, "PYTHONPATH": str(REPO)}
+
+
 def run_config(out, framework="pyg", model="sage", devices=2, workers=0, epochs=2, batch_size=128,
                dataset="tiny", extra=(), timeout=600):
     """Run `python -m runners.run` for real and return the CompletedProcess (stdout+stderr merged)."""
-    cmd = [sys.executable, "-m", "runners.run", "--framework", framework, "--model", model,
-           "--devices", str(devices), "--batch-size", str(batch_size), "--workers", str(workers),
-           "--dataset", dataset, "--epochs", str(epochs), "--fanouts", "6,5,4",
-           "--data-root", str(DATA_ROOT), "--out", str(out), *extra]
+    cmd = runner_argv(out, framework, model, devices, workers, epochs, batch_size, dataset, extra)
     return subprocess.run(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          timeout=timeout, env={**os.environ, "PYTHONPATH": str(REPO)})
+                          timeout=timeout, env=run_env())
 
 
 def steps_losses(path) -> list:

@@ -45,6 +45,14 @@ def all_tables(agg):
     return tables.all_tables(tables.add_experiment(agg.runs))
 
 
+def test_every_status_has_a_colour_a_severity_and_a_place_in_the_schema():
+    from analysis import STATUS_COLOURS, STATUS_SEVERITY, STATUSES
+
+    schema = json.loads((_runs.REPO / "runners" / "schemas" / "result.schema.json").read_text())
+    assert set(schema["properties"]["status"]["enum"]) == set(STATUSES) == set(STATUS_SEVERITY)
+    assert set(STATUSES) <= set(STATUS_COLOURS)
+
+
 def text_of(page_html: str) -> str:
     return html.unescape(re.sub(r"<[^>]+>", " ", page_html))
 

@@ -72,6 +72,28 @@ def test_rank_behind_waiting_for_its_loader_blames_the_worker():
     assert (key, culprit) == ("stalled_worker", 0) and "pid 42" in why[0]
 
 
+def test_rank_frozen_while_it_waits_for_its_loader_is_the_culprit_not_its_worker():
+    # A rank stopped from outside (SIGSTOP) while it waited for its next batch: its worker is
+    # healthy (sleeping with its prefetched batches); the process state names the rank.
+    ranks = [rank(0, 0, 3, "backward"), rank(1, 0, 3, "loading", state="stopped")]
+    worker = {"role": "rank1-worker0", "pid": 43, "status": "sleeping", "status_before": "sleeping"}
+    key, culprit, why = decide_stop(stop_ev(ranks, [worker]))
+    assert (key, culprit) == ("stalled_rank", 1)
+    assert "rank 1 is frozen" in why[0] and "stopped" in why[0]
+    # Uninterruptible sleep without CPU progress is process evidence too; with CPU progress it is not.
+    ranks = [rank(0, 0, 3, "backward"), rank(1, 0, 3, "loading", state="disk-sleep", cpu=0.0)]
+    assert decide_stop(stop_ev(ranks))[:2] == ("stalled_rank", 1)
+    ranks = [rank(0, 0, 3, "backward"), rank(1, 0, 3, "loading", state="disk-sleep", cpu=0.9)]
+    assert decide_stop(stop_ev(ranks))[:2] == ("stalled_worker", 1)
+
+
+def test_rank_frozen_during_startup_is_named_rather_than_a_startup_hang():
+    ranks = [rank(0, -1, -1, "starting"), rank(1, -1, -1, "starting", state="stopped")]
+    assert decide_stop(stop_ev(ranks))[:2] == ("stalled_rank", 1)
+    assert decide_stop(stop_ev([rank(0, -1, -1, "starting"), rank(1, -1, -1, "starting")]))[:2] == (
+        "startup_hang", None)
+
+
 def test_uneven_batches_outrank_everything_else():
     ranks = [rank(0, 0, 5, "backward"), rank(1, 0, 4, "epoch-sync", state="stopped")]
     assert decide_stop(stop_ev(ranks, counts=[6, 5]))[:2] == ("uneven_batches", 1)
@@ -140,6 +162,47 @@ def test_pytorch_collective_timeout_stays_a_hang_and_names_the_rank_behind():
     assert (key, culprit) == ("collective_timeout", 1)
     assert EXIT_STATUS[key] == "hang"
     assert "Watchdog caught collective operation timeout" in why[0] and "behind" in why[1]
+
+
+# -- shared memory and disk space -------------------------------------------------------------
+BUS = "DataLoader worker (pid(s) 700) exited unexpectedly"
+
+
+def test_worker_killed_by_sigbus_is_shared_memory_exhaustion_not_a_dead_worker():
+    # A loader worker writing a batch into a full /dev/shm (tmpfs) dies of SIGBUS.
+    ev = exit_ev(errors=[error(1, 100.0, "RuntimeError", BUS), error(0, 101.0, "RuntimeError", PEER)],
+                 ledger=[{"pid": 700, "role": "rank1-worker1", "last_alive": 99.0, "dead_seen": 99.5,
+                          "signal": "SIGBUS"}])
+    ev["shm_peak"] = (4 * 2**20, 4 * 2**20, 12.5)
+    key, culprit, why = decide_exit(ev)
+    assert (key, culprit) == ("shm_exhausted", 1)
+    assert "rank1-worker1" in why[0] and "SIGBUS" in why[0]
+    assert "/dev/shm at its fullest the watchdog saw" in why[-1] and "4.0 MiB used of 4.0 MiB" in why[-1]
+    # The same death by SIGKILL (the OOM killer) stays a dead worker.
+    ev["ledger"][0]["signal"] = "SIGKILL"
+    assert decide_exit(ev)[:2] == ("dead_worker", 1)
+
+
+def test_pytorch_shared_memory_errors_are_shm_exhaustion():
+    for message in ("unable to write to file </torch_4242_1608512961_0>: No space left on device (28)",
+                    "DataLoader worker (pid 801) is killed by signal: Bus error. It is possible that "
+                    "dataloader's workers are out of shared memory. Please try to raise your shared memory limit."):
+        ev = exit_ev(errors=[error(0, 100.0, "RuntimeError", message), error(1, 101.0, "RuntimeError", PEER)])
+        key, culprit, why = decide_exit(ev)
+        assert (key, culprit) == ("shm_exhausted", 0), message
+        assert why[0].startswith("rank 0: '")
+
+
+def test_no_space_left_is_shm_only_with_shm_evidence_and_a_full_disk_otherwise():
+    nospace = "[Errno 28] No space left on device"
+    ev = exit_ev(errors=[error(1, 100.0, "OSError", nospace)])
+    ev["disk"] = (8 * 2**20, 8 * 2**20, 0)  # the run directory's filesystem: nothing free
+    key, culprit, why = decide_exit(ev)
+    assert (key, culprit) == ("disk_full", 1) and "0 KiB free of 8.0 MiB" in why[0]
+    ev["shm_peak"] = (63 * 2**20, 64 * 2**20, 3.0)  # /dev/shm was full during the run
+    assert decide_exit(ev)[:2] == ("shm_exhausted", 1)
+    ev["shm_peak"], ev["disk"] = (2**20, 64 * 2**20, 3.0), (2**30, 2**31, 2**30)
+    assert decide_exit(ev)[:2] == ("shm_exhausted", 1)  # neither is full: as before, the shared memory
 
 
 def test_rank_gone_before_the_others_lost_it_is_the_dead_rank():

@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 from runners.config import RunConfig
-from runners.run import preflight
+from runners.run import expected_output, preflight
 from tests.helpers import REPO
 
 
@@ -40,3 +40,37 @@ def test_preflight_warns_about_small_shm_and_fd_limit():
                              epochs=1, out="/tmp/x"), {"shm_bytes": 24 * 2**30, "open_files_limit": 20000},
                    {"num_nodes": 2000, "num_features": 32})
     assert ok["warnings"] == []
+
+
+def test_preflight_warns_when_the_shared_memory_need_exceeds_what_is_free():
+    # The small graph: PyG, 2 ranks x 2 workers, batches of 512 seeds (about 36 MiB modelled).
+    meta = {"num_nodes": 6000, "num_edges": 60000, "num_features": 64, "num_classes": 10,
+            "dataset_bytes": 2 * 2**20, "adjacency_bytes": 2**19}
+    cfg = RunConfig(framework="pyg", model="sage", devices=2, batch_size=512, workers=2, dataset="small",
+                    epochs=1, out="/tmp/x", fanouts=[6, 5, 4])
+    env = {"shm_bytes": 2**30, "shm_free_bytes": 4 * 2**20, "open_files_limit": 20000}
+    pre = preflight(cfg, env, meta)
+    assert pre["shm_needed_estimate_bytes"] > 4 * 2**20 and pre["shm_free_bytes"] == 4 * 2**20
+    assert len(pre["warnings"]) == 1
+    assert pre["warnings"][0].startswith("/dev/shm has 4.00 MiB free (of 1.00 GiB)")
+    assert "--shm-size" in pre["warnings"][0] and "fewer workers" in pre["warnings"][0]
+    # Half of /dev/shm is free and that is enough: no warning. Without workers nothing is needed.
+    assert preflight(cfg, dict(env, shm_free_bytes=2**29), meta)["warnings"] == []
+    no_workers = RunConfig(framework="pyg", model="sage", devices=2, batch_size=512, workers=0, dataset="small",
+                           epochs=1, out="/tmp/x", fanouts=[6, 5, 4])
+    assert preflight(no_workers, env, meta)["warnings"] == []
+
+
+def test_expected_output_grows_with_steps_epochs_and_the_time_limit():
+    cfg = RunConfig(framework="pyg", model="sage", devices=2, batch_size=128, workers=1, dataset="tiny", epochs=4,
+                    out="/tmp/x", fanouts=[6, 5, 4], time_limit_s=100)
+    base = expected_output(cfg, {"num_train": 1300})
+    assert base["steps_per_epoch"] == 6  # 1300 seeds / 2 ranks / 128 per batch, rounded up
+    assert base["least_bytes"] < base["expected_bytes"] == sum(base["terms_bytes"].values())
+    cfg.epochs, cfg.time_limit_s = 8, 200
+    more = expected_output(cfg, {"num_train": 1300})
+    assert more["terms_bytes"]["steps"] == 2 * base["terms_bytes"]["steps"]
+    assert more["terms_bytes"]["samples"] == 2 * base["terms_bytes"]["samples"]
+    assert more["least_bytes"] == base["least_bytes"]
+    cfg.max_steps_per_epoch = 2
+    assert expected_output(cfg, {"num_train": 1300})["steps_per_epoch"] == 2

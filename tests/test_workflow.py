@@ -354,6 +354,7 @@ def test_slow_end_to_end_minimal_sweep(tmp_path):
     res = snakemake("--configfile", minimal, cwd=proj, snakefile=snakefile, timeout=600)
     assert res.returncode == 0, res.stdout + res.stderr
     assert all(p.exists() for p in runs)
+    assert [json.loads(p.read_text())["status"] for p in runs] == ["ok", "ok"]  # none left interrupted
     assert {p: p.stat().st_mtime for p in finished} == kept
     for name in ("runs.csv", "epochs.csv", "steps.csv", "invalid.csv"):
         assert (proj / "results/aggregate" / name).exists(), name
@@ -383,3 +384,68 @@ def test_slow_end_to_end_minimal_sweep(tmp_path):
     )
     assert res.returncode == 0, res.stdout + res.stderr
     assert (proj / "report.html").stat().st_size > 0
+
+
+def _rows(path):
+    try:
+        return len(path.read_text().splitlines()) - 1
+    except OSError:
+        return 0
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm-to-the-runner"])
+def test_slow_interrupted_run_is_recorded_and_redone(tmp_path, how):
+    """A run stopped mid-training, by a Ctrl-C of the sweep or by SIGTERM to the runner alone
+    (kill, a scheduler): the runner records it as interrupted and exits non-zero, so the next
+    `snakemake` redoes it (after Ctrl-C the result stays, marked incomplete; after a failed job
+    Snakemake removes it)."""
+    import psutil
+
+    proj = project_copy(tmp_path)
+    cfg = minimal_with(**{"epochs": 10000, "max_steps_per_epoch": 2, "grid.frameworks": ["pyg"]})
+    (proj / "long.yaml").write_text(yaml.safe_dump(cfg))
+    run_dir = proj / "results/runs/tiny/pyg-sage-d2-b64-w0-r0"
+    logfile = tmp_path / "sweep.log"
+    proc = subprocess.Popen(
+        [SNAKEMAKE, "-s", str(proj / "Snakefile"), "--configfile", str(proj / "long.yaml")],
+        cwd=proj,
+        env=env(),
+        stdout=open(logfile, "w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        # a shell's background job inherits SIGINT ignored; a terminal's Ctrl-C is not
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        deadline = time.time() + 300
+        while _rows(run_dir / "rank0" / "epochs.csv") < 2:
+            assert proc.poll() is None, logfile.read_text()[-3000:]
+            assert time.time() < deadline, "the run did not start training in time"
+            time.sleep(0.3)
+        pids = {int(f.stem) for f in (run_dir / "workers").glob("*.json")} | {
+            json.loads(f.read_text())["pid"] for f in run_dir.glob("rank*/rank.json")
+        }
+        if how == "ctrl-c":  # the terminal signals the whole foreground group
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            runner = next(  # the launcher itself, not the job's shell around it
+                p
+                for p in psutil.Process(proc.pid).children(recursive=True)
+                if p.cmdline()[1:3] == ["-m", "runners.run"]
+            )
+            runner.terminate()
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode != 0
+    out = logfile.read_text()
+    result = run_dir / "result.json"
+    if how == "ctrl-c":
+        assert json.loads(result.read_text())["status"] == "interrupted"
+    else:
+        assert "INTERRUPTED pyg/sage" in out and "Removing output files of failed job run" in out, out[-3000:]
+        assert not result.exists()
+    assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
+    counts = dry_run(proj, proj / "long.yaml", snakefile=proj / "Snakefile")
+    assert counts.get("run") == 1, counts
