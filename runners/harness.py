@@ -177,8 +177,22 @@ class Rank:
         # SIGUSR1 dumps every thread's Python stack: the watchdog's fallback when py-spy can't attach.
         self._fh_stacks = open(stacks / f"faulthandler-rank{self.rank}-pid{os.getpid()}.txt", "w")
         faulthandler.register(signal.SIGUSR1, file=self._fh_stacks, all_threads=True)
+        # SIGUSR2: the launcher is stopping the run (it was interrupted); keep the steps of the
+        # epoch in progress, then leave. Not SIGTERM: a rank hung in a C call could not act on
+        # it, and its SIGTERM must still end it at once.
+        self.pending_rows = None
+        signal.signal(signal.SIGUSR2, self._keep_partial_epoch)
 
     # -- bookkeeping --------------------------------------------------------------------
+    def _keep_partial_epoch(self, signum, frame) -> None:
+        rows, self.pending_rows = self.pending_rows, None
+        if rows:
+            for r in rows:
+                r[-2] = float(r[-2])  # the loss, still a tensor
+            self.step_csv.write(rows)
+        self.hb.beat("failed")
+        os._exit(128 + signum)
+
     def mark(self, name: str) -> None:
         self.info["startup"][name] = round(time.time() - self.launch_t, 4)
 
@@ -468,7 +482,10 @@ class Rank:
         t.sync()
         t_epoch = now()
         it = iter(t.loader)
-        rows = [self.timed_step(t, it, epoch, step) for step in range(t.steps)]
+        rows = self.pending_rows = []  # kept by _keep_partial_epoch if the run is interrupted
+        for step in range(t.steps):
+            rows.append(self.timed_step(t, it, epoch, step))
+        self.pending_rows = None
         t.sync()
         epoch_s = now() - t_epoch
         del it

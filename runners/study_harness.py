@@ -229,6 +229,9 @@ class StudyRank(Rank):
         self.info["train_time_s"] = fit_s
         self.info["train_loop_time_s"] = self.train_loop_s
         self.info["seed_nodes_per_epoch"] = self.seeds_per_epoch
+        # Lightning trains its fixed schedule (max_epochs); recorded like the fair harness's stop.
+        self.info["stop"] = {"reason": "schedule", "epochs": len(self.seeds_per_epoch),
+                             **self.cfg.stop_rule().to_json()}
         self.hb.beat("epoch-sync")
         import torch.distributed as dist
 

@@ -211,6 +211,26 @@ def process_tree(root_pid: int) -> list:
         return []
 
 
+PARTIAL_EPOCH_WAIT_S = 2.0  # what an interrupted run gives its ranks to write the epoch in progress
+
+
+def keep_partial_epochs(watch: dict, wait_s: float) -> None:
+    """Ask every rank (SIGUSR2, runners.harness) to write the steps of the epoch in progress
+    and exit; wait up to `wait_s` for them. A rank blocked in a collective cannot answer and is
+    stopped with the rest of the tree."""
+    ranks = []
+    for w in watch.values():
+        pid = (w.heartbeat or {}).get("pid")
+        try:
+            p = psutil.Process(pid) if pid else None
+            if p is not None:
+                p.send_signal(signal.SIGUSR2)
+                ranks.append(p)
+        except psutil.Error:
+            pass
+    psutil.wait_procs(ranks, timeout=wait_s)
+
+
 def stop_tree(procs: list, grace_s: float) -> list:
     """SIGTERM every process, SIGKILL what is left after `grace_s`; return survivors' pids."""
     alive = []
@@ -403,6 +423,7 @@ class Supervisor:
             self.mute.set()
         self._track_processes()
         self._write_ledger()
+        keep_partial_epochs(self.watch, PARTIAL_EPOCH_WAIT_S)
         survivors = stop_tree([p for p in self.seen.values() if _alive(p)], self.cfg.kill_grace_s)
         try:
             rc = self.proc.wait(timeout=10)
@@ -791,7 +812,8 @@ def diagnose_interruption(out: Path, sig: Interruption, watch: dict, after_s: fl
         evidence.append(f"inside SLURM job {ctx['slurm'].get('SLURM_JOB_ID')}: SLURM sends SIGTERM at the time "
                         "limit, on preemption and on scancel (`sacct -j JOB` says which)")
     evidence.append(f"measured before the signal: {epochs} finished epoch(s) per rank, {steps} step(s) in "
-                    "rank*/steps.csv (the steps of an unfinished epoch are written when it ends, so they are lost)")
+                    "rank*/steps.csv (the steps of the epoch in progress included: each rank that could still act "
+                    "wrote them on the launcher's SIGUSR2 before the tree was stopped)")
     evidence += [f"rank {x['rank']}: epoch {x['epoch']} step {x['step']} phase '{x['phase']}'" for x in ranks]
     summary = (f"interrupted: {sig.name} to the launcher {after_s:.1f} s after launch stopped the run; "
                f"{epochs} epoch(s) and {steps} step(s) were measured before it; rank progress: "

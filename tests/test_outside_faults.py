@@ -132,6 +132,29 @@ def test_signal_to_the_launcher_keeps_what_was_measured(tmp_path, sig):
         assert [f["diagnosis"]["cause"] for f in failures] == ["interrupted"]
 
 
+
+def test_interruption_keeps_the_steps_of_the_epoch_in_progress(tmp_path):
+    """Interrupted in the middle of the first epoch (nothing in epochs.csv yet): the steps each
+    rank took so far still reach steps.csv (the launcher asks the ranks to write them)."""
+    out = tmp_path / "run"
+    # Batch 2: hundreds of steps per epoch, seconds for the first one, so the signal (sent at
+    # step 5, acted on at the launcher's next poll) lands well inside it.
+    proc, log = start(tmp_path, runner_argv(out, devices=2, batch_size=2, epochs=50, extra=["--eval-every", "0"]))
+    try:
+        wait_for("rank 0 at its 6th step", lambda: (
+            (hb := read_heartbeat(out / "heartbeats" / "rank0.hb")) is not None and hb["step"] >= 5), proc, log)
+        os.kill(proc.pid, signal.SIGTERM)
+        rc = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert rc == 128 + signal.SIGTERM, log.read_text()[-3000:]
+    result = json.loads((out / "result.json").read_text())
+    assert result["status"] == "interrupted"
+    assert rows(out / "rank0" / "epochs.csv") == 0 and not result["epochs"]  # the first epoch never ended
+    assert rows(out / "rank0" / "steps.csv") >= 5 and rows(out / "rank1" / "steps.csv") >= 1, log.read_text()[-2000:]
+    assert not [p for p in run_pids(out) if alive(p)]
+
 # -- 2. a full disk ----------------------------------------------------------------------------
 @needs_mounts
 def test_too_little_space_to_start_is_refused_before_launch(tmp_path):
