@@ -153,10 +153,12 @@ def add_experiment(runs: pd.DataFrame, split: bool = False) -> pd.DataFrame:
     if runs.empty:
         runs["experiment"] = pd.Series(dtype="object")
         return runs
-    if "until" in runs and runs["until"].nunique() > 1:
-        # Timing runs (epochs = a cap) and fixed-schedule runs (epochs = the schedule, maybe per
-        # model) are labelled apart, so a per-model schedule stays one experiment.
-        parts = [add_experiment(g, split=True) for _, g in runs.groupby(runs["until"].fillna("epochs"), sort=False)]
+    kinds = [runs[k].fillna(d) for k, d in (("until", "epochs"), ("harness", "fair")) if k in runs]
+    if not split and kinds and pd.concat(kinds, axis=1).drop_duplicates().shape[0] > 1:
+        # Timing runs (epochs = a cap), fixed-schedule runs (epochs = the schedule, maybe per
+        # model) and study-harness runs are labelled apart, so a per-model schedule stays one
+        # experiment.
+        parts = [add_experiment(g, split=True) for _, g in runs.groupby(kinds, sort=False)]
         labelled = pd.concat(parts)
         order = sorted(set(labelled["experiment"]), key=lambda x: ("fault injection" in x, x))
         labelled["experiment"] = pd.Categorical(labelled["experiment"], categories=order, ordered=True)
@@ -183,7 +185,7 @@ def add_experiment(runs: pd.DataFrame, split: bool = False) -> pd.DataFrame:
         if t.get("until") == "precise":
             parts.append(f"timing runs: until the epoch time is known to ±{float(t['precision']) * 100:.0f}%")
         elif split:
-            parts.append("fixed schedule")
+            parts.append("fixed schedule" + (", the seed study's harness" if t.get("harness") == "study" else ""))
         if t.get("inject", "none") != "none":
             parts.append(f"fault injection: {t['inject']}")
         for k in varying:
@@ -455,9 +457,12 @@ def training_time_table(points: pd.DataFrame) -> TableSet:
 def accuracy_table(points: pd.DataFrame) -> TableSet:
     """Accuracy per configuration: repeats, final accuracy with its interval, the features-only
     baseline, convergence and time to the dataset's target accuracy. Runs that stopped when their
-    epoch time was known (--until precise) are left out: accuracy is the convergence runs' question."""
+    epoch time was known (--until precise) and study-harness runs are left out: accuracy is the
+    convergence runs' question."""
     if "until" in points:
         points = points[points["until"].fillna("epochs") != "precise"]
+    if "harness" in points:  # the study harness's short schedule is about time and work
+        points = points[points["harness"].fillna("fair") != "study"]
     def acc(p):
         m, ci = p["final_val_acc_mean"], p["final_val_acc_ci95"]
         if pd.isna(m):
