@@ -66,6 +66,14 @@ def test_slurm_sweep_through_profile(slurm, proj):
     assert len(job_ids) == 4, job_ids  # one allocation per run
     html = proj / "results/report/index.html"
     assert html.exists() and html.stat().st_size > 0
+    # The report's run list names each run's job and nodes; its environment, the scheduler.
+    import pandas as pd
+
+    listed = pd.read_csv(proj / "results/report/runs.csv", dtype=str)
+    assert sorted(listed["job"]) == sorted(f"slurm {j}" for j in job_ids)
+    assert set(listed["nodes"]) == {slurm.host}
+    env_table = pd.read_csv(proj / "results/report/environment.csv", dtype=str).set_index("setting")["value"]
+    assert env_table["batch scheduler"] == "slurm"
     runs_ran = sum(r["wall_time_s"] for r in results.values())
     print(f"\n[slurm] sweep of {len(results)} runs + dataset/aggregate/report: {sweep_s:.1f} s; "
           f"runs' own wall time {runs_ran:.1f} s")
