@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 CORES ?= all
 
-.PHONY: setup report test doctor gpu-check lock browser clean-results
+.PHONY: setup report test doctor gpu-check lock browser slurm clean-results
 
 setup:
 	@VENV=$(VENV) scripts/setup.sh
@@ -19,11 +19,20 @@ browser:
 	      || echo "browser: could not install chromium; the browser check will be skipped"; \
 	  else echo "browser: chromium not installed; the browser check will be skipped"; fi; }
 
+# SLURM and munge for tests/test_slurm.py, which starts a private one-node cluster (Debian
+# packages, about 46 MB; nothing is started here). Skipped where apt or root is absent.
+slurm:
+	@{ [ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/munged ]; } || { \
+	  if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge >/dev/null) \
+	      || echo "slurm: could not install slurm-wlm and munge; the SLURM tests will be skipped"; \
+	  else echo "slurm: slurm-wlm not installed; the SLURM tests will be skipped"; fi; }
+
 report: setup
 	$(VENV)/bin/snakemake --cores $(CORES) --profile profiles/default
 	@echo "report: $(CURDIR)/results/report/index.html"
 
-test: setup browser
+test: setup browser slurm
 	$(PY) -m pytest -q tests
 
 doctor: setup

@@ -78,6 +78,7 @@ RUN_COLUMNS = (
        "mem_model_bytes", "mem_peak_bytes", "mem_peak_source", "mem_limit_bytes", "mem_cgroup_peak_bytes",
        "oom_killed")
     + tuple(f"env_{k}" for k in ENV_COLUMNS)
+    + ("scheduler", "scheduler_job", "scheduler_nodes")
     + ("command", "run_dir", "result_path")
 )
 EPOCH_COLUMNS = ("run_id", "epoch", "rank", "time_s", "steps", "loss", "seed_nodes",
@@ -130,10 +131,14 @@ class Aggregate:
         return cls(failures=failures, **frames)
 
 
+TEXT_COLUMNS = ("scheduler", "scheduler_job", "scheduler_nodes")
+
+
 def _read_csv(path: Path, columns) -> pd.DataFrame:
     """A CSV as a frame with at least `columns` (empty frame when the file is missing/empty)."""
     try:
-        df = pd.read_csv(path, low_memory=False)
+        # identifiers stay text: a job id 123 must not come back as 123.0 beside an empty cell
+        df = pd.read_csv(path, low_memory=False, dtype={c: str for c in TEXT_COLUMNS})
     except (FileNotFoundError, pd.errors.EmptyDataError):
         df = pd.DataFrame()
     for c in columns:
@@ -296,6 +301,12 @@ def run_row(data: dict, result_path: Path) -> dict:
     row["env_gpus"] = ", ".join(str(g.get("name", g)) if isinstance(g, dict) else str(g)
                                 for g in env.get("gpus") or []) or None
     row["env_omp_num_threads"] = rank_env.get("OMP_NUM_THREADS")
+    # The batch scheduler around the launcher (node 0's for a multi-node run: the job's nodes);
+    # results from before it was recorded have none.
+    sched = env.get("scheduler") or {}
+    row["scheduler"] = sched.get("name")
+    row["scheduler_job"] = sched.get("job_id")
+    row["scheduler_nodes"] = sched.get("nodelist")
     return row
 
 

@@ -472,7 +472,7 @@ def _distinct(series) -> str:
 
 
 ENV_ROWS = (
-    ("hosts", "env_hostname"), ("CPU", "env_cpu_model"), ("CPU cores", "env_cpu_cores"),
+    ("hosts", "env_hostname"), ("batch scheduler", "scheduler"), ("CPU", "env_cpu_model"), ("CPU cores", "env_cpu_cores"),
     ("GPUs", "env_gpus"), ("device type", "device_type"), ("process-group backend", "backend"),
     ("NVML probe", "nvml_reason"), ("Python", "env_python"), ("torch", "env_torch"),
     ("torch_geometric", "env_torch_geometric"), ("PyG sampler backend", "env_pyg_sampler_backend"),
@@ -657,9 +657,13 @@ def runs_frame(runs: pd.DataFrame) -> pd.DataFrame:
             "steady_epoch_time_s": "steady epoch (s)", "warmup_epoch_time_s": "warm-up epoch (s)",
             "epochs_run": "epochs", "stop": "stopped by", "precision_reached": "95% CI ± (rel.)",
             "final_val_acc": "val acc", "converged": "converged", "time_to_target_s": "time to target (s)",
-            "command": "rerun command"}
+            "scheduler_job": "job", "scheduler_nodes": "nodes", "command": "rerun command"}
     df = tables.paper_order(runs, ["experiment", "model", "framework", "devices", "batch_size", "workers", "repeat"])
     df = df.assign(stop=df.apply(_stop_text, axis=1) if not df.empty else None)
+    if "scheduler" in df and not df.empty:
+        # "slurm 123": which scheduler's job ran it; nothing for runs started by hand or locally
+        df["scheduler_job"] = [f"{s} {j}" if isinstance(j, str) else None
+                               for s, j in zip(df["scheduler"], df["scheduler_job"])]
     df = df.reindex(columns=list(cols)).rename(columns=cols)
     df["framework"] = df["framework"].map(framework_label)
     df["model"] = df["model"].map(model_label)

@@ -158,6 +158,25 @@ def git_state() -> dict:
     return {"git_commit": commit, "git_dirty": dirty}
 
 
+# What a SLURM job says about where it runs (srun/sbatch set these in every task's environment).
+SLURM_VARS = {"job_id": "SLURM_JOB_ID", "job_name": "SLURM_JOB_NAME", "step_id": "SLURM_STEP_ID",
+              "nodelist": "SLURM_JOB_NODELIST", "nnodes": "SLURM_JOB_NUM_NODES", "ntasks": "SLURM_NTASKS",
+              "procid": "SLURM_PROCID", "nodeid": "SLURM_NODEID", "partition": "SLURM_JOB_PARTITION",
+              "cpus_on_node": "SLURM_CPUS_ON_NODE", "cluster": "SLURM_CLUSTER_NAME",
+              "array_job_id": "SLURM_ARRAY_JOB_ID", "array_task_id": "SLURM_ARRAY_TASK_ID",
+              "restart_count": "SLURM_RESTART_COUNT"}
+
+
+def scheduler() -> dict:
+    """The batch scheduler the launcher runs under: SLURM's job, step and nodes, or none
+    (the report shows them, and a result can be traced to its job's logs and limits)."""
+    if "SLURM_JOB_ID" not in os.environ:
+        return {"name": "none"}
+    info = {"name": "slurm"}
+    info.update({k: os.environ[v] for k, v in SLURM_VARS.items() if v in os.environ})
+    return info
+
+
 def collect() -> dict:
     """Everything recorded in result.json's `env` (except the dataset hash)."""
     nvml = nvml_status()
@@ -183,6 +202,7 @@ def collect() -> dict:
         "open_files_limit": open_files_limit(),
         "hostname": socket.gethostname(),
         "platform": platform.platform(),
+        "scheduler": scheduler(),
         "dataset_hash": None,
     }
     info.update(git_state())

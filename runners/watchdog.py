@@ -177,8 +177,34 @@ class Interruption:
         slurm = {k: os.environ[k] for k in ("SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_JOB_NAME",
                                             "SLURM_JOB_PARTITION") if k in os.environ}
         if slurm:
+            slurm.update(slurm_job_state(slurm["SLURM_JOB_ID"]))
             ctx["slurm"] = slurm
         return ctx
+
+
+# Why SLURM signalled a job, by the state slurmctld has already given it when the SIGTERM comes.
+SLURM_REASONS = {"TIMEOUT": "the job reached its time limit", "CANCELLED": "the job was cancelled (scancel)",
+                 "PREEMPTED": "the job was preempted", "NODE_FAIL": "a node of the job failed",
+                 "DEADLINE": "the job reached its deadline"}
+
+
+def slurm_job_state(job_id: str) -> dict:
+    """The SLURM job's state and reason from `scontrol show job` (the controller has set them
+    before it signals the job, so TIMEOUT or CANCELLED tells who sent the SIGTERM); {} where
+    scontrol does not answer within a few seconds (a scheduler's grace time is short)."""
+    try:
+        res = subprocess.run(["scontrol", "show", "job", "-o", str(job_id)], capture_output=True, text=True,
+                             timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    fields = dict(f.split("=", 1) for f in res.stdout.split() if "=" in f)
+    info = {k: fields[f] for k, f in (("job_state", "JobState"), ("job_reason", "Reason"),
+                                      ("time_limit", "TimeLimit"), ("run_time", "RunTime")) if f in fields}
+    # Reason=TimeLimit is the surer sign: the state may already read COMPLETING.
+    state = "TIMEOUT" if info.get("job_reason") == "TimeLimit" else info.get("job_state")
+    if state in SLURM_REASONS:
+        info["why"] = SLURM_REASONS[state]
+    return info
 
 
 @dataclass
@@ -808,8 +834,13 @@ def diagnose_interruption(out: Path, sig: Interruption, watch: dict, after_s: fl
     if ctx["launcher_ancestors"]:
         evidence.append("the launcher's parents: " + " <- ".join(
             f"{a['name']} (pid {a['pid']})" for a in ctx["launcher_ancestors"]))
-    if ctx.get("slurm"):
-        evidence.append(f"inside SLURM job {ctx['slurm'].get('SLURM_JOB_ID')}: SLURM sends SIGTERM at the time "
+    slurm = ctx.get("slurm") or {}
+    if slurm.get("why"):
+        evidence.append(f"inside SLURM job {slurm['SLURM_JOB_ID']}, state {slurm['job_state']} "
+                        f"reason {slurm.get('job_reason')} "
+                        f"(time limit {slurm.get('time_limit')}, ran {slurm.get('run_time')}): {slurm['why']}")
+    elif slurm:
+        evidence.append(f"inside SLURM job {slurm.get('SLURM_JOB_ID')}: SLURM sends SIGTERM at the time "
                         "limit, on preemption and on scancel (`sacct -j JOB` says which)")
     evidence.append(f"measured before the signal: {epochs} finished epoch(s) per rank, {steps} step(s) in "
                     "rank*/steps.csv (the steps of the epoch in progress included: each rank that could still act "
@@ -818,6 +849,8 @@ def diagnose_interruption(out: Path, sig: Interruption, watch: dict, after_s: fl
     summary = (f"interrupted: {sig.name} to the launcher {after_s:.1f} s after launch stopped the run; "
                f"{epochs} epoch(s) and {steps} step(s) were measured before it; rank progress: "
                + ", ".join(f"r{x['rank']} e{x['epoch']} s{x['step']} {x['phase']}" for x in ranks))
+    if slurm.get("why"):
+        summary += f"; SLURM job {slurm['SLURM_JOB_ID']}: {slurm['why']}"
     return {"summary": summary, "cause": "interrupted", "cause_text": cause, "remedy": remedy,
             "evidence": evidence, "ranks": ranks, "culprit_rank": None, "signal": ctx,
             "detected_after_s": round(after_s, 2)}

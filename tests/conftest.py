@@ -1,4 +1,5 @@
-"""Test-session settings: the `gpu` marker, whose tests run only where CUDA GPUs are visible."""
+"""Test-session settings: the `gpu` marker, whose tests run only where CUDA GPUs are visible, and
+the `slurm` fixture (a private SLURM cluster)."""
 
 import pytest
 
@@ -16,3 +17,23 @@ def pytest_collection_modifyitems(config, items):
     skip = pytest.mark.skip(reason="no CUDA GPU visible on this machine (run `make gpu-check` on one)")
     for item in gpu_items:
         item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def slurm(tmp_path_factory):
+    """A private single-node SLURM cluster (tests/slurm_cluster.py) for the whole session,
+    stopped by PID at its end; skips with the reason where this machine cannot run one."""
+    from tests import slurm_cluster
+
+    reason = slurm_cluster.why_not()
+    if reason:
+        pytest.skip(reason)
+    cluster = slurm_cluster.Cluster(tmp_path_factory.mktemp("slurm"))
+    try:
+        cluster.start()
+    except slurm_cluster.Unavailable as exc:
+        pytest.skip(f"could not start a private SLURM cluster: {exc}")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

@@ -276,7 +276,7 @@ def run_settings(wildcards):
     if sampling["pyg_trim"]:
         flags.append("--pyg-trim")
     if config["nodes"] > 1:
-        flags.append(f"--nnodes {config['nodes']}")
+        flags.append(f"--nnodes {config['nodes']} --master-port {config['master_port']}")
     if config.get("threads_per_rank"):
         flags.append(f"--threads-per-rank {config['threads_per_rank']}")
     if harness_of(wildcards) != "fair":
@@ -337,19 +337,17 @@ def run_resources():
 def launcher(wildcards):
     """Command prefix that starts the runner.
 
-    Nothing on one node. On several, srun starts one runner per node of the
-    SLURM allocation; each adds its node rank and the first node as torchrun's
-    master address (static rendezvous, see docs/workflow.md).
+    Nothing on one node. On several, srun starts one runner per node of the SLURM
+    allocation; scripts/slurm_node.sh adds its node rank (SLURM_PROCID) and the first
+    node as torchrun's master address (static rendezvous, see docs/workflow.md).
     """
     if config["nodes"] == 1:
         return ""
-    head = 'scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1'
+    node = os.path.join(workflow.basedir, "scripts", "slurm_node.sh")
     return (
         ': "${SLURM_JOB_NODELIST:?config nodes > 1 needs a SLURM allocation: '
         'use --workflow-profile profiles/slurm}"; '
-        f"srun --nodes={config['nodes']} --ntasks-per-node=1 bash -c "
-        f'\'"$@" --node-rank "$SLURM_NODEID" '
-        f"--master-addr \"$({head})\" --master-port {config['master_port']}' -- "
+        f"srun --nodes={config['nodes']} --ntasks-per-node=1 {node} "
     )
 
 

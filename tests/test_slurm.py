@@ -1,0 +1,183 @@
+"""The workflow and the runner under a real SLURM scheduler: a private single-node cluster
+(the `slurm` fixture, tests/slurm_cluster.py; skipped with the reason where it cannot start).
+
+- the sweep submitted through profiles/slurm with the SLURM executor;
+- a multi-node run as SLURM runs it (one job, 2 tasks, one torchrun agent per task);
+- SLURM's limits (time limit, scancel) leave results.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+import jsonschema
+
+from tests.helpers import free_port, runner_argv
+from tests.test_workflow import SNAKEMAKE, copy_project, minimal_with, tools_ready
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def proj(tmp_path):
+    reason = tools_ready()
+    if reason:
+        pytest.skip(reason)
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    copy_project(proj)
+    return proj
+
+
+def test_slurm_sweep_through_profile(slurm, proj):
+    """A 2 x 2 grid (both frameworks, 1 and 2 processes) submitted job by job through
+    profiles/slurm: every run ok, each result names its own SLURM job, and the report is made."""
+    cfg = minimal_with(**{"grid.devices": [1, 2], "max_steps_per_epoch": 3, "time_limit_s": 120})
+    (proj / "sweep.yaml").write_text(yaml.safe_dump(cfg))
+    # The profile as a user runs it, sized down to this one-node CPU cluster: no GPUs, 2 CPUs
+    # and little memory per job, no whole-node allocation, and a quick first status check.
+    t0 = time.time()
+    res = subprocess.run(
+        [SNAKEMAKE, "-s", str(proj / "Snakefile"), "--directory", str(proj),
+         "--workflow-profile", str(proj / "profiles" / "slurm"),
+         "--slurm-init-seconds-before-status-checks", "1",
+         "--set-threads", f"run={min(2, slurm.cpus)}", "dataset=1",
+         "--set-resources", "run:mem_mb=2000", "run:slurm_extra=''", "dataset:mem_mb=2000",
+         "--configfile", str(proj / "sweep.yaml"), "--config", "request_gpus=False"],
+        cwd=proj, env=slurm.env, capture_output=True, text=True, timeout=900)
+    sweep_s = time.time() - t0
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out[-6000:]
+    results = {p.parent.name: json.loads(p.read_text()) for p in (proj / "results/runs/tiny").glob("*/result.json")}
+    assert sorted(results) == sorted(f"{fw}-sage-d{d}-b64-w0-r0" for fw in ("pyg", "dgl") for d in (1, 2))
+    job_ids = set()
+    for name, r in results.items():
+        assert r["status"] == "ok", (name, r.get("diagnosis"))
+        sched = r["env"]["scheduler"]
+        assert sched["name"] == "slurm" and sched["nodelist"] == slurm.host, sched
+        assert sched["partition"] == "test" and sched["cluster"] == "gnnscale-test", sched
+        job_ids.add(sched["job_id"])
+    assert len(job_ids) == 4, job_ids  # one allocation per run
+    html = proj / "results/report/index.html"
+    assert html.exists() and html.stat().st_size > 0
+    # The report's run list names each run's job and nodes; its environment, the scheduler.
+    import pandas as pd
+
+    listed = pd.read_csv(proj / "results/report/runs.csv", dtype=str)
+    assert sorted(listed["job"]) == sorted(f"slurm {j}" for j in job_ids)
+    assert set(listed["nodes"]) == {slurm.host}
+    env_table = pd.read_csv(proj / "results/report/environment.csv", dtype=str).set_index("setting")["value"]
+    assert env_table["batch scheduler"] == "slurm"
+    runs_ran = sum(r["wall_time_s"] for r in results.values())
+    print(f"\n[slurm] sweep of {len(results)} runs + dataset/aggregate/report: {sweep_s:.1f} s; "
+          f"runs' own wall time {runs_ran:.1f} s")
+
+
+SCHEMA = json.loads((ROOT / "runners" / "schemas" / "result.schema.json").read_text())
+
+
+def submit(slurm, tmp_path, name, command, *sbatch_args):
+    """sbatch a bash script that runs `command` (a list of shell words) from the checkout;
+    returns the job id. Its output goes to NAME.out beside it."""
+    script = tmp_path / f"{name}.sh"
+    script.write_text(f"#!/bin/bash\ncd {ROOT}\nexport PYTHONPATH={ROOT}\n{' '.join(command)}\n")
+    res = slurm.run("sbatch", "--parsable", "-J", name, "-o", str(tmp_path / f"{name}.out"), *sbatch_args,
+                    str(script))
+    return res.stdout.strip().split(";")[0]
+
+
+def job_state(slurm, job_id):
+    """The job's state while squeue still lists it (MinJobAge), else ""."""
+    return slurm.run("squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T", check=False).stdout.strip()
+
+
+def wait_until(what, predicate, timeout=240):
+    deadline = time.time() + timeout
+    while not predicate():
+        assert time.time() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)
+
+
+def epochs_done(out, rank=0):
+    path = out / f"rank{rank}" / "epochs.csv"
+    return max(0, len(path.read_text().splitlines()) - 1) if path.exists() else 0
+
+
+def test_slurm_limits_leave_results(slurm, tmp_path):
+    """SLURM's time limit and scancel SIGTERM the launcher (inside srun's step and in the batch
+    step alike): each run stops within KillWait as `interrupted`, keeps every epoch it
+    finished, and says which of the two it was (the job state slurmctld had already set)."""
+    outs = {name: tmp_path / name for name in ("timelimit", "scancel")}
+    long_run = ["--max-steps-per-epoch", "2", "--time-limit", "3600"]
+    jobs = {
+        # srun inside the batch script, as the SLURM executor runs a rule
+        "timelimit": submit(slurm, tmp_path, "timelimit", ["srun"] + runner_argv(
+            outs["timelimit"], devices=1, epochs=100000, extra=long_run), "-c1", "--time=10"),
+        # the runner straight in the batch script
+        "scancel": submit(slurm, tmp_path, "scancel", runner_argv(
+            outs["scancel"], devices=1, epochs=100000, extra=long_run), "-c1", "--time=10"),
+    }
+    for name, out in outs.items():
+        wait_until(f"{name}: two finished epochs", lambda: epochs_done(out) >= 2)
+    # The limit becomes 1 minute once the run has measured something, so it has whatever the
+    # machine's speed; slurmctld then ends the job as TIMEOUT at its next time-limit check.
+    slurm.run("scontrol", "update", f"JobId={jobs['timelimit']}", "TimeLimit=1")
+    slurm.run("scancel", jobs["scancel"])
+    wait_until("both jobs to end", lambda: all(
+        job_state(slurm, j) in ("", "TIMEOUT", "CANCELLED", "COMPLETED", "FAILED") for j in jobs.values()), 300)
+    # the state may already read COMPLETING when the signal comes; the reason does not change
+    expected = {"timelimit": ("job_reason", "TimeLimit", "time limit"),
+                "scancel": ("job_state", "CANCELLED", "scancel")}
+    for name, out in outs.items():
+        log = (tmp_path / f"{name}.out").read_text()
+        assert (out / "result.json").exists(), log[-3000:]
+        r = json.loads((out / "result.json").read_text())
+        jsonschema.validate(r, SCHEMA)
+        assert r["status"] == "interrupted", (name, r["diagnosis"])
+        d = r["diagnosis"]
+        key, state, why = expected[name]
+        assert d["signal"]["signal"] == "SIGTERM", d["signal"]
+        assert d["signal"]["slurm"]["SLURM_JOB_ID"] == jobs[name] == r["env"]["scheduler"]["job_id"]
+        assert d["signal"]["slurm"][key] == state and why in d["summary"], (d["summary"], d["signal"])
+        assert len(r["epochs"]) >= 2 and len(r["epochs"]) == epochs_done(out)
+        assert r["watchdog"]["survivors"] == [], r["watchdog"]
+        assert f"result: {out / 'result.json'}" in log
+        print(f"\n[slurm] {name}: {state}, {len(r['epochs'])} epochs kept, {r['wall_time_s']:.0f} s after launch")
+
+
+def test_slurm_two_task_job_is_one_two_node_run(slurm, tmp_path):
+    """A multi-node run the way SLURM starts it: one job of 2 tasks, one runner (torchrun agent)
+    per task through scripts/slurm_node.sh (node rank = SLURM_PROCID, master = the job's first
+    host). On one host here, but the code path of a 2-node job; the analysis merges the ranks."""
+    out = tmp_path / "job"
+    argv = runner_argv(out, framework="dgl", devices=1, epochs=2,
+                       extra=["--max-steps-per-epoch", "3", "--nnodes", "2", "--master-port", str(free_port())])
+    job = submit(slurm, tmp_path, "twonode", ["srun", str(ROOT / "scripts" / "slurm_node.sh")] + argv,
+                 "-n2", "-c1", "--time=10", "--wait")
+    log = (tmp_path / "twonode.out").read_text()
+    r0 = json.loads((out / "result.json").read_text())
+    r1 = json.loads((out / "node1" / "result.json").read_text())
+    assert r0["status"] == r1["status"] == "ok", log[-3000:]
+    assert [r["rank"] for r in r0["ranks"]] == [0] and [r["rank"] for r in r1["ranks"]] == [1]
+    s0, s1 = r0["env"]["scheduler"], r1["env"]["scheduler"]
+    assert s0["job_id"] == s1["job_id"] == job and (s0["procid"], s1["procid"]) == ("0", "1")
+    assert s0["ntasks"] == "2" and s0["nodelist"] == slurm.host
+    assert r0["config"]["master_addr"] == slurm.host and r0["config"]["nodes"] == 2
+    assert len(r0["summary"]["rank_train_times_s"]) == 2  # node 0 knows the other node's rank
+    agg = tmp_path / "aggregate"
+    res = subprocess.run([sys.executable, "-m", "analysis.aggregate", "--out-dir", str(agg), str(out)],
+                         cwd=ROOT, env={**slurm.env, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr
+    import pandas as pd
+
+    runs = pd.read_csv(agg / "runs.csv")
+    assert len(runs) == 1 and runs["status"][0] == "ok" and runs["world_size"][0] == 2
+    assert sorted(set(pd.read_csv(agg / "epochs.csv")["rank"])) == [0, 1]
+    assert len(pd.read_csv(agg / "invalid.csv")) == 0
