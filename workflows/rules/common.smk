@@ -276,7 +276,9 @@ def run_settings(wildcards):
     if sampling["pyg_trim"]:
         flags.append("--pyg-trim")
     if config["nodes"] > 1:
-        flags.append(f"--nnodes {config['nodes']} --master-port {config['master_port']}")
+        flags.append(
+            f"--nnodes {config['nodes']} --master-port {config['master_port']}"
+        )
     if config.get("threads_per_rank"):
         flags.append(f"--threads-per-rank {config['threads_per_rank']}")
     if harness_of(wildcards) != "fair":
