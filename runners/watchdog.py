@@ -421,13 +421,8 @@ class Supervisor:
     def _stop_lingering(self) -> Outcome:
         """All measurements are on disk; stop the processes that failed to exit and keep the result."""
         self._write_ledger()
-        survivors = stop_tree([p for p in self.seen.values() if _alive(p)], self.cfg.kill_grace_s)
-        try:
-            rc = self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            rc = None
+        survivors, rc = self._stop_tree()
         status, diagnosis = classify_exit(self.out, 0, sorted(self.watch), self.shm_peak)
-        self.timeline.close()
         outcome = Outcome(status, diagnosis, returncode=rc, killed_by_watchdog=True, survivors=survivors)
         outcome.note = f"every rank finished but the process tree had not exited after {EXIT_GRACE_S:.0f} s; stopped it"
         return outcome
@@ -441,6 +436,16 @@ class Supervisor:
         return Outcome(status, diagnosis, returncode=rc, orphans_killed=[p.pid for p in leftovers],
                        survivors=survivors)
 
+    def _stop_tree(self) -> tuple:
+        """Stop every process of the run; (survivors' pids, torchrun's exit code or None)."""
+        survivors = stop_tree([p for p in self.seen.values() if _alive(p)], self.cfg.kill_grace_s)
+        try:
+            rc = self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            rc = None
+        self.timeline.close()
+        return survivors, rc
+
     def _interrupted(self) -> Outcome:
         """The launcher got SIGTERM/SIGINT: stop the tree at once (no stacks: the cause is known
         and a scheduler's grace period is short) and say how far every rank got."""
@@ -450,12 +455,7 @@ class Supervisor:
         self._track_processes()
         self._write_ledger()
         keep_partial_epochs(self.watch, PARTIAL_EPOCH_WAIT_S)
-        survivors = stop_tree([p for p in self.seen.values() if _alive(p)], self.cfg.kill_grace_s)
-        try:
-            rc = self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            rc = None
-        self.timeline.close()
+        survivors, rc = self._stop_tree()
         after = sig.received_t - self.launch_t
         diagnosis = diagnose_interruption(self.out, sig, self.watch, after)
         return Outcome("interrupted", diagnosis, detected_after_s=after, returncode=rc, killed_by_watchdog=True,
@@ -467,12 +467,7 @@ class Supervisor:
         states = process_states(self.seen.values(), CPU_SAMPLE_S)
         stacks = capture_stacks(self.out, self.seen.values(), self.watch, native=self.cfg.native_stacks)
         self._write_ledger()
-        survivors = stop_tree([p for p in self.seen.values() if _alive(p)], self.cfg.kill_grace_s)
-        try:
-            rc = self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            rc = None
-        self.timeline.close()
+        survivors, rc = self._stop_tree()
         diagnosis = diagnose_stop(self.out, status, stalled, self.watch, states, stacks,
                                   self.threshold(), now, self.launch_t)
         diagnosis["detected_after_s"] = round(detected_after, 2)

@@ -19,20 +19,14 @@ import yaml
 import jsonschema
 
 from tests.helpers import free_port, runner_argv
-from tests.test_workflow import SNAKEMAKE, copy_project, minimal_with, tools_ready
+from tests.test_workflow import SNAKEMAKE, minimal_with, project_copy
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
 def proj(tmp_path):
-    reason = tools_ready()
-    if reason:
-        pytest.skip(reason)
-    proj = tmp_path / "proj"
-    proj.mkdir()
-    copy_project(proj)
-    return proj
+    return project_copy(tmp_path)
 
 
 def test_slurm_sweep_through_profile(slurm, proj):
