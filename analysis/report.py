@@ -643,7 +643,7 @@ def precision_findings(runs: pd.DataFrame, plan: pd.DataFrame) -> list:
     if not plan.empty and plan["plan_cost_s"].notna().any():
         p = plan.dropna(subset=["plan_cost_s"])
         out.append(f"Plan for the next sweep (table 'Plan the next sweep'; Kalibera & Jones two-level design, "
-                   f"±{100 * 0.03:.0f}% per configuration): median {p['plan_repeats'].median():.0f} repeats of "
+                   f"±{100 * planning.PLAN_PRECISION:.0f}% per configuration): median {p['plan_repeats'].median():.0f} repeats of "
                    f"{p['plan_epochs'].median():.0f} steady epochs; {p['plan_cost_s'].sum() / 60:.1f} min of runs for "
                    f"these {len(p)} configurations, against {p['cost_now_s'].sum() / 60:.1f} min spent now. Variance "
                    f"estimates from {p['runs'].max():.0f} repeats or fewer are rough.")
@@ -693,7 +693,8 @@ def build_tables(agg: Aggregate, runs: pd.DataFrame) -> dict:
         "Per timing configuration: the noise within a run (CV of the steady epochs) and between launches "
         "(CV of the run means beyond what the within-run noise explains), the cost of a launch (start-up, "
         "warm-up, validation) and of an epoch, the precision the repeats reached now (95% CI of the mean "
-        "epoch time over repeats, relative), and the cheapest plan for ±3%: epochs per run "
+        f"epoch time over repeats, relative), and the cheapest plan for ±{100 * planning.PLAN_PRECISION:.0f}%: "
+        "epochs per run "
         "sqrt(launch cost × within variance / (epoch cost × between variance)) within the caps, and the repeats "
         "that then reach it (Kalibera & Jones, ISMM 2013; analysis/planning.py).",
         empty_text="No timing run with the stop rule (--until precise) has finished ok.")

@@ -417,7 +417,8 @@ class Rank:
         """Validation accuracy (untimed) when due: every eval_every epochs and after the last
         epoch, or only after the last with eval_every "end"; never with 0."""
         every = self.cfg.eval_every
-        if not (last and every != 0) and not (isinstance(every, int) and every > 0 and (epoch + 1) % every == 0):
+        periodic = isinstance(every, int) and every > 0 and (epoch + 1) % every == 0
+        if not (periodic or (last and every != 0)):
             return
         t_eval = time.perf_counter()
         acc = self.evaluate(t.adapter, t.ddp.module, t.graph, t.device)
