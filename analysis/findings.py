@@ -305,34 +305,44 @@ def study_findings(work: pd.DataFrame, time: pd.DataFrame, paper: pd.DataFrame, 
     `runs` (optional) lets it say how many of the timed runs started on a busy machine."""
     if work.empty:
         return []
-    out = []
-    if runs is not None and "cpu_busy_before" in runs:
-        busy = pd.to_numeric(runs["cpu_busy_before"], errors="coerce") > BUSY_WARN_PERCENT
-        if busy.any():
-            out.append(f"Caution: {int(busy.sum())} of {len(runs)} runs started while the CPUs were more than "
-                       f"{BUSY_WARN_PERCENT}% busy with other work, so the times and speed-ups below are noisy "
-                       f"(see the confidence intervals); the work per rank is counted, not timed, and does not "
-                       f"depend on the load.")
     multi = work[work["devices"] > work["devices"].min()]
     if multi.empty:
         return ["Only one device count was measured, so work per rank cannot be compared across device counts."]
     d = int(multi["devices"].max())
     at_d = multi[multi["devices"] == d]
     passes = _median_by(at_d, "split_passes_per_epoch")
+    speed = {}
+    if not time.empty:
+        speed = _median_by(time[(time["devices"] == d) & time["speedup"].notna()], "speedup")
+    return (_busy_caution(runs) + _study_work_findings(at_d, passes, d) + _study_speed_findings(speed, paper, d)
+            + _study_verdict(passes.get(("study", "dgl")), speed, d) + _study_caveats(d))
+
+
+def _busy_caution(runs) -> list:
+    """A caution when timed runs started while other work kept the CPUs busy."""
+    if runs is None or "cpu_busy_before" not in runs:
+        return []
+    busy = pd.to_numeric(runs["cpu_busy_before"], errors="coerce") > BUSY_WARN_PERCENT
+    if not busy.any():
+        return []
+    return [f"Caution: {int(busy.sum())} of {len(runs)} runs started while the CPUs were more than "
+            f"{BUSY_WARN_PERCENT}% busy with other work, so the times and speed-ups below are noisy "
+            f"(see the confidence intervals); the work per rank is counted, not timed, and does not "
+            f"depend on the load."]
+
+
+def _study_work_findings(at_d: pd.DataFrame, passes: dict, d: int) -> list:
+    """Work per rank at `d` devices per harness, and whether the study's DGL ranks each trained the whole split."""
+    out = []
     seeds = _median_by(at_d, "seed_nodes_per_rank_epoch")
     split = at_d["train_split_seed_nodes"].dropna()
     split_text = f"the {split.iloc[0]:,.0f}-node training split" if len(split) else "the training split"
-
-    def fw_work(h):
+    for h in tables.HARNESS_ORDER:
         parts = [f"each {framework_label(f)} rank trained {seeds[(h, f)]:,.0f} seed nodes per epoch "
                  f"(all ranks: {passes[(h, f)]:.2f}× {split_text})"
                  for f in FRAMEWORK_ORDER if (h, f) in seeds and (h, f) in passes]
-        return "; ".join(parts)
-
-    for h in tables.HARNESS_ORDER:
-        text = fw_work(h)
-        if text:
-            out.append(f"Work per rank, {tables.HARNESS_LABELS[h]}, {d} devices: {text} "
+        if parts:
+            out.append(f"Work per rank, {tables.HARNESS_LABELS[h]}, {d} devices: {'; '.join(parts)} "
                        f"(table 'Work per rank').")
     whole = passes.get(("study", "dgl"))
     shared = passes.get(("study", "pyg"))
@@ -342,10 +352,12 @@ def study_findings(work: pd.DataFrame, time: pd.DataFrame, paper: pd.DataFrame, 
                    f"set use_ddp), so every rank trains the whole split"
                    + (f", while PyG's loader, built in a DataModule hook, was split ({shared:.2f}×)." if shared is not None
                       else "."))
-    speed = {}
-    if not time.empty:
-        t = time[(time["devices"] == d) & time["speedup"].notna()]
-        speed = _median_by(t, "speedup")
+    return out
+
+
+def _study_speed_findings(speed: dict, paper: pd.DataFrame, d: int) -> list:
+    """The seed study's published 1 -> 2 GPU speed-ups, then ours at `d` devices per harness."""
+    out = []
     pap = paper_study_speedups(paper)
     if not pap.empty:
         med = pap.groupby("framework")["speedup_1_to_2"].agg(["median", "min", "max"])
@@ -359,26 +371,35 @@ def study_findings(work: pd.DataFrame, time: pd.DataFrame, paper: pd.DataFrame, 
                 f"{framework_label(f)} {speed[(h, f)]:.2f}×" for f in FRAMEWORK_ORDER if (h, f) in speed)
             for h in tables.HARNESS_ORDER if any((h, f) in speed for f in FRAMEWORK_ORDER))
             + " (table 'Time vs devices').")
+    return out
+
+
+def _study_verdict(whole, speed: dict, d: int) -> list:
+    """Whether the timings bear out the work per rank: the study's DGL gaining least from more devices."""
     s_dgl, s_pyg, f_dgl = speed.get(("study", "dgl")), speed.get(("study", "pyg")), speed.get(("fair", "dgl"))
     if whole is not None and whole > 0.9 * d and None not in (s_dgl, s_pyg, f_dgl):
         if s_dgl < s_pyg and s_dgl < f_dgl:
-            out.append(f"The shape of the seed study's result is reproduced by its harness: DGL gains less from "
-                       f"more devices than PyG ({s_dgl:.2f}× vs {s_pyg:.2f}×), and with the seeds split across "
-                       f"ranks (fair harness) DGL's speed-up is {f_dgl:.2f}×. That is what the work per rank "
-                       f"predicts: with every DGL rank training the whole split, a rank's epoch cannot get shorter "
-                       f"with more devices. 'Adding GPUs hurts DGL' describes the study's harness, not DGL.")
-        else:
-            out.append(f"The work difference is there, but these timings do not show the expected effect "
-                       f"(DGL under the study's harness {s_dgl:.2f}×, PyG {s_pyg:.2f}×, DGL under the fair harness "
-                       f"{f_dgl:.2f}×): the evidence here does not support explaining the time trend by the work "
-                       f"alone (on shared CPU cores fixed costs and contention can dominate).")
-    elif whole is not None:
-        out.append("Not enough ok runs at two device counts of both harnesses to compare speed-ups.")
-    out.append("Not separated here: the study harness's other differences (trainer.fit time includes validation, "
-               "the sanity check and Lightning's set-up; DGL's graph has self-loops, so its sampler may draw a "
-               "node as its own neighbour). Their share of the time is in the tables but no claim is made about "
-               "it. These runs are CPU processes sharing the machine's cores, not GPUs: the work per rank carries "
-               "over to GPUs, the absolute speed-ups do not.")
+            return [f"The shape of the seed study's result is reproduced by its harness: DGL gains less from "
+                    f"more devices than PyG ({s_dgl:.2f}× vs {s_pyg:.2f}×), and with the seeds split across "
+                    f"ranks (fair harness) DGL's speed-up is {f_dgl:.2f}×. That is what the work per rank "
+                    f"predicts: with every DGL rank training the whole split, a rank's epoch cannot get shorter "
+                    f"with more devices. 'Adding GPUs hurts DGL' describes the study's harness, not DGL."]
+        return [f"The work difference is there, but these timings do not show the expected effect "
+                f"(DGL under the study's harness {s_dgl:.2f}×, PyG {s_pyg:.2f}×, DGL under the fair harness "
+                f"{f_dgl:.2f}×): the evidence here does not support explaining the time trend by the work "
+                f"alone (on shared CPU cores fixed costs and contention can dominate)."]
+    if whole is not None:
+        return ["Not enough ok runs at two device counts of both harnesses to compare speed-ups."]
+    return []
+
+
+def _study_caveats(d: int) -> list:
+    """What the study-harness comparison does not separate or address."""
+    out = ["Not separated here: the study harness's other differences (trainer.fit time includes validation, "
+           "the sanity check and Lightning's set-up; DGL's graph has self-loops, so its sampler may draw a "
+           "node as its own neighbour). Their share of the time is in the tables but no claim is made about "
+           "it. These runs are CPU processes sharing the machine's cores, not GPUs: the work per rank carries "
+           "over to GPUs, the absolute speed-ups do not."]
     if d < 4:
         out.append("The seed study's 4-GPU deadlocks are not addressed by these runs (no 4-device run); "
                    "see the memory model below.")
