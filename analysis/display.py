@@ -16,6 +16,7 @@ from analysis.formatting import fmt_num
 
 @dataclass
 class Cell:
+    """One table cell: its text, CSS classes, hover title and column span."""
     text: str
     css: str = ""
     title: str = ""
@@ -32,6 +33,7 @@ class GridTable:
     n_index: int
 
     def to_html(self) -> str:
+        """The table as HTML (escaped; index headers span every header row)."""
         e = html.escape
         head = ""
         depth = len(self.header)
@@ -72,6 +74,7 @@ class TableSet:
     body: str | None = None  # a ready-made fragment instead of grids (the deadlock report)
 
     def html(self) -> str:
+        """The HTML fragment: the grids, the ready-made body or the empty text."""
         if self.body is not None:
             return self.body
         if not self.grids:
@@ -79,6 +82,7 @@ class TableSet:
         return "\n".join(f"<div class='table-wrap'>{g.to_html()}</div>" for g in self.grids)
 
     def write(self, out_dir: Path) -> list:
+        """Write NAME.csv and NAME.html into `out_dir`; return both paths."""
         out_dir = Path(out_dir)
         self.data.to_csv(out_dir / f"{self.name}.csv", index=False)
         (out_dir / f"{self.name}.html").write_text(

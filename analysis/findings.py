@@ -17,6 +17,8 @@ from analysis.formatting import config_text, fmt_pct, interval_text
 from analysis.grouping import paper_order, performance_runs, truthy
 from analysis.stats import CI_METHOD_DIFF, CI_METHOD_RATIO, NO_CLEAR
 
+BUSY_WARN_PERCENT = 25  # CPU use by other work just before a run's launch (runners.run measures it)
+
 
 def _comparison_list(cmp: pd.DataFrame, unit="×", scale=1.0, digits=2, limit=8) -> str:
     items = [f"{config_text(r)}: {interval_text(r, unit, scale, digits)}, {r['verdict']}"
@@ -270,6 +272,7 @@ def axis_findings(effect: pd.DataFrame, axis: str, what: str, table: str) -> lis
 
 
 def loader_findings(points: pd.DataFrame) -> list:
+    """How much of a training step goes to waiting for the data loader, per framework."""
     ok = points[(points["n_ok"] > 0) & points["step_s_mean"].notna() & (points["step_s_mean"] > 0)]
     if ok.empty:
         return []
@@ -282,6 +285,7 @@ def loader_findings(points: pd.DataFrame) -> list:
 
 
 def paper_findings(comparison: pd.DataFrame) -> list:
+    """How often the faster framework agrees with the seed study's Table 2."""
     d = comparison.dropna(subset=["paper_s", "ours_s"])
     if d.empty:
         return []
@@ -406,7 +410,40 @@ def _study_caveats(d: int) -> list:
     return out
 
 
-BUSY_WARN_PERCENT = 25  # CPU use by other work just before a run's launch (runners.run measures it)
+def precision_findings(runs: pd.DataFrame, plan: pd.DataFrame) -> list:
+    """How many epochs the timing runs needed, what precision they reached, which a cap stopped,
+    and what the measured variances say the next sweep needs."""
+    ok = runs[(runs["status"] == "ok") & (runs.get("until") == "precise")] if "until" in runs else runs.iloc[0:0]
+    if ok.empty:
+        return []
+    ep = pd.to_numeric(ok["epochs_run"], errors="coerce")
+    prec = pd.to_numeric(ok["precision_reached"], errors="coerce")
+    target = pd.to_numeric(ok["precision"], errors="coerce").median()
+    capped = ok[ok["stopped_by_cap"].map(truthy) == True]  # noqa: E712
+    out = [f"Stop rule ({len(ok)} timing runs): each trained until its steady-state epoch time was known to "
+           f"±{100 * target:.0f}% (95% interval) — epochs per run {ep.min():.0f} / {ep.median():.0f} / "
+           f"{ep.max():.0f} (min / median / max, warm-up included), precision reached median "
+           f"±{100 * prec.median():.1f}%. "
+           + (f"{len(capped)} stopped at a cap before that (flagged 'CAP' in the run list"
+              + (f", {int(capped['drifting'].map(truthy).fillna(False).sum())} of them still drifting"
+                 if "drifting" in capped else "") + f"): {_where(capped)}."
+              if len(capped) else "No run needed a cap.")]
+    if not plan.empty and plan["plan_cost_s"].notna().any():
+        p = plan.dropna(subset=["plan_cost_s"])
+        out.append(f"Plan for the next sweep (table 'Plan the next sweep'; Kalibera & Jones two-level design, "
+                   f"±{100 * planning.PLAN_PRECISION:.0f}% per configuration): median {p['plan_repeats'].median():.0f} repeats of "
+                   f"{p['plan_epochs'].median():.0f} steady epochs; {p['plan_cost_s'].sum() / 60:.1f} min of runs for "
+                   f"these {len(p)} configurations, against {p['cost_now_s'].sum() / 60:.1f} min spent now. Variance "
+                   f"estimates from {p['runs'].max():.0f} repeats or fewer are rough.")
+    return out
+
+
+def paper_study_speedups(paper: pd.DataFrame) -> pd.DataFrame:
+    """The seed study's own speed-ups from 1 to 2 GPUs (Table 2), per model, batch size and framework."""
+    p = paper.pivot_table(index=["model", "batch_size", "framework"], columns="gpus", values="seconds")
+    if 1 not in p.columns or 2 not in p.columns:
+        return pd.DataFrame(columns=["model", "batch_size", "framework", "speedup_1_to_2"])
+    return (p[1] / p[2]).rename("speedup_1_to_2").reset_index()
 
 
 def all_findings(runs, points, scaling, comparison, invalid, workers=None, batch=None, plan=None) -> list:
@@ -442,39 +479,3 @@ def all_findings(runs, points, scaling, comparison, invalid, workers=None, batch
             + paper_findings(comparison[comparison["experiment"] == exp])
         groups.append({"title": exp, "items": items})
     return groups
-
-
-def precision_findings(runs: pd.DataFrame, plan: pd.DataFrame) -> list:
-    """How many epochs the timing runs needed, what precision they reached, which a cap stopped,
-    and what the measured variances say the next sweep needs."""
-    ok = runs[(runs["status"] == "ok") & (runs.get("until") == "precise")] if "until" in runs else runs.iloc[0:0]
-    if ok.empty:
-        return []
-    ep = pd.to_numeric(ok["epochs_run"], errors="coerce")
-    prec = pd.to_numeric(ok["precision_reached"], errors="coerce")
-    target = pd.to_numeric(ok["precision"], errors="coerce").median()
-    capped = ok[ok["stopped_by_cap"].map(truthy) == True]  # noqa: E712
-    out = [f"Stop rule ({len(ok)} timing runs): each trained until its steady-state epoch time was known to "
-           f"±{100 * target:.0f}% (95% interval) — epochs per run {ep.min():.0f} / {ep.median():.0f} / "
-           f"{ep.max():.0f} (min / median / max, warm-up included), precision reached median "
-           f"±{100 * prec.median():.1f}%. "
-           + (f"{len(capped)} stopped at a cap before that (flagged 'CAP' in the run list"
-              + (f", {int(capped['drifting'].map(truthy).fillna(False).sum())} of them still drifting"
-                 if "drifting" in capped else "") + f"): {_where(capped)}."
-              if len(capped) else "No run needed a cap.")]
-    if not plan.empty and plan["plan_cost_s"].notna().any():
-        p = plan.dropna(subset=["plan_cost_s"])
-        out.append(f"Plan for the next sweep (table 'Plan the next sweep'; Kalibera & Jones two-level design, "
-                   f"±{100 * planning.PLAN_PRECISION:.0f}% per configuration): median {p['plan_repeats'].median():.0f} repeats of "
-                   f"{p['plan_epochs'].median():.0f} steady epochs; {p['plan_cost_s'].sum() / 60:.1f} min of runs for "
-                   f"these {len(p)} configurations, against {p['cost_now_s'].sum() / 60:.1f} min spent now. Variance "
-                   f"estimates from {p['runs'].max():.0f} repeats or fewer are rough.")
-    return out
-
-
-def paper_study_speedups(paper: pd.DataFrame) -> pd.DataFrame:
-    """The seed study's own speed-ups from 1 to 2 GPUs (Table 2), per model, batch size and framework."""
-    p = paper.pivot_table(index=["model", "batch_size", "framework"], columns="gpus", values="seconds")
-    if 1 not in p.columns or 2 not in p.columns:
-        return pd.DataFrame(columns=["model", "batch_size", "framework", "speedup_1_to_2"])
-    return (p[1] / p[2]).rename("speedup_1_to_2").reset_index()

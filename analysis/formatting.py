@@ -36,6 +36,7 @@ def fmt_si(v) -> str:
 
 
 def fmt_pct(v) -> str:
+    """A share as a percentage with one decimal: 0.123 -> '12.3%'."""
     return "n/a" if v is None or pd.isna(v) else f"{100 * v:.1f}%"
 
 
@@ -46,6 +47,7 @@ def status_text(statuses: Counter) -> str:
 
 
 def worst_status(statuses) -> str:
+    """The most severe status present ('ok' when none is known)."""
     present = [s for s in STATUS_SEVERITY if s in statuses]
     return present[0] if present else "ok"
 

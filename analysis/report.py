@@ -1,5 +1,8 @@
-"""The HTML report: assembles the findings, tables, plots, deadlock report and the environment,
-fairness and run-list frames, and renders them into one page and its asset files.
+"""The HTML report: findings in words, tables, plots, deadlock report, environment and fairness.
+
+This module assembles and renders: it builds the environment, fairness, plan and run-list
+frames, writes every table and plot as an asset and renders the page from them; the sentences
+come from analysis.findings, the tables from analysis.tables.
 
     python -m analysis.report --aggregate results/aggregate --out results/report/index.html \
         [--assets results/report]
@@ -72,6 +75,7 @@ def _gib(v):
 
 
 def environment_frame(runs: pd.DataFrame) -> pd.DataFrame:
+    """Setting -> the distinct values the runs recorded (hosts, CPU, package versions, ...)."""
     rows = []
     for label, col in ENV_ROWS:
         values = runs[col] if col in runs else pd.Series(dtype=object)
@@ -185,6 +189,7 @@ def plan_frame(plan: pd.DataFrame) -> pd.DataFrame:
 
 
 def runs_frame(runs: pd.DataFrame) -> pd.DataFrame:
+    """Every run with readable columns, why it stopped and the command that reruns it."""
     cols = {"experiment": "experiment", "framework": "framework", "model": "model", "devices": "devices",
             "batch_size": "batch", "workers": "workers", "repeat": "repeat", "status": "status",
             "started_at": "started", "train_time_s": "train time (s)",
@@ -207,10 +212,12 @@ def runs_frame(runs: pd.DataFrame) -> pd.DataFrame:
 # -- assembling -----------------------------------------------------------------------------
 
 def png_data_uri(path: Path) -> str:
+    """A PNG file as a data URI, so the page embeds its images."""
     return "data:image/png;base64," + base64.b64encode(Path(path).read_bytes()).decode()
 
 
 def build_tables(agg: Aggregate, runs: pd.DataFrame) -> dict:
+    """name -> TableSet: the analysis tables, then plan, deadlocks, environment, fairness and run lists."""
     out = tables.all_tables(runs)
     memory = tables.memory_model_table(runs)
     if not memory.empty:  # the pre-flight memory model against the measured peak
@@ -313,6 +320,7 @@ def render(agg: Aggregate, out: Path, assets: Path, source: str = "") -> Path:
 
 
 def main(argv=None) -> int:
+    """Command line: render the report of an aggregate directory."""
     p = argparse.ArgumentParser(prog="python -m analysis.report", description=__doc__.split("\n")[0])
     p.add_argument("--aggregate", required=True, help="directory written by analysis.aggregate")
     p.add_argument("--out", required=True, help="the HTML page to write (e.g. results/report/index.html)")

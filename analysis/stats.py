@@ -1,8 +1,7 @@
 """Statistics of repeated measurements: a mean with its 95% t-interval, the difference and the
-ratio of two samples with a 95% Welch t-interval, and the verdict an interval supports.
-
-Pure numbers in, numbers out; the t quantiles are the stop rule's (runners.stopping), so the
-runs and the analysis state the same intervals.
+ratio of two samples with a 95% Welch t-interval, and the verdict an interval supports. Numbers
+in, numbers out; the t quantiles are the stop rule's (runners.stopping), so the runs and the
+analysis compute their intervals alike.
 """
 
 from __future__ import annotations
@@ -13,10 +12,19 @@ import pandas as pd
 
 from runners.stopping import t_quantile
 
+CI_METHOD_RATIO = ("ratio of geometric means over repeats, 95% Welch t-interval on the log scale")
+CI_METHOD_DIFF = "difference of means over repeats, 95% Welch t-interval"
+NO_CLEAR = "no clear difference"
+
+
+def _clean(values) -> list:
+    """The values as floats, missing ones (None, NaN) dropped."""
+    return [float(v) for v in values if v is not None and not pd.isna(v)]
+
 
 def mean_ci(values) -> tuple:
     """(mean, 95% CI half-width by the t-distribution; NaN for fewer than 2 values)."""
-    vals = [float(v) for v in values if v is not None and not pd.isna(v)]
+    vals = _clean(values)
     if not vals:
         return float("nan"), float("nan")
     m = sum(vals) / len(vals)
@@ -24,15 +32,6 @@ def mean_ci(values) -> tuple:
         return m, float("nan")
     sd = pd.Series(vals).std(ddof=1)
     return m, float(t_quantile(len(vals) - 1) * sd / math.sqrt(len(vals)))
-
-
-CI_METHOD_RATIO = ("ratio of geometric means over repeats, 95% Welch t-interval on the log scale")
-CI_METHOD_DIFF = "difference of means over repeats, 95% Welch t-interval"
-NO_CLEAR = "no clear difference"
-
-
-def _clean(values) -> list:
-    return [float(v) for v in values if v is not None and not pd.isna(v)]
 
 
 def welch_interval(a, b) -> tuple:

@@ -1,11 +1,10 @@
 """The report's tables, built from grid points and runs: the seed study's Table 2 layout,
 scaling with devices, the loader-worker and batch-size axes, step breakdown, throughput,
 accuracy, our Table 2 beside the published one, the study harness against the fair one, and
-the memory model against the measured peak.
-
-Every table is a `display.TableSet`: a tidy numeric frame (written as CSV) and one display grid
-per experiment (written as an HTML fragment). Repeats of one grid point are averaged with a 95%
-confidence interval (grouping.grid_points); a grid point without an ok run shows its status.
+the memory model against the measured peak. Every table is a `display.TableSet`: a tidy numeric
+frame (written as CSV) and one display grid per experiment (written as an HTML fragment).
+Repeats of one grid point are averaged with a 95% confidence interval (grouping.grid_points);
+a grid point without an ok run shows its status.
 """
 
 from __future__ import annotations
@@ -74,6 +73,7 @@ def table2_grids(points: pd.DataFrame, value: str, fmt=fmt_num, scale=1.0, best=
 
 
 def training_time_table(points: pd.DataFrame) -> TableSet:
+    """Steady-state epoch time in the seed study's Table 2 layout."""
     data = points[["experiment", *GRID_KEYS, "n_runs", "n_ok", "statuses", "steady_epoch_time_s_mean",
                    "steady_epoch_time_s_ci95", "train_time_s_mean", "command"]] if not points.empty else points
     return TableSet(
@@ -221,6 +221,7 @@ OVERSUBSCRIBED_TEXT = (f"{OVERSUBSCRIBED_MARK} oversubscribed: more processes (r
 
 
 def scaling_table(points: pd.DataFrame, runs: pd.DataFrame | None = None) -> TableSet:
+    """Speed-up and parallel efficiency against the fewest devices, per series."""
     data = scaling_data(points, runs)
     grids = []
     for exp, g in data.groupby("experiment", sort=False):
@@ -392,6 +393,7 @@ def flat_grids(points: pd.DataFrame, columns: list) -> list:
 
 
 def breakdown_table(points: pd.DataFrame) -> TableSet:
+    """Mean time per training step split into phases, and the loader's share."""
     phase_cols = [f"step_{p}" for p in PHASES]
     def ms(col):
         return lambda p: Cell(fmt_num(1000 * p[f"{col}_mean"]) if not pd.isna(p[f"{col}_mean"]) else "n/a")
@@ -412,6 +414,7 @@ def breakdown_table(points: pd.DataFrame) -> TableSet:
 
 
 def throughput_table(points: pd.DataFrame) -> TableSet:
+    """Steady-state and warm-up epoch, rates, start-up and its ratio to the timed part."""
     def rate(col):
         def cell(p):
             m, ci = p[f"{col}_mean"], p[f"{col}_ci95"]
@@ -454,6 +457,7 @@ def throughput_table(points: pd.DataFrame) -> TableSet:
 # -- the seed study, side by side ------------------------------------------------------------
 
 def load_paper(path: Path = PAPER_CSV) -> pd.DataFrame:
+    """The seed study's published Table 2 (model, gpus, workers, batch_size, framework, seconds)."""
     return pd.read_csv(path)
 
 
@@ -571,6 +575,7 @@ def _with_harness(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def has_study_runs(runs: pd.DataFrame) -> bool:
+    """Whether any performance run used the seed study's harness."""
     return not runs.empty and (_with_harness(runs)["harness"] == "study").any()
 
 
