@@ -16,10 +16,11 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.transforms import blended_transform_factory  # noqa: E402
 
-from analysis import (FRAMEWORK_COLOURS, PHASE_LABELS, PHASES, STATUS_COLOURS, STATUSES,  # noqa: E402
-                      framework_label, model_label)
+from analysis import (FRAMEWORK_COLOURS, FRAMEWORK_ORDER, MODEL_ORDER, PHASE_LABELS, PHASES,  # noqa: E402
+                      STATUS_COLOURS, STATUSES, framework_label, model_label)
 from analysis import tables  # noqa: E402
-from analysis.tables import FRAMEWORK_ORDER, MODEL_ORDER, fmt_si, worst_status  # noqa: E402
+from analysis.formatting import fmt_si, worst_status  # noqa: E402
+from analysis.grouping import paper_order  # noqa: E402
 
 sns.set_theme(style="whitegrid", context="notebook", font_scale=0.85)
 LINESTYLES = ("-", "--", ":", "-.")
@@ -188,7 +189,7 @@ def breakdown_bars(points: pd.DataFrame):
         for j, batch in enumerate(batches):
             ax = axes[i][j]
             panel = ok[(ok["experiment"] == exp) & (ok["model"] == model) & (ok["batch_size"] == batch)]
-            panel = tables.paper_order(panel, ["framework", "devices", "workers"])
+            panel = paper_order(panel, ["framework", "devices", "workers"])
             x = np.arange(len(panel))
             bottom = np.zeros(len(panel))
             for ph in PHASES:

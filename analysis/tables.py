@@ -1,25 +1,24 @@
-"""Tables computed from the aggregate: the seed study's Table 2 layout, scaling, step
-breakdown, throughput, accuracy and the side-by-side comparison with the seed study.
-
-Every table is a `TableSet`: a tidy numeric frame (written as CSV) and one display grid per
-experiment (written as an HTML fragment). Repeats of one grid point are averaged with a 95%
-confidence interval (t-distribution); a grid point without an ok run shows its status.
+"""The report's tables, built from grid points and runs: the seed study's Table 2 layout,
+scaling with devices, the loader-worker and batch-size axes, step breakdown, throughput,
+accuracy, our Table 2 beside the published one, the study harness against the fair one, and
+the memory model against the measured peak. Every table is a `display.TableSet`: a tidy numeric
+frame (written as CSV) and one display grid per experiment (written as an HTML fragment).
+Repeats of one grid point are averaged with a 95% confidence interval (grouping.grid_points);
+a grid point without an ok run shows its status.
 """
 
 from __future__ import annotations
 
-import html
-import itertools
-import math
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
-from scipy import stats
 
-from analysis import (EXPERIMENT_KEYS, FRAMEWORK_ORDER, GRID_KEYS, MODEL_KEYS, MODEL_ORDER,  # noqa: F401
-                      PHASE_LABELS, PHASES, STATUS_SEVERITY, framework_label, model_label)
+from analysis import FRAMEWORK_ORDER, GRID_KEYS, PHASE_LABELS, PHASES, framework_label, model_label
+from analysis.display import Cell, GridTable, TableSet, index_cells, value_cell
+from analysis.formatting import fmt_num, fmt_pct, fmt_si, status_text
+from analysis.grouping import paper_order, performance_points, performance_runs
+from analysis.stats import CI_METHOD_RATIO, ratio_interval, verdict
 
 PAPER_CSV = Path(__file__).resolve().parent / "paper_table2.csv"
 PAPER_EPOCHS = 50
@@ -29,375 +28,6 @@ EFFICIENCY_WARN = 0.5   # parallel efficiency below this: scaling has stopped pa
 SUPERLINEAR_WARN = 1.2  # above this the baseline was probably disturbed, not the scaling superb
 ACCURACY_GAP_WARN = 0.02  # accuracy difference between frameworks worth flagging (2 points)
 TIMED_TO_STARTUP_WARN = 5.0  # training time below 5x the start-up: the run is too short to mean much
-
-
-# -- display primitives ---------------------------------------------------------------------
-
-@dataclass
-class Cell:
-    text: str
-    css: str = ""
-    title: str = ""
-    span: int = 1  # columns this cell covers (a status across all value columns)
-
-
-@dataclass
-class GridTable:
-    """One rendered table: header rows of (label, colspan) and body rows of cells."""
-
-    caption: str
-    header: list
-    rows: list
-    n_index: int
-
-    def to_html(self) -> str:
-        e = html.escape
-        head = ""
-        depth = len(self.header)
-        for r, hrow in enumerate(self.header):
-            ths = []
-            for i, (label, span) in enumerate(hrow):
-                if i < self.n_index and depth > 1:
-                    if r == 0:  # index headers span every header row
-                        ths.append(f"<th rowspan='{depth}'>{e(str(label))}</th>")
-                    continue
-                ths.append(f"<th colspan='{span}'>{e(str(label))}</th>" if span > 1 else f"<th>{e(str(label))}</th>")
-            head += "<tr>" + "".join(ths) + "</tr>"
-        body = []
-        for row in self.rows:
-            tds = []
-            for i, c in enumerate(row):
-                kind = "idx" if i < self.n_index else ("" if "text" in c.css or "code" in c.css else "num")
-                classes = " ".join(x for x in (c.css, kind) if x)
-                title = f" title='{e(c.title)}'" if c.title else ""
-                span = f" colspan='{c.span}'" if c.span > 1 else ""
-                tds.append(f"<td class='{classes}'{title}{span}>{e(c.text)}</td>")
-            body.append("<tr>" + "".join(tds) + "</tr>")
-        cap = f"<caption>{e(self.caption)}</caption>" if self.caption else ""
-        return (f"<table class='grid'>{cap}<thead>{head}</thead>"
-                f"<tbody>{''.join(body)}</tbody></table>")
-
-
-@dataclass
-class TableSet:
-    """A named table: tidy numbers for the CSV, display grids for the HTML fragment."""
-
-    name: str
-    title: str
-    description: str
-    data: pd.DataFrame
-    grids: list = field(default_factory=list)
-    empty_text: str = "No data for this table."
-    body: str | None = None  # a ready-made fragment instead of grids (the deadlock report)
-
-    def html(self) -> str:
-        if self.body is not None:
-            return self.body
-        if not self.grids:
-            return f"<p class='muted'>{html.escape(self.empty_text)}</p>"
-        return "\n".join(f"<div class='table-wrap'>{g.to_html()}</div>" for g in self.grids)
-
-    def write(self, out_dir: Path) -> list:
-        out_dir = Path(out_dir)
-        self.data.to_csv(out_dir / f"{self.name}.csv", index=False)
-        (out_dir / f"{self.name}.html").write_text(
-            f"<h3>{html.escape(self.title)}</h3>\n<p>{html.escape(self.description)}</p>\n{self.html()}\n")
-        return [out_dir / f"{self.name}.csv", out_dir / f"{self.name}.html"]
-
-
-def fmt_num(v, ref=None) -> str:
-    """Three significant-ish digits, the precision chosen from `ref` (default: v itself)."""
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "n/a"
-    r = abs(ref if ref is not None else v)
-    if r >= 100:
-        return f"{v:,.0f}"
-    if r >= 10:
-        return f"{v:.1f}"
-    if r >= 1:
-        return f"{v:.2f}"
-    return f"{v:.3f}"
-
-
-def fmt_si(v) -> str:
-    """Large rates: 1.2k, 3.4M."""
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "n/a"
-    for div, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(v) >= div:
-            return f"{v / div:.3g}{unit}"
-    return f"{v:.3g}"
-
-
-def fmt_pct(v) -> str:
-    return "n/a" if v is None or pd.isna(v) else f"{100 * v:.1f}%"
-
-
-# -- experiments and grid-point statistics --------------------------------------------------
-
-def _key_text(v) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "none"
-    if isinstance(v, float) and v.is_integer():
-        return str(int(v))
-    return str(v)
-
-
-def add_experiment(runs: pd.DataFrame, split: bool = False) -> pd.DataFrame:
-    """Label every run with its experiment: the settings outside the swept grid axes.
-
-    The label always names dataset, device type and epochs, plus any other setting that
-    differs between experiments, so two tables are never silently mixed."""
-    runs = runs.copy()
-    keys = [k for k in EXPERIMENT_KEYS if k in runs.columns]
-    if runs.empty:
-        runs["experiment"] = pd.Series(dtype="object")
-        return runs
-    kinds = [runs[k].fillna(d) for k, d in (("until", "epochs"), ("harness", "fair")) if k in runs]
-    if not split and kinds and pd.concat(kinds, axis=1).drop_duplicates().shape[0] > 1:
-        # Timing runs (epochs = a cap), fixed-schedule runs (epochs = the schedule, maybe per
-        # model) and study-harness runs are labelled apart, so a per-model schedule stays one
-        # experiment.
-        parts = [add_experiment(g, split=True) for _, g in runs.groupby(kinds, sort=False)]
-        labelled = pd.concat(parts)
-        order = sorted(set(labelled["experiment"]), key=lambda x: ("fault injection" in x, x))
-        labelled["experiment"] = pd.Categorical(labelled["experiment"], categories=order, ordered=True)
-        return labelled.sort_values("experiment", kind="stable").assign(
-            experiment=lambda d: d["experiment"].astype(str))
-    texts = runs[keys].map(_key_text)
-    varying = [k for k in keys if (texts.groupby(runs["model"])[k].nunique().max()
-                                   if k in MODEL_KEYS else texts[k].nunique()) > 1]
-    # Epochs may be set per model (a model that needs more steps to learn); then the label
-    # names each model's epochs, so both models stay in one experiment.
-    per_model_epochs = "epochs" not in varying and texts["epochs"].nunique() > 1
-    labels = []
-    for _, t in texts.iterrows():
-        if per_model_epochs:
-            same = texts[(texts["dataset"] == t["dataset"]) & (texts["device_type"] == t["device_type"])]
-            by_model = same.groupby(runs.loc[same.index, "model"])["epochs"].first()
-            epochs = "epochs " + ", ".join(f"{model_label(m)} {e}" for m, e in sorted(
-                by_model.items(), key=lambda x: MODEL_ORDER.index(x[0]) if x[0] in MODEL_ORDER else 99))
-        elif t.get("until") == "precise":
-            epochs = f"at most {t['epochs']} epochs"
-        else:
-            epochs = f"{t['epochs']} epochs"
-        parts = [f"dataset {t['dataset']}", t["device_type"], epochs]
-        if t.get("until") == "precise":
-            parts.append(f"timing runs: until the epoch time is known to ±{float(t['precision']) * 100:.0f}%")
-        elif split:
-            parts.append("fixed schedule" + (", the seed study's harness" if t.get("harness") == "study" else ""))
-        if t.get("inject", "none") != "none":
-            parts.append(f"fault injection: {t['inject']}")
-        for k in varying:
-            if k in ("dataset", "device_type", "epochs", "inject", "until", "precision"):
-                continue
-            if t[k] in ("True", "False"):  # a switch reads as its name when on, nothing when off
-                parts += [k.replace("_", " ")] if t[k] == "True" else []
-            else:
-                parts.append(f"{k}={t[k]}")
-        labels.append(" · ".join(parts))
-    runs["experiment"] = labels
-    # Performance experiments first, fault-injection demonstrations last.
-    order = sorted(set(labels), key=lambda x: ("fault injection" in x, x))
-    runs["experiment"] = pd.Categorical(labels, categories=order, ordered=True)
-    return runs.sort_values("experiment", kind="stable").assign(experiment=lambda d: d["experiment"].astype(str))
-
-
-def performance_runs(runs: pd.DataFrame) -> pd.DataFrame:
-    """Runs that measure performance: fault-injection demonstrations are left out."""
-    if "inject" not in runs.columns:
-        return runs
-    return runs[runs["inject"].isna() | (runs["inject"].astype(str).isin(["", "None", "none"]))]
-
-
-def mean_ci(values) -> tuple:
-    """(mean, 95% CI half-width by the t-distribution; NaN for fewer than 2 values)."""
-    vals = [float(v) for v in values if v is not None and not pd.isna(v)]
-    if not vals:
-        return float("nan"), float("nan")
-    m = sum(vals) / len(vals)
-    if len(vals) < 2:
-        return m, float("nan")
-    sd = pd.Series(vals).std(ddof=1)
-    return m, float(stats.t.ppf(0.975, len(vals) - 1) * sd / math.sqrt(len(vals)))
-
-
-CI_METHOD_RATIO = ("ratio of geometric means over repeats, 95% Welch t-interval on the log scale")
-CI_METHOD_DIFF = "difference of means over repeats, 95% Welch t-interval"
-NO_CLEAR = "no clear difference"
-
-
-def _clean(values) -> list:
-    return [float(v) for v in values if v is not None and not pd.isna(v)]
-
-
-def welch_interval(a, b) -> tuple:
-    """(mean(a) - mean(b), low, high) with a 95% Welch t-interval; NaN bounds when either
-    side has fewer than 2 values (no interval can be given)."""
-    a, b = _clean(a), _clean(b)
-    if not a or not b:
-        return float("nan"), float("nan"), float("nan")
-    d = sum(a) / len(a) - sum(b) / len(b)
-    if len(a) < 2 or len(b) < 2:
-        return d, float("nan"), float("nan")
-    va, vb = pd.Series(a).var(ddof=1) / len(a), pd.Series(b).var(ddof=1) / len(b)
-    se = math.sqrt(va + vb)
-    if se == 0:
-        return d, d, d
-    dof = (va + vb) ** 2 / ((va ** 2 / (len(a) - 1) if va else 0) + (vb ** 2 / (len(b) - 1) if vb else 0))
-    h = float(stats.t.ppf(0.975, dof)) * se
-    return d, d - h, d + h
-
-
-def ratio_interval(a, b) -> tuple:
-    """(ratio, low, high): geometric mean of `a` over that of `b` with a 95% interval (Welch t
-    on the logs, so the interval is multiplicative, as timing noise is). NaN bounds below 2
-    repeats per side."""
-    a, b = [v for v in _clean(a) if v > 0], [v for v in _clean(b) if v > 0]
-    d, lo, hi = welch_interval([math.log(v) for v in a], [math.log(v) for v in b])
-    return tuple(math.exp(x) if not pd.isna(x) else float("nan") for x in (d, lo, hi))
-
-
-def verdict(low: float, high: float, null: float, above: str, below: str) -> str:
-    """`above` when the whole interval lies above `null`, `below` when below it, else
-    "no clear difference" (also when there is no interval: a single repeat proves nothing)."""
-    if pd.isna(low) or pd.isna(high):
-        return NO_CLEAR
-    if low > null:
-        return above
-    if high < null:
-        return below
-    return NO_CLEAR
-
-
-def framework_pairs(runs: pd.DataFrame) -> list:
-    """Every pair (a, b) of the frameworks with ok runs, in the registry's order."""
-    present = set(runs.loc[runs["status"] == "ok", "framework"]) if not runs.empty else set()
-    fws = [f for f in FRAMEWORK_ORDER if f in present]
-    return list(itertools.combinations(fws, 2))
-
-
-def comparison_labels(pair, kind: str = "ratio") -> tuple:
-    """Verdict labels of a comparison of pair (a, b): (below-1/above-0 side, other side)."""
-    la, lb = (framework_label(f) for f in pair)
-    return (f"{lb} faster", f"{la} faster") if kind == "ratio" else (f"{la} higher", f"{lb} higher")
-
-
-def framework_comparison(runs: pd.DataFrame, value: str, kind: str = "ratio", pair=None) -> pd.DataFrame:
-    """Framework a against framework b (`pair`, default the first two of the registry) per
-    experiment and configuration, from the ok runs' `value`.
-
-    kind "ratio": a / b (for times: above 1 means b is faster); "diff": a - b.
-    Columns: experiment, model, devices, batch_size, workers, n_a, n_b, estimate, low, high,
-    verdict (comparison_labels, or "no clear difference")."""
-    pair = tuple(pair or FRAMEWORK_ORDER[:2])
-    keys = ["experiment", "model", "devices", "batch_size", "workers"]
-    cols = keys + ["n_a", "n_b", "estimate", "low", "high", "verdict"]
-    ok = runs[(runs["status"] == "ok")] if not runs.empty else runs
-    if ok.empty or value not in ok:
-        return pd.DataFrame(columns=cols)
-    high_side, low_side = comparison_labels(pair, kind)
-    out = []
-    for key, g in ok.groupby(keys, sort=False):
-        a = g.loc[g["framework"] == pair[0], value].dropna()
-        b = g.loc[g["framework"] == pair[1], value].dropna()
-        if a.empty or b.empty:
-            continue
-        if kind == "ratio":
-            est, lo, hi = ratio_interval(a, b)
-            v = verdict(lo, hi, 1.0, high_side, low_side)
-        else:
-            est, lo, hi = welch_interval(a, b)
-            v = verdict(lo, hi, 0.0, high_side, low_side)
-        out.append({**dict(zip(keys, key)), "n_a": len(a), "n_b": len(b), "estimate": est, "low": lo,
-                    "high": hi, "verdict": v})
-    return paper_order(pd.DataFrame(out, columns=cols), ["experiment", "model", "devices", "batch_size", "workers"])
-
-
-def status_text(statuses: Counter) -> str:
-    """'hang', 'hang ×2', 'hang ×2, crashed' (most severe first)."""
-    order = sorted(statuses, key=lambda s: STATUS_SEVERITY.index(s) if s in STATUS_SEVERITY else -1)
-    return ", ".join(s if statuses[s] == 1 else f"{s} ×{statuses[s]}" for s in order)
-
-
-def worst_status(statuses) -> str:
-    present = [s for s in STATUS_SEVERITY if s in statuses]
-    return present[0] if present else "ok"
-
-
-CARRIED = ("dataset", "epochs", "device_type", "harness", "processes", "oversubscribed", "until")
-
-
-def _truthy(v):
-    """True/False from a bool or its CSV text; None when unknown."""
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return None
-    if isinstance(v, str):
-        return {"true": True, "false": False}.get(v.strip().lower())
-    return bool(v)
-
-
-def grid_points(runs: pd.DataFrame, values) -> pd.DataFrame:
-    """One row per experiment and grid point: counts, statuses, mean and CI of each value."""
-    cols = ["experiment", *GRID_KEYS]
-    rows = []
-    if runs.empty:
-        return pd.DataFrame(columns=cols + list(CARRIED) + ["n_runs", "n_ok", "statuses", "worst_status", "run_ids",
-                                            "command", "n_converged", "n_not_converged", "n_reached_target", "n_capped"]
-                            + [f"{v}_{s}" for v in values for s in ("mean", "ci95", "n")])
-    for key, g in runs.groupby(cols, sort=False, dropna=False):
-        ok = g[g["status"] == "ok"]
-        statuses = Counter(g["status"])
-        row = dict(zip(cols, key))
-        # Constant within an experiment; carried along for tables that need them.
-        row.update({k: g[k].iloc[0] for k in CARRIED if k in g})
-        row.update({"n_runs": len(g), "n_ok": len(ok), "statuses": status_text(statuses),
-                    "worst_status": worst_status(statuses),
-                    "run_ids": " ".join(g["run_id"]), "command": g.sort_values("repeat")["command"].iloc[0]})
-        conv = ok["converged"].map(_truthy) if "converged" in ok else pd.Series(dtype=object)
-        row.update({"n_converged": int((conv == True).sum()),  # noqa: E712 (None stays unknown)
-                    "n_not_converged": int((conv == False).sum()),  # noqa: E712
-                    "n_reached_target": int(ok["time_to_target_s"].notna().sum()) if "time_to_target_s" in ok else 0,
-                    "n_capped": int(ok["stopped_by_cap"].map(_truthy).fillna(False).sum())
-                    if "stopped_by_cap" in ok else 0})
-        for v in values:
-            m, ci = mean_ci(ok[v]) if v in ok else (float("nan"), float("nan"))
-            row.update({f"{v}_mean": m, f"{v}_ci95": ci, f"{v}_n": int(ok[v].notna().sum()) if v in ok else 0})
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
-def paper_order(df: pd.DataFrame, keys) -> pd.DataFrame:
-    """Paper order: GraphSAGE before GAT, PyG before DGL, numbers ascending."""
-    order = {"model": MODEL_ORDER, "framework": FRAMEWORK_ORDER}
-    def keyfunc(col):
-        if col.name in order:
-            return col.map(lambda x: order[col.name].index(x) if x in order[col.name] else 99)
-        return col
-    return df.sort_values(list(keys), key=keyfunc, kind="stable")
-
-
-def value_cell(p, value: str, fmt=fmt_num, scale: float = 1.0) -> Cell:
-    """A grid point's mean ± CI, or its status when no repeat ended ok."""
-    title = f"rerun: {p['command']}" if p.get("command") else ""
-    if p["n_ok"] == 0:
-        return Cell(p["statuses"], css=f"status status-{p['worst_status']}", title=title)
-    m, ci = p[f"{value}_mean"] * scale, p[f"{value}_ci95"] * scale
-    text = fmt(m)
-    if not pd.isna(ci):
-        text += f" ± {fmt(ci) if fmt is not fmt_num else fmt_num(ci, ref=m)}"
-    if p["n_ok"] < p["n_runs"]:
-        text += f" ({p['n_runs'] - p['n_ok']} of {p['n_runs']} not ok)"
-    return Cell(text, title=title)
-
-
-def _index_cells(values, previous) -> list:
-    """Index cells, blanking leading values repeated from the row above (paper style)."""
-    cells, same = [], True
-    for v, prev in zip(values, previous or [None] * len(values)):
-        same = same and previous is not None and v == prev
-        cells.append(Cell("" if same else v, css="idx-cont" if same else ""))
-    return cells
 
 
 # -- Table 2 layout -------------------------------------------------------------------------
@@ -418,7 +48,7 @@ def table2_grids(points: pd.DataFrame, value: str, fmt=fmt_num, scale=1.0, best=
         row_keys = paper_order(g[["model", "devices", "workers"]].drop_duplicates(), ["model", "devices", "workers"])
         for rk in row_keys.itertuples(index=False):
             labels = [model_label(rk.model), str(rk.devices), str(rk.workers)]
-            cells = _index_cells(labels, prev)
+            cells = index_cells(labels, prev)
             prev = labels
             for b in batches:
                 pts = {f: idx.get((rk.model, rk.devices, rk.workers, b, f)) for f in fws}
@@ -443,6 +73,7 @@ def table2_grids(points: pd.DataFrame, value: str, fmt=fmt_num, scale=1.0, best=
 
 
 def training_time_table(points: pd.DataFrame) -> TableSet:
+    """Steady-state epoch time in the seed study's Table 2 layout."""
     data = points[["experiment", *GRID_KEYS, "n_runs", "n_ok", "statuses", "steady_epoch_time_s_mean",
                    "steady_epoch_time_s_ci95", "train_time_s_mean", "command"]] if not points.empty else points
     return TableSet(
@@ -590,6 +221,7 @@ OVERSUBSCRIBED_TEXT = (f"{OVERSUBSCRIBED_MARK} oversubscribed: more processes (r
 
 
 def scaling_table(points: pd.DataFrame, runs: pd.DataFrame | None = None) -> TableSet:
+    """Speed-up and parallel efficiency against the fewest devices, per series."""
     data = scaling_data(points, runs)
     grids = []
     for exp, g in data.groupby("experiment", sort=False):
@@ -600,7 +232,7 @@ def scaling_table(points: pd.DataFrame, runs: pd.DataFrame | None = None) -> Tab
         for key, s in paper_order(g, ["model", "framework", "batch_size", "series_workers", "devices"]).groupby(
                 ["model", "framework", "batch_size", "series_workers"], sort=False):
             labels = [model_label(key[0]), framework_label(key[1]), str(key[2]), str(key[3])]
-            cells = _index_cells(labels, prev)
+            cells = index_cells(labels, prev)
             prev = labels
             by_dev = {r.devices: r for r in s.itertuples()}
             for d in devices:
@@ -692,7 +324,7 @@ def _effect_grids(data: pd.DataFrame, axis: str, index: list, columns) -> list:
         for key, s in g.groupby(index, sort=False):
             key = key if isinstance(key, tuple) else (key,)
             text = [labels.get(k, str)(v) if k in labels else str(v) for k, v in zip(index, key)]
-            cells = _index_cells(text, prev)
+            cells = index_cells(text, prev)
             prev = text
             by_level = {r[axis]: r for r in s.to_dict("records")}
             for lv in levels:
@@ -748,7 +380,7 @@ def flat_grids(points: pd.DataFrame, columns: list) -> list:
         for p in paper_order(g, ["model", "framework", "devices", "batch_size", "workers"]).to_dict("records"):
             labels = [model_label(p["model"]), framework_label(p["framework"]), str(p["devices"]),
                       str(p["batch_size"]), str(p["workers"])]
-            cells = _index_cells(labels, prev)
+            cells = index_cells(labels, prev)
             prev = labels
             if p["n_ok"] > 0:
                 cells += [fn(p) for _, fn in columns]
@@ -761,6 +393,7 @@ def flat_grids(points: pd.DataFrame, columns: list) -> list:
 
 
 def breakdown_table(points: pd.DataFrame) -> TableSet:
+    """Mean time per training step split into phases, and the loader's share."""
     phase_cols = [f"step_{p}" for p in PHASES]
     def ms(col):
         return lambda p: Cell(fmt_num(1000 * p[f"{col}_mean"]) if not pd.isna(p[f"{col}_mean"]) else "n/a")
@@ -781,6 +414,7 @@ def breakdown_table(points: pd.DataFrame) -> TableSet:
 
 
 def throughput_table(points: pd.DataFrame) -> TableSet:
+    """Steady-state and warm-up epoch, rates, start-up and its ratio to the timed part."""
     def rate(col):
         def cell(p):
             m, ci = p[f"{col}_mean"], p[f"{col}_ci95"]
@@ -823,80 +457,102 @@ def throughput_table(points: pd.DataFrame) -> TableSet:
 # -- the seed study, side by side ------------------------------------------------------------
 
 def load_paper(path: Path = PAPER_CSV) -> pd.DataFrame:
+    """The seed study's published Table 2 (model, gpus, workers, batch_size, framework, seconds)."""
     return pd.read_csv(path)
+
+
+PAPER_COLUMNS = ["experiment", "model", "devices", "workers", "batch_size", "framework", "paper_s",
+                 "ours_s", "ours_ci95", "ours_status", "paper_per_epoch_s", "ours_per_epoch_s", "ours_epochs"]
+PAPER_KEYS = ["model", "devices", "workers", "batch_size", "framework"]
 
 
 def paper_comparison(points: pd.DataFrame, paper: pd.DataFrame) -> TableSet:
     """Our Table 2 on the seed study's dataset next to the published numbers."""
     ours = points[points["dataset"] == PAPER_DATASET]
-    cols = ["experiment", "model", "devices", "workers", "batch_size", "framework", "paper_s",
-            "ours_s", "ours_ci95", "ours_status", "paper_per_epoch_s", "ours_per_epoch_s", "ours_epochs"]
     if ours.empty:
-        published = paper.rename(columns={"gpus": "devices"}).assign(
-            experiment=f"Seed study, published: {PAPER_SETUP}", n_ok=1, n_runs=1, statuses="ok",
-            worst_status="ok", command="", train_time_s_mean=paper["seconds"], train_time_s_ci95=float("nan"))
-        return TableSet("paper_comparison", "The seed study's Table 2",
-                        f"No runs on the seed study's dataset ({PAPER_DATASET}) yet: run the paper profile to put "
-                        f"ours beside it. Its published numbers (seconds, faster framework bold):",
-                        pd.DataFrame(columns=cols), table2_grids(published, "train_time_s", best="min"))
+        return _published_only(paper)
     rows, grids = [], []
     paper = paper.rename(columns={"gpus": "devices", "seconds": "paper_s"})
-    keys = ["model", "devices", "workers", "batch_size", "framework"]
     for exp, g in ours.groupby("experiment", sort=False):
-        epochs = int(g["epochs"].max())
-        merged = paper.merge(g, on=keys, how="outer")
-        exp_rows = []
-        for r in merged.itertuples():
-            ok = not pd.isna(r.n_ok) and r.n_ok > 0
-            # Ours projected to the study's 50 epochs: the warm-up epoch plus 49 steady ones.
-            projected = r.warmup_epoch_time_s_mean + (PAPER_EPOCHS - 1) * r.steady_epoch_time_s_mean if ok else None
-            exp_rows.append({"experiment": exp, **{k: getattr(r, k) for k in keys}, "paper_s": r.paper_s,
-                         "ours_s": projected if ok else float("nan"),
-                         "ours_ci95": (PAPER_EPOCHS - 1) * r.steady_epoch_time_s_ci95 if ok else float("nan"),
-                         "ours_status": "not run" if pd.isna(r.n_ok) else ("ok" if ok else r.statuses),
-                         "paper_per_epoch_s": r.paper_s / PAPER_EPOCHS,
-                         "ours_per_epoch_s": r.steady_epoch_time_s_mean if ok else float("nan"),
-                         "ours_epochs": epochs})
+        exp_rows = _paper_rows(exp, g, paper)
         rows += exp_rows
-        d = pd.DataFrame(exp_rows)
-        batches = sorted(d["batch_size"].unique())
-        header = [[("Model", 1), ("Devices", 1), ("Workers", 1)] + [(f"Batch size {b}", 2 * len(FRAMEWORK_ORDER)) for b in batches],
-                  [("", 1)] * 3 + [(framework_label(f), 2) for b in batches for f in FRAMEWORK_ORDER],
-                  [("", 1)] * 3 + [(s, 1) for b in batches for f in FRAMEWORK_ORDER
-                                   for s in ("paper", f"ours ({PAPER_EPOCHS} ep., projected)")]]
-        body, prev = [], None
-        for rk in paper_order(d[["model", "devices", "workers"]].drop_duplicates(), ["model", "devices", "workers"]).itertuples(index=False):
-            labels = [model_label(rk.model), str(rk.devices), str(rk.workers)]
-            cells = _index_cells(labels, prev)
-            prev = labels
-            for b in batches:
-                sel = d[(d.model == rk.model) & (d.devices == rk.devices) & (d.workers == rk.workers) & (d.batch_size == b)]
-                by_fw = {r.framework: r for r in sel.itertuples()}
-                group = {}
-                for src in ("paper_s", "ours_s"):
-                    vals = {f: getattr(by_fw[f], src) for f in FRAMEWORK_ORDER if f in by_fw and not pd.isna(getattr(by_fw[f], src))}
-                    winner = min(vals, key=vals.get) if len(vals) >= 2 and list(vals.values()).count(min(vals.values())) == 1 else None
-                    for f in FRAMEWORK_ORDER:
-                        r = by_fw.get(f)
-                        if r is None or (src == "paper_s" and pd.isna(r.paper_s)):
-                            group[(f, src)] = Cell("—", css="missing")
-                        elif src == "ours_s" and pd.isna(r.ours_s):
-                            st = r.ours_status  # most severe status first
-                            group[(f, src)] = Cell(st, css="missing" if st == "not run" else f"status status-{st.split()[0].rstrip(',')}")
-                        else:
-                            v = getattr(r, src)
-                            text = fmt_num(v) + ("" if src == "paper_s" or pd.isna(r.ours_ci95) else f" ± {fmt_num(r.ours_ci95, ref=v)}")
-                            group[(f, src)] = Cell(text, css=("best" if winner == f else "") + (" paper" if src == "paper_s" else ""))
-                cells += [group[(f, src)] for f in FRAMEWORK_ORDER for src in ("paper_s", "ours_s")]
-            body.append(cells)
-        grids.append(GridTable(exp, header, body, n_index=3))
+        grids.append(_paper_grid(exp, pd.DataFrame(exp_rows)))
     return TableSet(
         "paper_comparison", "Our Table 2 beside the seed study's",
         f"Seed study: {PAPER_SETUP} (published Table 2, seconds). Ours: the same layout from our "
         f"runs on {PAPER_DATASET}, projected to {PAPER_EPOCHS} epochs (warm-up epoch + {PAPER_EPOCHS - 1} × the "
         f"steady-state epoch); absolute times differ with hardware, so compare which framework is faster "
         f"(bold, per source) and the trends. The CSV also has per-epoch times.",
-        pd.DataFrame(rows, columns=cols), grids)
+        pd.DataFrame(rows, columns=PAPER_COLUMNS), grids)
+
+
+def _published_only(paper: pd.DataFrame) -> TableSet:
+    """The seed study's Table 2 alone, while no run is on its dataset."""
+    published = paper.rename(columns={"gpus": "devices"}).assign(
+        experiment=f"Seed study, published: {PAPER_SETUP}", n_ok=1, n_runs=1, statuses="ok",
+        worst_status="ok", command="", train_time_s_mean=paper["seconds"], train_time_s_ci95=float("nan"))
+    return TableSet("paper_comparison", "The seed study's Table 2",
+                    f"No runs on the seed study's dataset ({PAPER_DATASET}) yet: run the paper profile to put "
+                    f"ours beside it. Its published numbers (seconds, faster framework bold):",
+                    pd.DataFrame(columns=PAPER_COLUMNS), table2_grids(published, "train_time_s", best="min"))
+
+
+def _paper_rows(exp: str, g: pd.DataFrame, paper: pd.DataFrame) -> list:
+    """One experiment's grid points beside the published seconds (outer join: either may be missing)."""
+    epochs = int(g["epochs"].max())
+    merged = paper.merge(g, on=PAPER_KEYS, how="outer")
+    exp_rows = []
+    for r in merged.itertuples():
+        ok = not pd.isna(r.n_ok) and r.n_ok > 0
+        # Ours projected to the study's 50 epochs: the warm-up epoch plus 49 steady ones.
+        projected = r.warmup_epoch_time_s_mean + (PAPER_EPOCHS - 1) * r.steady_epoch_time_s_mean if ok else None
+        exp_rows.append({"experiment": exp, **{k: getattr(r, k) for k in PAPER_KEYS}, "paper_s": r.paper_s,
+                         "ours_s": projected if ok else float("nan"),
+                         "ours_ci95": (PAPER_EPOCHS - 1) * r.steady_epoch_time_s_ci95 if ok else float("nan"),
+                         "ours_status": "not run" if pd.isna(r.n_ok) else ("ok" if ok else r.statuses),
+                         "paper_per_epoch_s": r.paper_s / PAPER_EPOCHS,
+                         "ours_per_epoch_s": r.steady_epoch_time_s_mean if ok else float("nan"),
+                         "ours_epochs": epochs})
+    return exp_rows
+
+
+def _paper_grid(exp: str, d: pd.DataFrame) -> GridTable:
+    """Rows model x devices x workers; per batch size and framework the paper's seconds and ours."""
+    batches = sorted(d["batch_size"].unique())
+    header = [[("Model", 1), ("Devices", 1), ("Workers", 1)] + [(f"Batch size {b}", 2 * len(FRAMEWORK_ORDER)) for b in batches],
+              [("", 1)] * 3 + [(framework_label(f), 2) for b in batches for f in FRAMEWORK_ORDER],
+              [("", 1)] * 3 + [(s, 1) for b in batches for f in FRAMEWORK_ORDER
+                               for s in ("paper", f"ours ({PAPER_EPOCHS} ep., projected)")]]
+    body, prev = [], None
+    for rk in paper_order(d[["model", "devices", "workers"]].drop_duplicates(), ["model", "devices", "workers"]).itertuples(index=False):
+        labels = [model_label(rk.model), str(rk.devices), str(rk.workers)]
+        cells = index_cells(labels, prev)
+        prev = labels
+        for b in batches:
+            sel = d[(d.model == rk.model) & (d.devices == rk.devices) & (d.workers == rk.workers) & (d.batch_size == b)]
+            cells += _paper_cells({r.framework: r for r in sel.itertuples()})
+        body.append(cells)
+    return GridTable(exp, header, body, n_index=3)
+
+
+def _paper_cells(by_fw: dict) -> list:
+    """One batch size's cells: paper then ours per framework, the faster framework of each source bold."""
+    group = {}
+    for src in ("paper_s", "ours_s"):
+        vals = {f: getattr(by_fw[f], src) for f in FRAMEWORK_ORDER if f in by_fw and not pd.isna(getattr(by_fw[f], src))}
+        winner = min(vals, key=vals.get) if len(vals) >= 2 and list(vals.values()).count(min(vals.values())) == 1 else None
+        for f in FRAMEWORK_ORDER:
+            r = by_fw.get(f)
+            if r is None or (src == "paper_s" and pd.isna(r.paper_s)):
+                group[(f, src)] = Cell("—", css="missing")
+            elif src == "ours_s" and pd.isna(r.ours_s):
+                st = r.ours_status  # most severe status first
+                group[(f, src)] = Cell(st, css="missing" if st == "not run" else f"status status-{st.split()[0].rstrip(',')}")
+            else:
+                v = getattr(r, src)
+                text = fmt_num(v) + ("" if src == "paper_s" or pd.isna(r.ours_ci95) else f" ± {fmt_num(r.ours_ci95, ref=v)}")
+                group[(f, src)] = Cell(text, css=("best" if winner == f else "") + (" paper" if src == "paper_s" else ""))
+    return [group[(f, src)] for f in FRAMEWORK_ORDER for src in ("paper_s", "ours_s")]
 
 
 # -- why the seed study saw what it saw: study harness vs fair harness ------------------------
@@ -919,6 +575,7 @@ def _with_harness(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def has_study_runs(runs: pd.DataFrame) -> bool:
+    """Whether any performance run used the seed study's harness."""
     return not runs.empty and (_with_harness(runs)["harness"] == "study").any()
 
 
@@ -980,7 +637,7 @@ def _study_grids(data: pd.DataFrame, caption: str, cell) -> list:
         rows, prev = [], None
         for k in keys.itertuples(index=False):
             labels = [model_label(k.model), framework_label(k.framework), str(k.batch_size), str(k.workers)]
-            cells = _index_cells(labels, prev)
+            cells = index_cells(labels, prev)
             prev = labels
             for h in harnesses:
                 for d in devices:
@@ -1040,28 +697,7 @@ def study_time_table(points: pd.DataFrame) -> TableSet:
         empty_text="No run with the seed study's harness (--harness study) in these results.")
 
 
-def paper_study_speedups(paper: pd.DataFrame) -> pd.DataFrame:
-    """The seed study's own speed-ups from 1 to 2 GPUs (Table 2), per model, batch size and framework."""
-    p = paper.pivot_table(index=["model", "batch_size", "framework"], columns="gpus", values="seconds")
-    if 1 not in p.columns or 2 not in p.columns:
-        return pd.DataFrame(columns=["model", "batch_size", "framework", "speedup_1_to_2"])
-    return (p[1] / p[2]).rename("speedup_1_to_2").reset_index()
-
-
 # -- all tables -----------------------------------------------------------------------------
-
-POINT_VALUES = ("train_time_s", "median_epoch_time_s", "throughput_seed_nodes_per_s", "steady_seed_nodes_per_s",
-                "epochs_run", "precision_reached",
-                "sampled_edges_per_s", "final_val_acc", "startup_s", "step_s",
-                "steady_epoch_time_s", "steady_epoch_cv", "warmup_epoch_time_s", "steps_per_epoch",
-                "timed_to_startup_ratio", "baseline_val_acc", "target_val_acc", "time_to_target_s",
-                "epochs_to_target") + tuple(f"step_{p}" for p in PHASES)
-
-
-def performance_points(runs: pd.DataFrame) -> pd.DataFrame:
-    """Grid-point statistics of the performance runs (runs must carry `experiment`)."""
-    return grid_points(performance_runs(runs), POINT_VALUES)
-
 
 def all_tables(runs: pd.DataFrame, paper: pd.DataFrame | None = None) -> dict:
     """name -> TableSet for every table of the report (runs must carry `experiment`)."""

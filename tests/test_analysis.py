@@ -10,7 +10,7 @@ import shutil
 import pandas as pd
 import pytest
 
-from analysis import aggregate, deadlocks, report, tables
+from analysis import aggregate, deadlocks, display, findings, formatting, grouping, report, stats, tables
 from analysis.aggregate import Aggregate
 from tests import _runs
 
@@ -42,7 +42,7 @@ def agg(agg_dir):
 
 @pytest.fixture(scope="session")
 def all_tables(agg):
-    return tables.all_tables(tables.add_experiment(agg.runs))
+    return tables.all_tables(grouping.add_experiment(agg.runs))
 
 
 def test_every_status_has_a_colour_a_severity_and_a_place_in_the_schema():
@@ -172,7 +172,7 @@ def test_table2_values_and_faster_framework(all_tables, results):
     for devices in (1, 2):
         times = {fw: results[f"{fw}-sage-d{devices}"]["summary"]["steady_epoch_time_s"] for fw in ("pyg", "dgl")}
         fast = min(times, key=times.get)
-        shown = tables.fmt_num(times[fast])
+        shown = formatting.fmt_num(times[fast])
         assert re.search(rf"class='[^']*best[^']*'[^>]*>{re.escape(shown)}<", grid_html), (devices, shown)
     # The fault-injected hang is a demonstration, not a measurement: it is not in Table 2.
     assert not t.data["experiment"].str.contains("fault injection").any()
@@ -206,27 +206,27 @@ def test_breakdown_throughput_and_accuracy_match_summary(all_tables, results):
         assert th.loc[key, "throughput_seed_nodes_per_s_mean"] == pytest.approx(s["throughput_seed_nodes_per_s"])
         assert th.loc[key, "sampled_edges_per_s_mean"] == pytest.approx(s["sampled_edges_per_s"])
         assert acc.loc[key, "final_val_acc_mean"] == pytest.approx(s["final_val_acc"])
-        shown = tables.fmt_num(1000 * s["step_breakdown_s"]["forward_s"])
+        shown = formatting.fmt_num(1000 * s["step_breakdown_s"]["forward_s"])
         assert f">{shown}<" in all_tables["breakdown"].html()
 
 
 def test_mean_and_t_confidence_interval():
-    m, ci = tables.mean_ci([1.0, 2.0, 3.0])
+    m, ci = stats.mean_ci([1.0, 2.0, 3.0])
     assert m == 2.0 and ci == pytest.approx(4.302653 * 1.0 / 3 ** 0.5, rel=1e-5)
-    m, ci = tables.mean_ci([5.0])
+    m, ci = stats.mean_ci([5.0])
     assert m == 5.0 and pd.isna(ci)
 
 
 def test_repeats_are_averaged_with_ci(agg):
-    runs = tables.add_experiment(agg.runs)
+    runs = grouping.add_experiment(agg.runs)
     ok = runs[runs["run_name"] == "dgl-sage-d1"]
     twice = pd.concat([ok, ok.assign(run_id="dgl-sage-d1-again", repeat=1,
                                      train_time_s=ok["train_time_s"] * 1.1)], ignore_index=True)
-    p = tables.grid_points(twice, ["train_time_s"]).iloc[0]
+    p = grouping.grid_points(twice, ["train_time_s"]).iloc[0]
     assert p["n_ok"] == 2
-    m, ci = tables.mean_ci([ok["train_time_s"].iloc[0], 1.1 * ok["train_time_s"].iloc[0]])
+    m, ci = stats.mean_ci([ok["train_time_s"].iloc[0], 1.1 * ok["train_time_s"].iloc[0]])
     assert p["train_time_s_mean"] == pytest.approx(m) and p["train_time_s_ci95"] == pytest.approx(ci)
-    assert "±" in tables.value_cell(p, "train_time_s").text
+    assert "±" in display.value_cell(p, "train_time_s").text
 
 
 def test_paper_table_is_the_seed_studys():
@@ -239,15 +239,15 @@ def test_paper_table_is_the_seed_studys():
 
 def test_paper_comparison_side_by_side(agg):
     # Our runs relabelled as the seed study's dataset: the layout must carry both sources.
-    runs = tables.add_experiment(agg.runs.assign(dataset="reddit"))
-    points = tables.performance_points(runs)
+    runs = grouping.add_experiment(agg.runs.assign(dataset="reddit"))
+    points = grouping.performance_points(runs)
     t = tables.paper_comparison(points, tables.load_paper())
     assert not t.data.empty and t.grids
     text = text_of(t.html())
     assert "4,758" in text and "paper" in text
     ours = t.data.dropna(subset=["ours_s"])
     assert len(ours) == len(_runs.OK_RUNS)
-    empty = tables.paper_comparison(tables.performance_points(tables.add_experiment(agg.runs)), tables.load_paper())
+    empty = tables.paper_comparison(grouping.performance_points(grouping.add_experiment(agg.runs)), tables.load_paper())
     assert empty.data.empty and "No runs on the seed study's dataset" in empty.description
     assert "4,758" in text_of(empty.html())  # the published table is still shown
 
@@ -348,7 +348,7 @@ def test_prepare_phase_is_timed_apart_from_loader_wait(results, runs_dir):
 
 
 def test_fairness_table_records_feature_gathering_and_edge_meaning(agg):
-    fair = report.fairness_frame(tables.add_experiment(agg.runs)).set_index("setting")
+    fair = report.fairness_frame(grouping.add_experiment(agg.runs)).set_index("setting")
     assert "prefetch_node_feats" in fair.loc["where node features are gathered", "DGL"]
     assert fair.loc["what a sampled-edge count counts", "PyG"] != fair.loc["what a sampled-edge count counts", "DGL"]
     assert "first epoch" in fair.loc["warm-up (outside the steady-state time)", "PyG"]
@@ -375,20 +375,20 @@ def test_accuracy_reference_target_baseline_and_time_to_target(results, tmp_path
 
 
 def test_intervals_that_include_one_are_no_clear_difference():
-    lo, hi = tables.ratio_interval([10.0, 11.0, 9.5], [10.5, 9.8, 10.9])[1:]
+    lo, hi = stats.ratio_interval([10.0, 11.0, 9.5], [10.5, 9.8, 10.9])[1:]
     assert lo < 1.0 < hi
-    assert tables.verdict(lo, hi, 1.0, "DGL faster", "PyG faster") == tables.NO_CLEAR
-    ratio, lo, hi = tables.ratio_interval([20.0, 20.5, 19.8], [10.0, 10.2, 9.9])
+    assert stats.verdict(lo, hi, 1.0, "DGL faster", "PyG faster") == stats.NO_CLEAR
+    ratio, lo, hi = stats.ratio_interval([20.0, 20.5, 19.8], [10.0, 10.2, 9.9])
     assert ratio == pytest.approx(2.0, rel=0.03) and lo > 1.0
-    assert tables.verdict(lo, hi, 1.0, "DGL faster", "PyG faster") == "DGL faster"
-    assert tables.verdict(*tables.ratio_interval([5.0], [10.0])[1:], 1.0, "DGL faster", "PyG faster") == tables.NO_CLEAR
-    d, lo, hi = tables.welch_interval([0.80, 0.82, 0.81], [0.70, 0.71, 0.69])
+    assert stats.verdict(lo, hi, 1.0, "DGL faster", "PyG faster") == "DGL faster"
+    assert stats.verdict(*stats.ratio_interval([5.0], [10.0])[1:], 1.0, "DGL faster", "PyG faster") == stats.NO_CLEAR
+    d, lo, hi = stats.welch_interval([0.80, 0.82, 0.81], [0.70, 0.71, 0.69])
     assert d == pytest.approx(0.11) and lo > 0
 
 
 def _repeated(agg, factor_pyg, factor_dgl, jitter=(1.0, 1.03, 0.97)):
     """The real d1 runs as three repeats each, their times scaled (to set a known difference)."""
-    runs = tables.add_experiment(agg.runs)
+    runs = grouping.add_experiment(agg.runs)
     base = runs[runs["run_name"].isin(["pyg-sage-d1", "dgl-sage-d1"])]
     base = base.assign(steady_epoch_time_s=1.0, train_time_s=5.0)
     out = []
@@ -401,37 +401,37 @@ def _repeated(agg, factor_pyg, factor_dgl, jitter=(1.0, 1.03, 0.97)):
 
 
 def test_speed_finding_reports_interval_and_no_clear_difference(agg):
-    overlapping = report.speed_findings(_repeated(agg, 1.0, 1.01))
+    overlapping = findings.speed_findings(_repeated(agg, 1.0, 1.01))
     assert "no clear difference in 1 of 1" in overlapping[0] and "95% CI" in overlapping[0]
     assert "DGL faster in" not in overlapping[0] and "PyG faster in" not in overlapping[0]
-    clear = report.speed_findings(_repeated(agg, 2.0, 1.0))
+    clear = findings.speed_findings(_repeated(agg, 2.0, 1.0))
     assert "DGL faster in 1 of 1" in clear[0] and "2.00×" in clear[0]
 
 
 def test_unconverged_runs_are_labelled_not_compared(agg):
     runs = _repeated(agg, 1.0, 1.0).assign(final_val_acc=0.2, baseline_val_acc=0.5, converged=False)
-    text = " ".join(report.accuracy_findings(runs, tables.performance_points(runs)))
+    text = " ".join(findings.accuracy_findings(runs, grouping.performance_points(runs)))
     assert "Not converged: 6 of 6" in text
     assert "parity" not in text.lower() and "PyG − DGL" not in text
-    acc = tables.accuracy_table(tables.performance_points(runs))
+    acc = tables.accuracy_table(grouping.performance_points(runs))
     assert "not converged" in acc.html()
     good = runs.assign(final_val_acc=[0.9, 0.91, 0.92, 0.9, 0.89, 0.91], converged=True)
-    text = " ".join(report.accuracy_findings(good, tables.performance_points(good)))
-    assert "Not converged" not in text and "PyG − DGL" in text and tables.NO_CLEAR in text
+    text = " ".join(findings.accuracy_findings(good, grouping.performance_points(good)))
+    assert "Not converged" not in text and "PyG − DGL" in text and stats.NO_CLEAR in text
 
 
 def test_order_finding_checks_interleaving(agg):
     runs = _repeated(agg, 1.0, 1.0)
     t = pd.Timestamp("2026-01-01T00:00:00Z")
     interleaved = runs.assign(started_at=[(t + pd.Timedelta(seconds=10 * i)).isoformat() for i in range(len(runs))])
-    assert "Runs executed interleaved" in report.order_findings(interleaved)[0]
+    assert "Runs executed interleaved" in findings.order_findings(interleaved)[0]
     blocked = interleaved.sort_values(["framework", "repeat"]).assign(started_at=interleaved["started_at"].values)
-    assert "did NOT execute interleaved" in report.order_findings(blocked)[0]
+    assert "did NOT execute interleaved" in findings.order_findings(blocked)[0]
 
 
 def test_per_model_epochs_keep_one_experiment(agg):
     runs = agg.runs[agg.runs["run_name"].isin(["pyg-sage-d1", "dgl-sage-d1"])]
     both = pd.concat([runs, runs.assign(model="gat", epochs=runs["epochs"] * 2,
                                         run_id=runs["run_id"] + "-gat")], ignore_index=True)
-    labels = tables.add_experiment(both)["experiment"].unique()
+    labels = grouping.add_experiment(both)["experiment"].unique()
     assert len(labels) == 1 and "epochs GraphSAGE 2, GAT 4" in labels[0]

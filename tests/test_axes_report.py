@@ -9,7 +9,7 @@ import math
 import pandas as pd
 import pytest
 
-from analysis import planning, report, tables
+from analysis import findings, grouping, planning, report, tables
 from analysis.aggregate import Aggregate
 from tests import _runs
 
@@ -41,11 +41,11 @@ def grid_runs(tmp_path_factory):
                                      "stopped_by_cap": rep == 0, "precision_reached": 0.02, "drifting": False,
                                      "processes": devices * (1 + workers),
                                      "oversubscribed": devices * (1 + workers) > 2, "learned": True})
-    return tables.add_experiment(pd.DataFrame(rows))
+    return grouping.add_experiment(pd.DataFrame(rows))
 
 
 def test_scaling_has_speedups_with_intervals(grid_runs):
-    points = tables.performance_points(grid_runs)
+    points = grouping.performance_points(grid_runs)
     scaling = tables.scaling_data(points, grid_runs)
     multi = scaling[scaling["devices"] == 2]
     assert len(multi) == 2 * 2 * 2  # frameworks x batch sizes x workers
@@ -54,12 +54,12 @@ def test_scaling_has_speedups_with_intervals(grid_runs):
     assert set(multi["verdict"]) == {"faster"}
     assert multi.loc[multi["workers"] == 1, "oversubscribed"].all()  # 2 ranks x 2 processes on 2 cores
     assert not multi.loc[multi["workers"] == 0, "oversubscribed"].any()
-    text = " ".join(report.scaling_findings(scaling, grid_runs))
+    text = " ".join(findings.scaling_findings(scaling, grid_runs))
     assert "cannot be judged" not in text and "1.80×" in text and "95% CI" in text and "oversubscribed" in text
 
 
 def test_workers_and_batch_axes_have_numbers(grid_runs):
-    points = tables.performance_points(grid_runs)
+    points = grouping.performance_points(grid_runs)
     workers = tables.workers_table(points, grid_runs)
     assert len(workers.data) == 2 * 2 * 2  # frameworks x devices x batch sizes
     assert workers.data["estimate"].map(lambda v: math.isclose(v, SPEEDUP_WORKERS, rel_tol=1e-6)).all()
@@ -68,9 +68,9 @@ def test_workers_and_batch_axes_have_numbers(grid_runs):
     assert len(batch.data) == 2 * 2 * 2
     assert batch.data["estimate"].map(lambda v: math.isclose(v, GAIN_BATCH, rel_tol=1e-6)).all()
     assert "1.50×" in batch.html()
-    finding = report.axis_findings(workers.data, "workers", "Loader workers", "Loader workers")[0]
+    finding = findings.axis_findings(workers.data, "workers", "Loader workers", "Loader workers")[0]
     assert "workers 0 → 1" in finding and "faster in 4 of 4" in finding and "95% CI" in finding
-    finding = report.axis_findings(batch.data, "batch_size", "Batch size", "Batch size")[0]
+    finding = findings.axis_findings(batch.data, "batch_size", "Batch size", "Batch size")[0]
     assert "batch size 128 → 512" in finding and "higher in 4 of 4" in finding
 
 
@@ -78,7 +78,7 @@ def test_plan_and_precision_findings(grid_runs):
     plan = planning.plan_data(grid_runs)
     assert len(plan) == 2 * 2 * 2 * 2 and plan["plan_repeats"].notna().all()
     assert (plan["plan_epochs"] >= 4).all() and (plan["plan_cost_s"] > 0).all()
-    text = " ".join(report.precision_findings(grid_runs, plan))
+    text = " ".join(findings.precision_findings(grid_runs, plan))
     assert "epochs per run 7 / 7 / 7" in text and "16 stopped at a cap" in text and "Plan for the next sweep" in text
     frame = report.runs_frame(grid_runs)
     assert (frame["stopped by"] == "CAP: epochs").sum() == 16

@@ -1,0 +1,66 @@
+"""Text of numbers, intervals, statuses and configurations as the tables and findings show them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import pandas as pd
+
+from analysis import STATUS_SEVERITY, model_label
+
+
+def fmt_num(v, ref=None) -> str:
+    """Three significant-ish digits, the precision chosen from `ref` (default: v itself)."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "n/a"
+    r = abs(ref if ref is not None else v)
+    if r >= 100:
+        return f"{v:,.0f}"
+    if r >= 10:
+        return f"{v:.1f}"
+    if r >= 1:
+        return f"{v:.2f}"
+    return f"{v:.3f}"
+
+
+def fmt_si(v) -> str:
+    """Large rates: 1.2k, 3.4M."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "n/a"
+    for div, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(v) >= div:
+            return f"{v / div:.3g}{unit}"
+    return f"{v:.3g}"
+
+
+def fmt_pct(v) -> str:
+    """A share as a percentage with one decimal: 0.123 -> '12.3%'."""
+    return "n/a" if v is None or pd.isna(v) else f"{100 * v:.1f}%"
+
+
+def status_text(statuses: Counter) -> str:
+    """'hang', 'hang ×2', 'hang ×2, crashed' (most severe first)."""
+    order = sorted(statuses, key=lambda s: STATUS_SEVERITY.index(s) if s in STATUS_SEVERITY else -1)
+    return ", ".join(s if statuses[s] == 1 else f"{s} ×{statuses[s]}" for s in order)
+
+
+def worst_status(statuses) -> str:
+    """The most severe status present ('ok' when none is known)."""
+    present = [s for s in STATUS_SEVERITY if s in statuses]
+    return present[0] if present else "ok"
+
+
+def config_text(p) -> str:
+    """'GraphSAGE, 2 devices, batch 512, 0 workers'."""
+    return (f"{model_label(p['model'])}, {p['devices']} device{'s' if p['devices'] != 1 else ''}, "
+            f"batch {p['batch_size']}, {p['workers']} worker{'s' if p['workers'] != 1 else ''}")
+
+
+def interval_text(r, unit="×", scale=1.0, digits=2) -> str:
+    """'1.32× [1.20, 1.45]' or '1.32× (no interval: 1 repeat)'."""
+    est = f"{scale * r['estimate']:.{digits}f}{unit}"
+    if pd.isna(r["low"]):
+        return f"{est} (no interval: fewer than 2 repeats per framework)"
+    return f"{est} [95% CI {scale * r['low']:.{digits}f}, {scale * r['high']:.{digits}f}]"
