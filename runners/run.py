@@ -600,7 +600,7 @@ def main(argv=None) -> int:
     cmd = launch_command(cfg, config_path)
     print(f"[gnnscale] launching {cfg.framework}/{cfg.model} devices={cfg.devices} batch={cfg.batch_size} "
           f"workers={cfg.workers} dataset={cfg.dataset} epochs={cfg.epochs} -> {out}", flush=True)
-    from runners.watchdog import Interruption, Outcome, Supervisor, process_tree, stop_tree
+    from runners.supervisor import Interruption, Outcome, Supervisor, process_tree, stop_tree
 
     cgroup = None
     interruption = Interruption().install()  # from here on a signal stops the run, keeping the result

@@ -7,8 +7,9 @@ import subprocess
 import sys
 import time
 
+from runners.diagnosis import EXIT_STATUS, blame, decide_exit, decide_stop
+from runners.evidence import ProcessLedger, process_states
 from runners.probes import exit_of, proc_stat
-from runners.watchdog import EXIT_STATUS, ProcessLedger, blame, decide_exit, decide_stop, process_states
 
 
 def rank(r, epoch, step, phase, state="sleeping", cpu=0.0, stack=()):
@@ -102,7 +103,7 @@ def test_uneven_batches_outrank_everything_else():
 # -- runs that ended by themselves -----------------------------------------------------------
 def exit_ev(errors=(), ledger=(), ranks=None, log="", codes=None, rc=1):
     errors = {e["rank"]: e for e in errors}
-    from runners.watchdog import PEER_LOST
+    from runners.diagnosis import PEER_LOST
 
     primary = [e for e in errors.values() if not PEER_LOST.search(e["message"]) or e.get("worker_failure")]
     first = min(primary or errors.values(), key=lambda e: e["time"]) if errors else None
@@ -249,7 +250,7 @@ def test_stopped_process_is_seen_stopped_without_cpu_progress():
 
 
 def test_a_rank_still_starting_is_held_to_the_startup_timeout_not_the_stall_limit():
-    from runners.watchdog import hang_candidate
+    from runners.supervisor import hang_candidate
 
     # Seen in the fault loop under load: rank 0 had not yet beaten its first step when rank 1
     # had; its 9 s of start-up were taken for a stall past the 8 s floor.

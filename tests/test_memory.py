@@ -170,7 +170,7 @@ class _Sup:
     never started (no heartbeats) and whose cgroup state was recorded while it ran."""
 
     def __init__(self, tmp_path, last, full, oom_seen=None):
-        from runners.watchdog import RankWatch
+        from runners.supervisor import RankWatch
 
         self.out, self.cgroup, self.seen = tmp_path, None, {}
         self.watch = {0: RankWatch(0), 1: RankWatch(1)}
@@ -184,7 +184,8 @@ def _stats(usage, faults):
 
 
 def test_a_hang_at_the_memory_cap_is_named_memory_pressure(tmp_path):
-    from runners.watchdog import Outcome, apply_oom
+    from runners.diagnosis import apply_oom
+    from runners.supervisor import Outcome
 
     hang = {"summary": "hang: rank 0 made no progress; cause: a loader worker stopped", "cause": "stalled_worker",
             "ranks": [], "evidence": ["rank 0: no progress"]}

@@ -1,0 +1,636 @@
+"""The rulebook that turns a run's evidence into its status, cause and summary line.
+
+Given what runners.evidence gathered (heartbeats, process states, stacks, error records,
+torchrun's exit codes, the ledger of process deaths, /dev/shm, disk and memory facts), it
+decides why a run hung, timed out, crashed, was killed, ran out of memory or was
+interrupted: which known cause applies (CAUSES, with its remedy), which rank is to blame,
+the evidence for it and the one-line summary. The decisions (`decide_stop`, `decide_exit`,
+`blame`) are pure functions of the evidence, tested with constructed evidence.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from runners.evidence import (AT_LIMIT, POLL_S, exit_evidence, interruption_evidence, oom_findings, rank_info,
+                              signal_context, stop_evidence)
+
+if TYPE_CHECKING:  # only named in annotations; the supervisor imports this module
+    from runners.supervisor import Interruption, Outcome
+
+
+# Known causes: key -> (cause, remedy). The diagnosis names one and lists its evidence.
+CAUSES = {
+    "uneven_batches": (
+        "unequal numbers of batches per rank: a rank that ran out of batches left the others "
+        "waiting in the gradient all-reduce",
+        "give every rank the same number of batches (pad the seed split as DGL's use_ddp=True "
+        "does, or drop the remainder); never use a naive split",
+    ),
+    "stalled_worker": (
+        "a loader worker stopped making progress, so its rank waits for the next mini-batch while "
+        "the other ranks wait for it in the all-reduce",
+        "look at the worker's stack; common roots are fork after CUDA/OpenMP initialisation, a "
+        "full /dev/shm, or too many open file descriptors; try fewer workers, "
+        "multiprocessing start method 'spawn', a larger /dev/shm or a higher `ulimit -n`",
+    ),
+    "dead_worker": (
+        "a loader worker died (killed by a signal, often the out-of-memory killer)",
+        "check memory and /dev/shm size (`df -h /dev/shm`), reduce workers or batch size",
+    ),
+    "stalled_rank": (
+        "one rank stopped making progress (frozen, stuck in a call, or behind the others) while "
+        "the others wait for it in a collective",
+        "look at that rank's stack and process state: a stopped process (SIGSTOP, a debugger), "
+        "a straggler, an infinite loop, or a blocking call in the training step",
+    ),
+    "dead_rank": (
+        "a rank failed and the remaining ranks were left waiting in a collective",
+        "fix the failing rank's error (see its excerpt); torchrun then stops the others",
+    ),
+    "collective_mismatch": (
+        "every rank is blocked in a collective: the ranks issued collectives that do not match "
+        "(different counts or order)",
+        "make every rank run the same sequence of collectives (same number of steps, evaluation "
+        "on every rank rather than on rank 0 followed by a barrier)",
+    ),
+    "startup_hang": (
+        "the run never reached its first training step (rendezvous, process-group set-up, "
+        "dataset loading or loader start-up)",
+        "check the rendezvous address/port and firewall, that every node started, and the "
+        "dataset path; raise --startup-timeout for very large datasets",
+    ),
+    "shm_exhausted": (
+        "shared memory (/dev/shm) ran out: loader workers hand every batch to their rank through "
+        "/dev/shm, and a worker writing into a full one dies of SIGBUS or fails with 'No space left "
+        "on device'",
+        "enlarge /dev/shm (`docker run --shm-size=2g`, or remount it larger), or need less of it: "
+        "fewer loader workers per rank (--workers 0 passes no batch through /dev/shm), smaller "
+        "batches or fan-outs; `df -h /dev/shm` shows its size and what is free",
+    ),
+    "disk_full": (
+        "the filesystem of the run directory ran out of space (or quota): a rank could not write "
+        "its records",
+        "free space there or point --out at a filesystem with room (`df -h` on the run directory)",
+    ),
+    "interrupted": (
+        "the launcher was stopped from outside by a signal before the run finished (Ctrl-C, kill, "
+        "Snakemake cancelling its jobs, a scheduler's time limit or preemption)",
+        "rerun the command (a Snakemake rerun redoes the run); on a cluster, raise the job's time "
+        "limit if it was reached",
+    ),
+    "fd_limit": (
+        "too many open file descriptors for shared tensors",
+        "raise `ulimit -n` or use torch.multiprocessing.set_sharing_strategy('file_system')",
+    ),
+    "collective_timeout": (
+        "a collective waited longer than PyTorch's own process-group timeout: a hang that PyTorch "
+        "turned into a crash",
+        "find why the culprit rank stopped (its last phase, its error); the harness sets the timeout "
+        "above the watchdog's limits, so this means a timeout was lowered or a limit raised",
+    ),
+    "crash": ("a rank raised an exception", "see the error excerpt and the rank's log"),
+    "killed": (
+        "a rank was killed by a signal (SIGKILL is what the out-of-memory killer sends)",
+        "check memory use per rank (cpu.csv) and the kernel log (dmesg) for the OOM killer",
+    ),
+    "oom": (
+        "memory exhaustion: the kernel's out-of-memory killer killed a process of the run (the run's "
+        "memory cap or the machine's memory was reached), and the ranks that depended on it were "
+        "left waiting or failed",
+        "compare the memory model in the pre-flight with the cap; use fewer loader workers per rank "
+        "(each holds prefetched batches), smaller batches or fan-outs, fewer ranks per machine, or "
+        "more memory",
+    ),
+    "memory_pressure": (
+        "memory exhaustion without a kill: the run's memory cgroup stayed at its cap, so every "
+        "allocation and every read of the memory-mapped dataset waited for the kernel to reclaim "
+        "pages (the file-backed dataset is evicted and read back from disk again and again)",
+        "compare the memory model in the pre-flight with the cap; use fewer loader workers per rank, "
+        "smaller batches or fan-outs, fewer ranks per machine, or more memory",
+    ),
+    "timeout": (
+        "the run exceeded its overall time limit while still making progress",
+        "raise --time-limit or reduce epochs/dataset size",
+    ),
+}
+
+
+
+# -- hangs and timeouts: which rank the others wait for ---------------------------------------
+CPU_IDLE_S = 0.05  # CPU seconds per second below which a process is not running at all
+CPU_BUSY_S = 0.25  # ... and above which it is clearly computing
+# Progress order of the phases within one step; the end-of-epoch phases come after every step.
+PHASE_ORDER = {"starting": -1, "loading": 0, "copy": 1, "forward": 2, "backward": 3, "optimizer": 4,
+               "epoch-sync": 5, "evaluation": 6}
+FROZEN_STATES = ("stopped", "tracing-stop")  # psutil names of 'T' and 't'
+
+
+def progress_key(x: dict) -> tuple:
+    """How far a rank got: (epoch, step, phase order) of its last heartbeat."""
+    epoch = x.get("epoch") if x.get("epoch") is not None else -1
+    step = x.get("step") if x.get("step") is not None else -1
+    return (epoch, step, PHASE_ORDER.get(x.get("phase"), -1))
+
+
+def _cpu_rate(x: dict):
+    if x.get("cpu_delta_s") is None or not x.get("cpu_interval_s"):
+        return None
+    return x["cpu_delta_s"] / x["cpu_interval_s"]
+
+
+def is_frozen(x: dict) -> bool:
+    """Stopped (SIGSTOP, a debugger) at both samples, or in uninterruptible sleep at both
+    samples without using any CPU (stuck in the kernel or a driver)."""
+    now, before = x.get("state"), x.get("state_before", x.get("state"))
+    if now in FROZEN_STATES and before in FROZEN_STATES:
+        return True
+    rate = _cpu_rate(x)
+    return now == before == "disk-sleep" and rate is not None and rate < CPU_IDLE_S
+
+
+def _describe(x: dict) -> str:
+    parts = [f"process state '{x.get('state')}'"]
+    if x.get("cpu_delta_s") is not None:
+        parts.append(f"CPU time +{x['cpu_delta_s']:.2f} s in {x.get('cpu_interval_s', 0):.1f} s")
+    if x.get("stack_top"):
+        parts.append(f"stack top: {x['stack_top'][0]}")
+    return ", ".join(parts)
+
+
+def blame(ranks: list):
+    """(culprit rank, evidence) of a hang, or (None, []) when the evidence names nobody.
+
+    In order of strength: a rank whose process is frozen; a rank behind all the others in
+    (epoch, step, phase) - the others could only get ahead because it had not yet joined
+    the collective they wait in, whatever phase that is (under NCCL the all-reduce is
+    asynchronous and the waiting ranks block later, in a copy, the next forward or the
+    optimiser); the only rank still burning CPU while the others are idle.
+    """
+    live = [x for x in ranks if x.get("phase") not in ("done", "failed")]
+    if len(live) < 2:
+        return (live[0]["rank"], [f"rank {live[0]['rank']} is the only rank still running"]) if live else (None, [])
+    frozen = [x for x in live if is_frozen(x)]
+    if frozen:
+        x = min(frozen, key=progress_key)
+        return x["rank"], [f"rank {x['rank']} is frozen: {_describe(x)}"]
+    keys = sorted(progress_key(x) for x in live)
+    if keys[0] < keys[1]:
+        x = min(live, key=progress_key)
+        ahead = ", ".join(f"rank {y['rank']} at epoch {y['epoch']} step {y['step']} '{y['phase']}'"
+                          for y in live if y is not x)
+        return x["rank"], [f"rank {x['rank']} is behind (epoch {x['epoch']} step {x['step']} "
+                           f"'{x['phase']}') while {ahead}: the others wait for it"]
+    rates = {x["rank"]: _cpu_rate(x) for x in live}
+    if None not in rates.values():
+        busy = [r for r, v in rates.items() if v >= CPU_BUSY_S]
+        if len(busy) == 1 and all(v < CPU_IDLE_S for r, v in rates.items() if r != busy[0]):
+            x = next(y for y in live if y["rank"] == busy[0])
+            return x["rank"], [f"rank {x['rank']} is the only rank still computing: {_describe(x)}"]
+    return None, []
+
+
+def _worker_stuck(w: dict) -> bool:
+    bad = ("stopped", "tracing-stop", "zombie", "gone", "disk-sleep")
+    return w["status"] in bad and w.get("status_before", w["status"]) in bad
+
+
+def _rule_timeout(ev):
+    if ev["status"] == "timeout":
+        return "timeout", None, []
+
+
+def _rule_startup(ev):
+    if all(x["phase"] == "starting" for x in ev["ranks"]) and not any(is_frozen(x) for x in ev["ranks"]):
+        return "startup_hang", None, []
+
+
+def _rule_uneven(ev):
+    counts = ev.get("counts")
+    if counts and len(set(counts)) > 1:
+        return "uneven_batches", min(range(len(counts)), key=lambda r: counts[r]), [
+            f"steps per epoch by rank: {counts}"]
+
+
+def _rule_shm(ev):
+    shm = ev.get("shm")
+    if shm and shm[1] and shm[0] / shm[1] > 0.95:
+        return "shm_exhausted", None, [f"/dev/shm {shm[0] / 2**20:.0f} MiB used of {shm[1] / 2**20:.0f} MiB"]
+
+
+def _rule_frozen_rank(ev):
+    # Process evidence outranks the phase: a rank stopped while it waits for its loader is
+    # the culprit, not its (healthy) worker.
+    frozen = [x for x in ev["ranks"] if x.get("phase") not in ("done", "failed") and is_frozen(x)]
+    if frozen:
+        x = min(frozen, key=progress_key)
+        return "stalled_rank", x["rank"], [f"rank {x['rank']} is frozen: {_describe(x)}"]
+
+
+def _rule_stalled_worker(ev):
+    stuck = [w for w in ev["workers"] if _worker_stuck(w)]
+    if stuck:
+        return "stalled_worker", int(stuck[0]["role"].split("-")[0][len("rank"):]), [
+            f"loader worker {w['role']} (pid {w['pid']}) is {w['status']}" for w in stuck]
+    culprit, why = blame(ev["ranks"])
+    if culprit is not None and next(x for x in ev["ranks"] if x["rank"] == culprit)["phase"] == "loading":
+        return "stalled_worker", culprit, why + [f"rank {culprit} waits for its loader"]
+
+
+def _rule_stalled_rank(ev):
+    culprit, why = blame(ev["ranks"])
+    if culprit is not None:
+        return "stalled_rank", culprit, why
+
+
+def _rule_mismatch(ev):
+    return "collective_mismatch", None, ["no rank is frozen, behind the others or still computing"]
+
+
+# Evidence-based priority list: the first rule whose evidence holds names the cause.
+STOP_RULES = [_rule_timeout, _rule_startup, _rule_uneven, _rule_frozen_rank, _rule_shm, _rule_stalled_worker,
+              _rule_stalled_rank, _rule_mismatch]
+
+
+def decide_stop(ev: dict):
+    """(cause key, culprit rank or None, evidence) of a stopped run from its evidence.
+
+    `ev`: status ('hang'/'timeout'), ranks (rank, epoch, step, phase, state, state_before,
+    cpu_delta_s, cpu_interval_s, stack_top), workers (role, pid, status), counts (steps per
+    rank) and shm ((used, total) of /dev/shm). Pure: tested with constructed evidence.
+    """
+    for rule in STOP_RULES:
+        verdict = rule(ev)
+        if verdict:
+            return verdict
+    raise AssertionError("the last rule always applies")
+
+
+
+def diagnose_stop(out: Path, status: str, stalled, watch: dict, states: dict, stacks: dict,
+                  threshold: float, now: float, launch_t: float) -> dict:
+    """Explain a hang or a timeout from heartbeats, process states, CPU use and stacks."""
+    ev = stop_evidence(out, status, watch, states, stacks, now)
+    key, culprit, evidence = decide_stop(ev)
+    cause, remedy = CAUSES[key]
+    ranks = ev["ranks"]
+    evidence = list(evidence)
+    for x in ranks:
+        evidence.append(f"rank {x['rank']}: epoch {x['epoch']} step {x['step']} phase '{x['phase']}' "
+                        f"({x['blocked_in']}), no progress for {x['idle_s']} s; {_describe(x)}")
+    if stalled:
+        evidence.append(f"rank {stalled[0]} passed the threshold first (idle {stalled[1]:.1f} s)")
+    evidence.append(f"threshold {threshold:.1f} s; detected {now - launch_t:.1f} s after launch")
+    if status == "timeout":
+        summary = "time limit reached; rank progress: " + ", ".join(
+            f"r{x['rank']} e{x['epoch']} s{x['step']} {x['phase']}" for x in ranks)
+    elif culprit is None:
+        summary = ("hang: " + ", ".join(f"rank {x['rank']} waited in '{x['phase']}'" for x in ranks)
+                   + f"; cause: {cause.split(':')[0]}")
+    else:
+        where = next((x["phase"] for x in ranks if x["rank"] == culprit), "?")
+        summary = (f"hang: rank {culprit} made no progress in phase '{where}' while "
+                   + ", ".join(f"rank {x['rank']} waited in '{x['phase']}'" for x in ranks if x["rank"] != culprit)
+                   + f"; cause: {cause.split(':')[0]}")
+    return {"summary": summary, "cause": key, "cause_text": cause, "remedy": remedy, "evidence": evidence,
+            "ranks": ranks, "workers": ev["workers"], "culprit_rank": culprit, "stack_files": stacks,
+            "threshold_s": round(threshold, 2)}
+
+
+# -- runs that ended by themselves ----------------------------------------------------------
+PEER_LOST = re.compile(r"Connection closed by peer|Connection reset|Broken pipe|NCCL communicator was aborted")
+COLLECTIVE_TIMEOUT = re.compile(
+    r"Watchdog caught collective operation timeout|NCCL timeout|[Tt]imed out waiting \d+ ?ms for (?:recv|send)"
+    r"|ProcessGroupNCCL.{0,200}[Tt]imeout")
+WORKER_FAILED = re.compile(r"DataLoader worker .*(killed|exited unexpectedly)")
+
+
+def cause_errors(errors: dict) -> tuple:
+    """(primary errors, the first of them) among the ranks' error records: ranks that only lost
+    their peer are victims, so the first error of another kind is the cause (the first of all
+    when every error is a lost peer; None without errors)."""
+    primary = [e for e in errors.values() if not PEER_LOST.search(e["message"]) or e.get("worker_failure")]
+    first = min(primary or errors.values(), key=lambda e: e.get("time", 0)) if errors else None
+    return primary, first
+
+
+def _error_text(e: dict) -> str:
+    return f"{e['type']}: {e['message']}" + (e.get("worker_failure") or "") + e.get("traceback", "")
+
+
+def rank_failure_times(ev: dict) -> dict:
+    """rank -> the earliest time it is known to have failed: its error record, else the last
+    time the supervisor saw it alive (it ended after that)."""
+    times = {r: e["time"] for r, e in ev["errors"].items() if e.get("time")}
+    pid_rank = {x["pid"]: x["rank"] for x in ev["ranks"] if x.get("pid")}
+    for rec in ev["ledger"]:
+        r = pid_rank.get(rec["pid"])
+        if r is not None and r not in times and rec.get("dead_seen") and rec.get("last_alive"):
+            times[r] = rec["last_alive"]
+    return times
+
+
+def worker_deaths(ev: dict) -> list:
+    """Every loader worker known to have ended: pid, rank, signal or exit code, and the time by
+    which it was dead, from its rank's failure record and from the supervisor's ledger."""
+    deaths = {}
+    for r, e in ev["errors"].items():
+        for d in e.get("dead_workers") or []:
+            rec = deaths.setdefault(d["pid"], {"pid": d["pid"], "rank": r, "role": f"rank{r}-worker{d.get('worker_id')}",
+                                               "dead_by": d.get("seen_t"), "seen_by": [f"rank {r}"]})
+            for k in ("signal", "exit_code"):
+                if k in d:
+                    rec[k] = d[k]
+    for L in ev["ledger"]:
+        role = L.get("role") or ""
+        if "-worker" not in role or not L.get("dead_seen"):
+            continue
+        rec = deaths.setdefault(L["pid"], {"pid": L["pid"], "rank": int(role.split("-")[0][len("rank"):]),
+                                           "role": role, "dead_by": L["dead_seen"], "seen_by": []})
+        rec["dead_by"] = min(t for t in (rec.get("dead_by"), L["dead_seen"]) if t)
+        rec["seen_by"].append("the watchdog")
+        for k in ("signal", "exit_code"):
+            if k in L and k not in rec:
+                rec[k] = L[k]
+    return sorted(deaths.values(), key=lambda d: d.get("dead_by") or 0)
+
+
+def _exit_uneven(ev):
+    return _rule_uneven(ev)
+
+
+def _exit_collective_timeout(ev):
+    texts = [_error_text(e) for e in ev["errors"].values()] + [ev["log"]]
+    hit = next((m for t in texts if (m := COLLECTIVE_TIMEOUT.search(t))), None)
+    if not hit:
+        return None
+    positions = [{"rank": x["rank"], "epoch": x["epoch"], "step": x["step"], "phase": x["last_phase"]}
+                 for x in ev["ranks"]]
+    culprit, why = blame(positions)
+    return "collective_timeout", culprit, [f"PyTorch's collective timeout fired: '{hit.group(0)}'"] + why
+
+
+# PyTorch's words (torch 2.2) for a loader that ran out of /dev/shm: its shared-memory allocator
+# failing to fill or map a /torch_* file, the worker's own SIGBUS handler, and the loader's
+# report of a worker killed by SIGBUS.
+SHM_ERROR = re.compile(r"unable to (?:write to|mmap \d+ bytes from) file </torch_[^>]*>[^\n]{0,80}"
+                       r"|insufficient shared memory \(shm\)|out of shared memory|killed by signal: Bus error")
+NO_SPACE = re.compile(r"No space left on device|Disk quota exceeded")
+FULL = 0.95  # /dev/shm this full (by any process) leaves a loader's next batch no room
+
+
+def shm_exhaustion(ev) -> tuple:
+    """(culprit rank or None, evidence) that /dev/shm ran out; empty evidence when nothing says so.
+
+    A worker killed by SIGBUS, or PyTorch's shared-memory error text, is direct evidence; a
+    bare 'No space left on device' counts only when /dev/shm was seen full during the run (it
+    is also what a full disk says)."""
+    evidence, culprit = [], None
+    for d in worker_deaths(ev):
+        if d.get("signal") == "SIGBUS":
+            culprit = d["rank"] if culprit is None else culprit
+            evidence.append(f"loader worker {d['role']} (pid {d['pid']}) was killed by SIGBUS (seen by "
+                            f"{' and '.join(d['seen_by'])}): what a write into a full /dev/shm gets")
+    peak = ev.get("shm_peak")
+    full = bool(peak and peak[1] and peak[0] >= FULL * peak[1])
+    for r, e in sorted(ev["errors"].items()):
+        text = _error_text(e)
+        m = SHM_ERROR.search(text) or (NO_SPACE.search(text) if full else None)
+        if m:
+            culprit = r if culprit is None else culprit
+            evidence.append(f"rank {r}: '{m.group(0)[:200]}'")
+    m = SHM_ERROR.search(ev["log"])
+    if m and not evidence:
+        evidence.append(f"torchrun's log: '{m.group(0)[:200]}'")
+    if evidence and peak:
+        # Sampled every poll: the allocation that failed was freed at once, so this is a floor.
+        evidence.append(f"/dev/shm at its fullest the watchdog saw (every {POLL_S} s): {peak[0] / 2**20:.1f} MiB "
+                        f"used of {peak[1] / 2**20:.1f} MiB, {peak[2]} s after launch")
+    return culprit, evidence
+
+
+def _exit_shm(ev):
+    culprit, evidence = shm_exhaustion(ev)
+    if evidence:
+        return "shm_exhausted", culprit, evidence
+
+
+def _exit_dead_worker(ev):
+    failed_at = rank_failure_times(ev)
+    first_failure = min(failed_at.values()) if failed_at else None
+    for d in worker_deaths(ev):
+        bad = d.get("signal") or d.get("exit_code")
+        if bad and d.get("dead_by") and (first_failure is None or d["dead_by"] <= first_failure):
+            how = f"killed by {d['signal']}" if d.get("signal") else f"exited with code {d['exit_code']}"
+            return "dead_worker", d["rank"], [
+                f"loader worker {d['role']} (pid {d['pid']}) {how} before any rank failed "
+                f"(seen dead by {' and '.join(d['seen_by'])})"]
+    first = ev["first"]
+    if first and WORKER_FAILED.search(_error_text(first)):
+        return "dead_worker", first["rank"], [f"rank {first['rank']}: {first.get('worker_failure') or first['message'][:300]}"]
+
+
+DISK_LOW_BYTES = 2**20  # below this much free space a filesystem counts as full
+
+
+def _exit_error_text(ev):
+    first = ev["first"]
+    if not first:
+        return None
+    text = _error_text(first)
+    if NO_SPACE.search(text):
+        disk = ev.get("disk")
+        if disk and disk[2] < DISK_LOW_BYTES:
+            return "disk_full", first["rank"], [f"the run directory's filesystem has {disk[2] / 2**10:.0f} KiB "
+                                                f"free of {disk[1] / 2**20:.1f} MiB"]
+        return "shm_exhausted", first["rank"], []
+    if re.search(r"/dev/shm|Bus error", text):
+        return "shm_exhausted", first["rank"], []
+    if "Too many open files" in text:
+        return "fd_limit", first["rank"], []
+
+
+def _exit_crash(ev):
+    if ev["primary"]:
+        return "crash", ev["first"]["rank"], []
+
+
+def _exit_signal(ev):
+    signalled = {r: c for r, c in ev["codes"].items() if c < 0}
+    if not signalled:
+        return None
+    culprit = sorted(signalled)[0]
+    sig = -signalled[culprit]
+    try:
+        name = signal.Signals(sig).name
+    except ValueError:
+        name = f"signal {sig}"
+    # SIGKILL/SIGTERM come from outside (OOM killer, scheduler); SIGABRT/SIGSEGV/SIGBUS from the process.
+    external = sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+    key = "killed" if external else ("shm_exhausted" if sig == signal.SIGBUS else "crash")
+    return key, culprit, [f"rank {culprit} exited by {name}"]
+
+
+def _exit_dead_rank(ev):
+    if not ev["errors"]:
+        return None
+    # Every error is a lost peer: a rank that left no error record and was already gone when
+    # the first error was recorded is the one that died.
+    first_t = ev["first"].get("time") or 0
+    pid_rank = {x["pid"]: x["rank"] for x in ev["ranks"] if x.get("pid")}
+    silent = sorted((rec["dead_seen"], pid_rank[rec["pid"]]) for rec in ev["ledger"]
+                    if pid_rank.get(rec["pid"]) is not None and pid_rank[rec["pid"]] not in ev["errors"]
+                    and rec.get("dead_seen") and rec["dead_seen"] <= first_t)
+    if silent:
+        return "dead_rank", silent[0][1], [f"rank {silent[0][1]} was gone before any rank recorded an error"]
+    return "dead_rank", ev["first"]["rank"], []
+
+
+def _exit_unexplained(ev):
+    return "crash", None, [f"torchrun exited with code {ev['rc']} and no rank left an error record"]
+
+
+# Evidence-based priority list: the first rule whose evidence holds names the cause.
+EXIT_RULES = [_exit_uneven, _exit_collective_timeout, _exit_shm, _exit_dead_worker, _exit_error_text,
+              _exit_crash, _exit_signal, _exit_dead_rank, _exit_unexplained]
+EXIT_STATUS = {"killed": "killed", "collective_timeout": "hang"}  # any other cause: 'crashed'
+
+
+def decide_exit(ev: dict):
+    """(cause key, culprit rank or None, evidence) of a run that ended by itself. Pure."""
+    for rule in EXIT_RULES:
+        verdict = rule(ev)
+        if verdict:
+            return verdict
+    raise AssertionError("the last rule always applies")
+
+
+def classify_exit(out: Path, rc: int, local_ranks: list, shm_peak=None):
+    """Status and diagnosis of a run whose torchrun exited by itself."""
+    infos = {r: rank_info(out, r) or {} for r in local_ranks}
+    if rc == 0 and all(i.get("finished") for i in infos.values()):
+        return "ok", None
+    ev = exit_evidence(out, rc, local_ranks, shm_peak)
+    ev["primary"], ev["first"] = cause_errors(ev["errors"])
+    key, culprit, evidence = decide_exit(ev)
+    status = EXIT_STATUS.get(key, "crashed")
+    evidence = list(evidence)
+    first = ev["first"]
+    if first:
+        msg = f"{first['type']}: {first['message']}"
+        evidence.append(f"rank {first['rank']} raised {msg[:500]}")
+        if first.get("worker_failure"):
+            evidence.append(f"rank {first['rank']}: {first['worker_failure']}")
+        excerpt = first.get("traceback", "")[-1500:]
+    else:
+        excerpt = ev["log"][-1500:]
+    for r, c in sorted(ev["codes"].items()):
+        evidence.append(f"torchrun: rank {r} exit code {c}")
+    cause, remedy = CAUSES[key]
+    summary = f"{status}: rank {culprit}: {cause.split(':')[0]} ({evidence[0][:200]})"
+    return status, {"summary": summary, "cause": key, "cause_text": cause,
+                    "remedy": remedy, "evidence": evidence, "ranks": ev["ranks"], "culprit_rank": culprit,
+                    "error_excerpt": excerpt, "detected_after_s": None}
+
+
+# -- runs stopped by a signal to the launcher -----------------------------------------------
+def diagnose_interruption(out: Path, sig: Interruption, watch: dict, after_s: float) -> dict:
+    """Say which signal stopped the run, what may have sent it and what was measured before it."""
+    ctx = signal_context(sig)
+    progress = interruption_evidence(out, watch)
+    ranks, steps, epochs = progress["ranks"], progress["steps"], progress["epochs"]
+    cause, remedy = CAUSES["interrupted"]
+    evidence = [f"{sig.name} to the launcher {after_s:.1f} s after launch; sender: {ctx['sender']}"]
+    if ctx["launcher_ancestors"]:
+        evidence.append("the launcher's parents: " + " <- ".join(
+            f"{a['name']} (pid {a['pid']})" for a in ctx["launcher_ancestors"]))
+    slurm = ctx.get("slurm") or {}
+    if slurm.get("why"):
+        evidence.append(f"inside SLURM job {slurm['SLURM_JOB_ID']}, state {slurm['job_state']} "
+                        f"reason {slurm.get('job_reason')} "
+                        f"(time limit {slurm.get('time_limit')}, ran {slurm.get('run_time')}): {slurm['why']}")
+    elif slurm:
+        evidence.append(f"inside SLURM job {slurm.get('SLURM_JOB_ID')}: SLURM sends SIGTERM at the time "
+                        "limit, on preemption and on scancel (`sacct -j JOB` says which)")
+    evidence.append(f"measured before the signal: {epochs} finished epoch(s) per rank, {steps} step(s) in "
+                    "rank*/steps.csv (the steps of the epoch in progress included: each rank that could still act "
+                    "wrote them on the launcher's SIGUSR2 before the tree was stopped)")
+    evidence += [f"rank {x['rank']}: epoch {x['epoch']} step {x['step']} phase '{x['phase']}'" for x in ranks]
+    summary = (f"interrupted: {sig.name} to the launcher {after_s:.1f} s after launch stopped the run; "
+               f"{epochs} epoch(s) and {steps} step(s) were measured before it; rank progress: "
+               + ", ".join(f"r{x['rank']} e{x['epoch']} s{x['step']} {x['phase']}" for x in ranks))
+    if slurm.get("why"):
+        summary += f"; SLURM job {slurm['SLURM_JOB_ID']}: {slurm['why']}"
+    return {"summary": summary, "cause": "interrupted", "cause_text": cause, "remedy": remedy,
+            "evidence": evidence, "ranks": ranks, "culprit_rank": None, "signal": ctx,
+            "detected_after_s": round(after_s, 2)}
+
+
+# -- out of memory: a cause that outranks what the rules above named ------------------------
+def apply_oom(outcome: Outcome, sup) -> Outcome:
+    """Name an out-of-memory kill as the cause when the cgroup or the kernel saw one."""
+    if outcome.status == "ok":
+        return outcome
+    try:
+        found = oom_findings(sup)
+    except Exception as exc:  # evidence gathering must never lose the run's result
+        found = None
+        outcome.note = f"OOM evidence could not be read: {exc}"
+    if not found:
+        return _memory_pressure(outcome, sup)
+    if outcome.status == "hang" and not getattr(sup, "oom_seen", None):
+        # The kills came after the hang was detected (while stacks were taken): the stall at the
+        # cap is the cause, the kills its consequence.
+        found["evidence"].append("the OOM kills happened after the hang was detected (while the stacks were "
+                                 "taken and the tree was stopped)")
+        pressured = _memory_pressure(outcome, sup)
+        if pressured.diagnosis.get("cause") == "memory_pressure":
+            pressured.diagnosis["oom"] = found
+            pressured.diagnosis["evidence"] = pressured.diagnosis["evidence"] + found["evidence"]
+            return pressured
+    diag = dict(outcome.diagnosis or {"ranks": [], "evidence": []})
+    cause, remedy = CAUSES["oom"]
+    diag["previous_cause"] = diag.get("cause")
+    diag.update({"cause": "oom", "cause_text": cause, "remedy": remedy, "oom": found,
+                 "evidence": found["evidence"] + list(diag.get("evidence") or [])})
+    victims = ", ".join(f"{k['role']} (pid {k['pid']})" for k in found["killed"]) or "a process of the run"
+    left = ", ".join(f"rank {w['rank']} in '{w['phase']}'" for w in found["ranks_left_waiting"])
+    status = "killed" if outcome.status == "crashed" else outcome.status
+    limit = (found["cgroup"] or {}).get("limit_bytes")
+    from runners.memory import fmt_bytes
+
+    cap = f" under the {fmt_bytes(limit)} memory cap" if limit else ""
+    diag["summary"] = (f"{status}: out of memory{cap}: the OOM killer killed {victims}"
+                       + (f"; left waiting: {left}" if left else "") + "; cause: memory exhaustion")
+    outcome.status, outcome.diagnosis = status, diag
+    return outcome
+
+
+def _memory_pressure(outcome: Outcome, sup) -> Outcome:
+    """A hang while the run's memory cgroup sat at its cap (no process killed): name it."""
+    last, full = getattr(sup, "cg_last", None), getattr(sup, "cg_full", None)
+    if outcome.status != "hang" or not last or not full or not last.get("limit_bytes"):
+        return outcome
+    if (last.get("usage_bytes") or 0) < AT_LIMIT * last["limit_bytes"]:
+        return outcome
+    from runners.memory import fmt_bytes
+
+    diag = dict(outcome.diagnosis)
+    cause, remedy = CAUSES["memory_pressure"]
+    faults = (last.get("major_faults") or 0) - (full.get("major_faults") or 0)
+    evidence = [f"memory cgroup {last['cgroup']} at its cap when the hang was detected: usage "
+                f"{fmt_bytes(last['usage_bytes'])} of {fmt_bytes(last['limit_bytes'])} (anonymous "
+                f"{fmt_bytes(last.get('anon_bytes'))}, shared memory {fmt_bytes(last.get('shmem_bytes'))}, "
+                f"page cache {fmt_bytes(last.get('file_bytes'))}); no process was OOM-killed",
+                f"at the cap since {full['t']} s after launch; {faults} major page faults since then"]
+    diag["previous_cause"] = diag.get("cause")
+    diag.update({"cause": "memory_pressure", "cause_text": cause, "remedy": remedy,
+                 "evidence": evidence + list(diag.get("evidence") or []),
+                 "memory_pressure": {"at_limit_since_s": full["t"], "last": last, "major_faults_since": faults}})
+    diag["summary"] = diag["summary"].split("; cause:")[0] + ("; cause: memory exhaustion (the run sat at its "
+                                                             f"{fmt_bytes(last['limit_bytes'])} memory cap)")
+    outcome.diagnosis = diag
+    return outcome

@@ -1,0 +1,329 @@
+"""Supervision of one launched run: watch its process tree, decide when to stop it, stop it.
+
+The supervisor polls every rank's heartbeat (see runners.probes). A hang is declared when
+some rank shows no progress for longer than `max(stall_floor, stall_factor x the slowest
+step seen so far)` (before the first step: the start-up timeout). It then has the stacks
+and process states gathered (runners.evidence), stops the whole process tree (SIGTERM, then
+SIGKILL after a grace period) and has the run diagnosed (runners.diagnosis). Every process
+of the run is tracked from the start, so none is left behind whatever the outcome. A
+SIGTERM or SIGINT to the launcher (Ctrl-C, Snakemake, a scheduler's time limit) stops the
+tree the same way, at the next poll (see Interruption).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from runners.diagnosis import apply_oom, classify_exit, diagnose_interruption, diagnose_stop
+from runners.evidence import (AT_LIMIT, POLL_S, ProcessLedger, capture_stacks, is_alive, process_roles,
+                              process_states, shm_usage)
+from runners.probes import read_heartbeat
+
+COLLECTIVE_PHASES = ("backward", "epoch-sync", "evaluation")
+CPU_SAMPLE_S = 1.0  # at a hang: how long to watch whether each process's CPU time advances
+EXIT_GRACE_S = 30.0  # after every rank reported 'done'
+
+
+class Interruption:
+    """SIGTERM and SIGINT to the launcher, noted by a handler and acted on by the supervisor's
+    loop at its next poll, so no exception lands in the middle of a write. Python's handlers
+    are not told who sent a signal; runners.evidence.signal_context records what can be
+    known instead."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self):
+        self.signum = None
+        self.received_t = None
+        self.count = 0
+
+    def install(self) -> "Interruption":
+        for s in self.SIGNALS:
+            if signal.getsignal(s) is not signal.SIG_IGN:  # `nohup`, a background job's SIGINT
+                signal.signal(s, self._note)
+        return self
+
+    def _note(self, signum, frame) -> None:
+        self.count += 1  # a second Ctrl-C must not cut the clean-up short
+        if self.signum is None:
+            self.signum, self.received_t = signum, time.time()
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name
+
+
+@dataclass
+class RankWatch:
+    """What the supervisor last saw of one rank's heartbeat, and since when."""
+
+    rank: int
+    beats: int = -1
+    last_change: float = 0.0
+    last_step_key: tuple = (-1, -1)
+    step_started: float = 0.0
+    heartbeat: dict | None = None
+
+
+@dataclass
+class Outcome:
+    """How a supervised run ended: its status, diagnosis and what the supervisor had to do."""
+
+    status: str
+    diagnosis: dict | None
+    detected_after_s: float | None = None
+    returncode: int | None = None
+    killed_by_watchdog: bool = False
+    orphans_killed: list = field(default_factory=list)
+    survivors: list = field(default_factory=list)
+    note: str | None = None
+
+
+def process_tree(root_pid: int) -> list:
+    """The process and all its descendants now ([] once it is gone)."""
+    try:
+        root = psutil.Process(root_pid)
+        return [root] + root.children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+PARTIAL_EPOCH_WAIT_S = 2.0  # what an interrupted run gives its ranks to write the epoch in progress
+
+
+def keep_partial_epochs(watch: dict, wait_s: float) -> None:
+    """Ask every rank (SIGUSR2, runners.harness) to write the steps of the epoch in progress
+    and exit; wait up to `wait_s` for them. A rank blocked in a collective cannot answer and is
+    stopped with the rest of the tree."""
+    ranks = []
+    for w in watch.values():
+        pid = (w.heartbeat or {}).get("pid")
+        try:
+            p = psutil.Process(pid) if pid else None
+            if p is not None:
+                p.send_signal(signal.SIGUSR2)
+                ranks.append(p)
+        except psutil.Error:
+            pass
+    psutil.wait_procs(ranks, timeout=wait_s)
+
+
+def stop_tree(procs: list, grace_s: float) -> list:
+    """SIGTERM every process, SIGKILL what is left after `grace_s`; return survivors' pids."""
+    alive = []
+    for p in procs:
+        try:
+            p.send_signal(signal.SIGCONT)  # a stopped process cannot act on SIGTERM
+            p.terminate()
+            alive.append(p)
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(alive, timeout=grace_s)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(alive, timeout=5)
+    return [p.pid for p in alive]
+
+
+class Supervisor:
+    """Watches one torchrun process tree until it ends or must be stopped."""
+
+    cgroup = None  # a runners.memory.MemoryCgroup when the tree runs under --memory-limit
+    interruption = None  # an installed Interruption: a signal to the launcher stops the run
+    write_errors = None  # a list the launcher's log pump appends a failed write (OSError) to
+    mute = None  # a threading.Event that stops the log pump's echo on the terminal
+
+    def __init__(self, cfg, out: Path, proc: subprocess.Popen, local_ranks: list, launch_t: float):
+        self.cfg, self.out, self.proc, self.launch_t = cfg, Path(out), proc, launch_t
+        self.watch = {r: RankWatch(r, last_change=time.time()) for r in local_ranks}
+        self.seen: dict = {}  # pid -> psutil.Process, every process of the run ever seen
+        self.ledger = ProcessLedger()
+        self.max_step_s = 0.0
+        self.shm_peak = None  # (used, total, seconds after launch) of /dev/shm at its fullest
+        self.timeline = open(self.out / "heartbeats" / "timeline.jsonl", "a")
+
+    # -- observation ---------------------------------------------------------------------
+    def _track_processes(self) -> None:
+        for p in process_tree(self.proc.pid):
+            self.seen.setdefault(p.pid, p)
+        self.ledger.observe(list(self.seen), time.time())
+        shm = shm_usage()
+        if shm and (self.shm_peak is None or shm[0] > self.shm_peak[0]):
+            self.shm_peak = (shm[0], shm[1], round(time.time() - self.launch_t, 2))
+        if self.cgroup is not None:
+            self._watch_oom()
+
+    def _write_ledger(self) -> None:
+        self.ledger.observe(list(self.seen), time.time())
+        self.ledger.write(self.out / "processes.json", process_roles(self.out))
+
+    def _watch_oom(self) -> None:
+        """Remember where every rank was when the cgroup's OOM-kill count first rose, and the
+        cgroup's state at the last poll and when it first reached its limit."""
+        stats = self.cgroup.stats()
+        self.cg_last = dict(stats, t=round(time.time() - self.launch_t, 2))
+        if stats.get("usage_bytes") and stats.get("limit_bytes") and not getattr(self, "cg_full", None) \
+                and stats["usage_bytes"] >= AT_LIMIT * stats["limit_bytes"]:
+            self.cg_full = self.cg_last
+        if getattr(self, "oom_seen", None):
+            return
+        count = stats.get("oom_kill") or 0
+        if count > 0:
+            self.oom_seen = {"t": round(time.time() - self.launch_t, 2), "oom_kill": count, "phases": {
+                r: (w.heartbeat or {"phase": "starting"})["phase"] for r, w in self.watch.items()}}
+
+    def _poll_heartbeats(self, now: float) -> None:
+        for r, w in self.watch.items():
+            hb = read_heartbeat(self.out / "heartbeats" / f"rank{r}.hb")
+            if hb is None or hb["beats"] == w.beats:
+                continue
+            w.beats, w.last_change, w.heartbeat = hb["beats"], now, hb
+            key = (hb["epoch"], hb["step"])
+            if hb["phase"] in ("loading", "copy", "forward", "backward", "optimizer") and key != w.last_step_key:
+                if w.last_step_key[1] >= 0 and hb["epoch"] == w.last_step_key[0]:
+                    self.max_step_s = max(self.max_step_s, now - w.step_started)
+                w.last_step_key, w.step_started = key, now
+            self.timeline.write(json.dumps({"t": round(now - self.launch_t, 3), "rank": r, **{
+                k: hb[k] for k in ("epoch", "step", "phase")}}) + "\n")
+        self.timeline.flush()
+
+    def threshold(self) -> float:
+        if all(w.heartbeat is None or w.heartbeat["phase"] == "starting" for w in self.watch.values()):
+            return self.cfg.startup_timeout_s
+        return max(self.cfg.stall_floor_s, self.cfg.stall_factor * self.max_step_s)
+
+    def _stalled_rank(self, now: float):
+        """(rank, idle seconds) of a rank that shows a hang, or None (see `hang_candidate`)."""
+        ranks = [(w.rank, w.last_change, w.heartbeat["phase"] if w.heartbeat else "starting")
+                 for w in self.watch.values()]
+        return hang_candidate(ranks, now, self.launch_t, self.threshold(), self.cfg.startup_timeout_s)
+
+    # -- the loop ------------------------------------------------------------------------
+    def run(self) -> Outcome:
+        from runners.memory import uptime_s
+
+        self.launch_uptime = (uptime_s() or 0.0) - (time.time() - self.launch_t)
+        outcome = self._supervise()
+        return outcome if outcome.status == "interrupted" else apply_oom(outcome, self)
+
+    def _supervise(self) -> Outcome:
+        while True:
+            now = time.time()
+            if self.interruption is not None and self.interruption.signum is not None:
+                return self._interrupted()
+            if self.write_errors:
+                raise self.write_errors[0]  # the launcher stops the tree and reports it
+            self._track_processes()
+            self._poll_heartbeats(now)
+            rc = self.proc.poll()
+            if rc is not None:
+                return self._finish(rc)
+            if now - self.launch_t > self.cfg.time_limit_s:
+                return self._stop("timeout", None, now)
+            if self._finished_but_lingering(now):
+                return self._stop_lingering()
+            stalled = self._stalled_rank(now)
+            if stalled is not None:
+                return self._stop("hang", stalled, now)
+            time.sleep(POLL_S)
+
+    def _finished_but_lingering(self, now: float) -> bool:
+        """Every rank reported 'done' yet the launcher is still running after a grace period."""
+        beats = [w.heartbeat for w in self.watch.values()]
+        if not all(b and b["phase"] == "done" for b in beats):
+            return False
+        return now - max(w.last_change for w in self.watch.values()) > EXIT_GRACE_S
+
+    def _stop_lingering(self) -> Outcome:
+        """All measurements are on disk; stop the processes that failed to exit and keep the result."""
+        self._write_ledger()
+        survivors, rc = self._stop_tree()
+        status, diagnosis = classify_exit(self.out, 0, sorted(self.watch), self.shm_peak)
+        outcome = Outcome(status, diagnosis, returncode=rc, killed_by_watchdog=True, survivors=survivors)
+        outcome.note = f"every rank finished but the process tree had not exited after {EXIT_GRACE_S:.0f} s; stopped it"
+        return outcome
+
+    def _finish(self, rc: int) -> Outcome:
+        self._write_ledger()  # before the leftovers are stopped: their deaths are not evidence
+        leftovers = [p for p in self.seen.values() if is_alive(p)]
+        survivors = stop_tree(leftovers, self.cfg.kill_grace_s) if leftovers else []
+        status, diagnosis = classify_exit(self.out, rc, sorted(self.watch), self.shm_peak)
+        self.timeline.close()
+        return Outcome(status, diagnosis, returncode=rc, orphans_killed=[p.pid for p in leftovers],
+                       survivors=survivors)
+
+    def _stop_tree(self) -> tuple:
+        """Stop every process of the run; (survivors' pids, torchrun's exit code or None)."""
+        survivors = stop_tree([p for p in self.seen.values() if is_alive(p)], self.cfg.kill_grace_s)
+        try:
+            rc = self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            rc = None
+        self.timeline.close()
+        return survivors, rc
+
+    def _interrupted(self) -> Outcome:
+        """The launcher got SIGTERM/SIGINT: stop the tree at once (no stacks: the cause is known
+        and a scheduler's grace period is short) and say how far every rank got."""
+        sig = self.interruption
+        if self.mute is not None:
+            self.mute.set()
+        self._track_processes()
+        self._write_ledger()
+        keep_partial_epochs(self.watch, PARTIAL_EPOCH_WAIT_S)
+        survivors, rc = self._stop_tree()
+        after = sig.received_t - self.launch_t
+        diagnosis = diagnose_interruption(self.out, sig, self.watch, after)
+        return Outcome("interrupted", diagnosis, detected_after_s=after, returncode=rc, killed_by_watchdog=True,
+                       survivors=survivors, note=f"stopped on {sig.name} to the launcher")
+
+    def _stop(self, status: str, stalled, now: float) -> Outcome:
+        detected_after = now - self.launch_t
+        self._track_processes()
+        states = process_states(self.seen.values(), CPU_SAMPLE_S)
+        stacks = capture_stacks(self.out, self.seen.values(), self.watch, native=self.cfg.native_stacks)
+        self._write_ledger()
+        survivors, rc = self._stop_tree()
+        diagnosis = diagnose_stop(self.out, status, stalled, self.watch, states, stacks,
+                                  self.threshold(), now, self.launch_t)
+        diagnosis["detected_after_s"] = round(detected_after, 2)
+        return Outcome(status, diagnosis, detected_after_s=detected_after, returncode=rc,
+                       killed_by_watchdog=True, survivors=survivors)
+
+
+def hang_candidate(ranks: list, now: float, launch_t: float, limit: float, startup_timeout: float):
+    """(rank, idle seconds) of a rank that shows a hang once some rank is past its limit, else None.
+
+    `ranks`: (rank, time of its last heartbeat change, phase). A rank still starting is held to
+    the start-up timeout from launch, not to the stall limit: start-up time differs per rank,
+    and a rank that has not yet beaten its first step while another has is slow, not stalled.
+    Only detection: the culprit is decided later from process evidence (see `blame`). This
+    returns a rank outside collectives (loading, forward, ...) if there is one, else the one
+    idle longest.
+    """
+    idle = []
+    over = False
+    for rank, last_change, phase in ranks:
+        if phase in ("done", "failed"):
+            continue
+        idle.append((rank, now - last_change, phase))
+        if phase == "starting":
+            over = over or now - launch_t > startup_timeout
+        else:
+            over = over or now - last_change > limit
+    if not over:
+        return None
+    outside = [x for x in idle if x[2] not in COLLECTIVE_PHASES]
+    rank, t, _ = max(outside or idle, key=lambda x: x[1])
+    return rank, t
+
