@@ -29,13 +29,11 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import jsonschema
 import pandas as pd
 
 from analysis import PHASES
 from analysis import deadlocks
-
-SCHEMA_PATH = Path(__file__).resolve().parent.parent / "runners" / "schemas" / "result.schema.json"
+from runners import record
 
 CONFIG_COLUMNS = (
     "framework", "model", "devices", "nodes", "batch_size", "workers", "dataset", "epochs",
@@ -81,18 +79,13 @@ RUN_COLUMNS = (
     + ("scheduler", "scheduler_job", "scheduler_nodes")
     + ("command", "run_dir", "result_path")
 )
-EPOCH_COLUMNS = ("run_id", "epoch", "rank", "time_s", "steps", "loss", "seed_nodes",
-                 "sampled_nodes", "sampled_edges") + PHASES + ("val_accuracy",)
+# epochs.csv: every rank's epochs.csv rows with the epoch's validation accuracy.
+EPOCH_COLUMNS = ("run_id",) + record.EPOCH_COLUMNS + ("val_accuracy",)
 INVALID_COLUMNS = ("path", "run_id", "reason")
 
 # Per-rank CSV files copied into the aggregate, with the columns the contract promises.
-RANK_FILES = {
-    "steps": ("epoch", "step", "seed_nodes", "sampled_nodes", "sampled_edges") + PHASES
-             + ("step_s", "loss", "seed_id_sum"),
-    "cpu": ("t_s", "pid", "role", "cpu_percent", "rss_bytes", "uss_bytes", "pss_bytes"),
-}
-NVML_COLUMNS = ("t_s", "gpu", "pci_bus_id", "util_percent", "mem_used_bytes", "power_w", "sm_clock_mhz")
-RANK_FILES["nvml"] = NVML_COLUMNS
+RANK_FILES = {name: record.RANK_TABLES[name] for name in ("steps", "cpu", "nvml")}
+NVML_COLUMNS = RANK_FILES["nvml"]
 
 
 @dataclass
@@ -186,18 +179,10 @@ def find_results(paths) -> tuple[list, list]:
 
 # -- validation -----------------------------------------------------------------------------
 
-def _validator():
-    schema = json.loads(SCHEMA_PATH.read_text())
-    return jsonschema.Draft202012Validator(schema)
-
-
-def problems(data, validator) -> list:
+def problems(data) -> list:
     """Why a parsed result.json cannot be used (empty list: usable)."""
-    errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
-    out = []
-    for e in errors[:3]:
-        where = ".".join(str(x) for x in e.absolute_path) or "(top level)"
-        out.append(f"{where}: {e.message[:200]}")
+    errors = record.schema_problems(data, message_chars=200)
+    out = errors[:3]
     if len(errors) > 3:
         out.append(f"... and {len(errors) - 3} more schema errors")
     if not out and data["status"] == "ok" and data["summary"] is None:
@@ -205,7 +190,7 @@ def problems(data, validator) -> list:
     return out
 
 
-def read_result(path: Path, validator):
+def read_result(path: Path):
     """(result dict, None) or (None, reason)."""
     try:
         data = json.loads(Path(path).read_text())
@@ -219,7 +204,7 @@ def read_result(path: Path, validator):
         errors = [str(e) for e in data["schema_errors"]]
         more = f"; ... and {len(errors) - 3} more" if len(errors) > 3 else ""
         return None, "schema (found by the runner when it wrote result.json): " + "; ".join(errors[:3]) + more
-    reasons = problems(data, validator)
+    reasons = problems(data)
     if reasons:
         return None, "schema: " + "; ".join(reasons)
     return data, None
@@ -262,7 +247,6 @@ def run_row(data: dict, result_path: Path) -> dict:
     per_rank_epochs = {}
     for e in data["epochs"]:
         per_rank_epochs[e["rank"]] = max(per_rank_epochs.get(e["rank"], 0), e["epoch"] + 1)
-    steps = [r.get("steps_per_epoch") for r in data["ranks"] if r.get("steps_per_epoch") is not None]
     rank_env = env.get("rank_env_vars") or {}
     probes = data.get("probes") or {}
     row.update({
@@ -271,7 +255,7 @@ def run_row(data: dict, result_path: Path) -> dict:
         "finished_at": data["finished_at"],
         # The least advanced rank is how far the run as a whole got.
         "epochs_completed": min(per_rank_epochs.values()) if per_rank_epochs else 0,
-        "steps_per_epoch": max(steps) if steps else None,
+        "steps_per_epoch": record.steps_per_epoch(data["ranks"]),
         "seed_base": data["seeds"]["base"],
         "adapter_choices": _scalar(cfg.get("adapter_choices")),
         "nvml_available": (probes.get("nvml") or {}).get("available"),
@@ -313,10 +297,8 @@ def run_row(data: dict, result_path: Path) -> dict:
 def work_per_rank(data: dict) -> dict:
     """The summary's work-per-rank figures, recomputed from the epoch records so that results
     without them (older runs, failed runs) get them too."""
-    from runners.run import seed_work
-
     cfg = data["config"]
-    return seed_work(data["epochs"], cfg["devices"] * cfg["nodes"],
+    return record.seed_work(data["epochs"], cfg["devices"] * cfg["nodes"],
                      (data.get("summary") or {}).get("train_split_seed_nodes"))
 
 
@@ -335,14 +317,14 @@ def epoch_rows(data: dict, run_id=None) -> list:
 def rank_csvs(run_dir: Path, run_id: str, name: str) -> list:
     """rank*/NAME.csv of one run, each with run_id and rank columns (missing files skipped)."""
     frames = []
-    for d in sorted(run_dir.glob("rank*")):
-        path = d / f"{name}.csv"
-        if not d.is_dir() or not d.name[4:].isdigit() or not path.exists():
+    for rank, _ in record.rank_dirs(run_dir):
+        path = record.rank_file(run_dir, rank, name)
+        if not path.exists():
             continue
         df = _read_csv(path, RANK_FILES[name])
         if df.empty:
             continue
-        df.insert(0, "rank", int(d.name[4:]))
+        df.insert(0, "rank", rank)
         df.insert(0, "run_id", run_id)
         frames.append(df)
     return frames
@@ -351,11 +333,10 @@ def rank_csvs(run_dir: Path, run_id: str, name: str) -> list:
 def aggregate(paths) -> Aggregate:
     """Read, validate and flatten every result under `paths`."""
     files, invalid = find_results(paths)
-    validator = _validator()
     runs, epochs, steps, cpu, nvml, failures = [], [], [], [], [], []
     seen, node_results = {}, []
     for path in files:
-        data, reason = read_result(path, validator)
+        data, reason = read_result(path)
         if data is None:
             invalid.append({"path": str(path), "run_id": path.parent.name, "reason": reason})
             continue
