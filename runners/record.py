@@ -15,7 +15,7 @@ import json
 import os
 import statistics
 import sys
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, make_dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -41,6 +41,8 @@ PHASES = ("load_wait_s", "prepare_s", "copy_s", "forward_s", "backward_s", "opti
 class Row:
     """A named record row; its fields, in order, are its CSV file's columns."""
 
+    __slots__ = ()
+
     @classmethod
     def columns(cls) -> tuple:
         return tuple(f.name for f in fields(cls))
@@ -49,62 +51,47 @@ class Row:
         return [getattr(self, c) for c in self.columns()]
 
 
-@dataclass(slots=True)
-class StepRow(Row):
-    """One training step (rank{R}/steps.csv). Phase times are None where they are not
-    measurements (CUDA without synchronisation). seed_id_sum: the sum of the batch's seed node
+# Columns the step and epoch records share: the batches' work and the phase times (None where
+# they are not measurements: CUDA without synchronisation).
+WORK_FIELDS = [("seed_nodes", int), ("sampled_nodes", int), ("sampled_edges", int)]
+PHASE_FIELDS = [(p, "float | None") for p in PHASES]
+
+
+class _Step(Row):
+    """One training step (rank{R}/steps.csv). seed_id_sum: the sum of the batch's seed node
     ids, a cheap fingerprint of which seeds the loader really delivered. prepare_s: the adapter
     turning the loader's output into model inputs (framework work, not waiting for the loader).
     `loss` may stay a device tensor until the epoch is written (no sync per step)."""
 
-    epoch: int
-    step: int
-    seed_nodes: int
-    sampled_nodes: int
-    sampled_edges: int
-    load_wait_s: float | None
-    prepare_s: float | None
-    copy_s: float | None
-    forward_s: float | None
-    backward_s: float | None
-    optimizer_s: float | None
-    step_s: float
-    loss: object
-    seed_id_sum: int
+    __slots__ = ()
 
     def settle_loss(self) -> None:
         """The loss as a number (one device sync, at write time)."""
         self.loss = float(self.loss)
 
 
-@dataclass(slots=True)
-class EpochRow(Row):
+class _Epoch(Row):
     """One epoch of one rank (rank{R}/epochs.csv): its time, step count, mean loss, summed
-    work and summed phase times (None where the phases are not measurements)."""
+    work and summed phase times."""
 
-    epoch: int
-    rank: int
-    time_s: float
-    steps: int
-    loss: float | None
-    seed_nodes: int
-    sampled_nodes: int
-    sampled_edges: int
-    load_wait_s: float | None
-    prepare_s: float | None
-    copy_s: float | None
-    forward_s: float | None
-    backward_s: float | None
-    optimizer_s: float | None
+    __slots__ = ()
 
     @classmethod
     def of_steps(cls, epoch: int, rank: int, steps: list, epoch_s: float, phases_valid: bool) -> "EpochRow":
         """The epoch's row from its step rows (losses already settled)."""
-        work = {k: int(sum(getattr(s, k) for s in steps)) for k in ("seed_nodes", "sampled_nodes", "sampled_edges")}
+        work = {k: int(sum(getattr(s, k) for s in steps)) for k, _ in WORK_FIELDS}
         phases = {p: round(sum(getattr(s, p) for s in steps), 6) if phases_valid else None for p in PHASES}
         mean_loss = float(np.mean([s.loss for s in steps])) if steps else None
         return cls(epoch=epoch, rank=rank, time_s=round(epoch_s, 6), steps=len(steps), loss=mean_loss,
                    **work, **phases)
+
+
+StepRow = make_dataclass("StepRow", [("epoch", int), ("step", int), *WORK_FIELDS, *PHASE_FIELDS, ("step_s", float),
+                                     ("loss", object), ("seed_id_sum", int)], bases=(_Step,), slots=True)
+EpochRow = make_dataclass("EpochRow", [("epoch", int), ("rank", int), ("time_s", float), ("steps", int),
+                                       ("loss", "float | None"), *WORK_FIELDS, *PHASE_FIELDS],
+                          bases=(_Epoch,), slots=True)
+StepRow.__doc__, EpochRow.__doc__ = _Step.__doc__, _Epoch.__doc__
 
 
 @dataclass(slots=True)
