@@ -60,7 +60,8 @@ SUMMARY_COLUMNS = (
     "best_val_acc", "target_val_acc", "time_to_target_s", "epochs_to_target", "baseline_val_acc", "converged",
     "learned",
 )
-STEP_COLUMNS = tuple(f"step_{p}" for p in PHASES) + ("step_s",)
+# The mean time per step and per phase (summary.step_breakdown_s).
+BREAKDOWN_COLUMNS = tuple(f"step_{p}" for p in PHASES) + ("step_s",)
 ENV_COLUMNS = (
     "python", "torch", "torch_geometric", "dgl", "pyg_lib", "torch_sparse", "numpy",
     "pyg_sampler_backend", "dgl_cuda", "gpus", "cpu_model", "cpu_cores", "memory_bytes",
@@ -69,7 +70,7 @@ ENV_COLUMNS = (
 )
 RUN_COLUMNS = (
     ("run_id", "run_name", "status") + CONFIG_COLUMNS + ("world_size", "processes", "oversubscribed")
-    + SUMMARY_COLUMNS + PRECISION_COLUMNS + ("steady_epoch_mean_s", "steady_seed_nodes_per_s") + STEP_COLUMNS
+    + SUMMARY_COLUMNS + PRECISION_COLUMNS + ("steady_epoch_mean_s", "steady_seed_nodes_per_s") + BREAKDOWN_COLUMNS
     + ("wall_time_s", "started_at", "finished_at", "epochs_completed", "steps_per_epoch") + WORK_COLUMNS + (
        "seed_base", "adapter_choices", "nvml_available", "nvml_reason", "preflight_warnings",
        "diag_cause", "diag_summary", "diag_remedy", "detected_after_s", "cpu_busy_before",
