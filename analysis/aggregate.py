@@ -248,7 +248,6 @@ def run_row(data: dict, result_path: Path) -> dict:
     per_rank_epochs = {}
     for e in data["epochs"]:
         per_rank_epochs[e["rank"]] = max(per_rank_epochs.get(e["rank"], 0), e["epoch"] + 1)
-    rank_env = env.get("rank_env_vars") or {}
     probes = data.get("probes") or {}
     row.update({
         "wall_time_s": data["wall_time_s"], "started_at": data["started_at"],
@@ -281,13 +280,18 @@ def run_row(data: dict, result_path: Path) -> dict:
     # runs that stopped after different numbers of epochs weigh their warm-up alike (not at all).
     seeds, steady = row.get("seed_nodes_per_epoch_all_ranks"), summary.get("steady_epoch_time_s")
     row["steady_seed_nodes_per_s"] = seeds / steady if seeds and steady else None
-    for k in ENV_COLUMNS:
-        row[f"env_{k}"] = _scalar(env.get(k))
+    row.update(env_columns(env))
+    return row
+
+
+def env_columns(env: dict) -> dict:
+    """runs.csv's environment essentials and the batch scheduler around the launcher."""
+    row = {f"env_{k}": _scalar(env.get(k)) for k in ENV_COLUMNS}
     row["env_gpus"] = ", ".join(str(g.get("name", g)) if isinstance(g, dict) else str(g)
                                 for g in env.get("gpus") or []) or None
-    row["env_omp_num_threads"] = rank_env.get("OMP_NUM_THREADS")
-    # The batch scheduler around the launcher (node 0's for a multi-node run: the job's nodes);
-    # results from before it was recorded have none.
+    row["env_omp_num_threads"] = (env.get("rank_env_vars") or {}).get("OMP_NUM_THREADS")
+    # Node 0's scheduler for a multi-node run (the job's nodes); results from before it was
+    # recorded have none.
     sched = env.get("scheduler") or {}
     row["scheduler"] = sched.get("name")
     row["scheduler_job"] = sched.get("job_id")
