@@ -7,6 +7,7 @@ The names below are shared by every module so labels and colours agree everywher
 
 from __future__ import annotations
 
+from runners import record  # light: no torch or pandas
 from runners.adapters import registry  # light: no torch, PyG or DGL
 
 STATUSES = ("ok", "hang", "timeout", "crashed", "killed", "interrupted", "error", "skipped")
@@ -34,7 +35,7 @@ FRAMEWORK_LABELS = {f.name: f.label for f in registry.FRAMEWORKS.values()}
 FRAMEWORK_COLOURS = {f.name: f.colour for f in registry.FRAMEWORKS.values()}
 MODEL_LABELS = {m.name: m.label for m in registry.MODELS.values()}
 
-PHASES = ("load_wait_s", "prepare_s", "copy_s", "forward_s", "backward_s", "optimizer_s")
+PHASES = record.PHASES  # the timed phases of a step, as the harness records them
 PHASE_LABELS = {
     "load_wait_s": "waiting for loader",
     "prepare_s": "batch preparation (framework)",

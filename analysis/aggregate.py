@@ -29,13 +29,11 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import jsonschema
 import pandas as pd
 
 from analysis import PHASES
 from analysis import deadlocks
-
-SCHEMA_PATH = Path(__file__).resolve().parent.parent / "runners" / "schemas" / "result.schema.json"
+from runners import record
 
 CONFIG_COLUMNS = (
     "framework", "model", "devices", "nodes", "batch_size", "workers", "dataset", "epochs",
@@ -62,7 +60,8 @@ SUMMARY_COLUMNS = (
     "best_val_acc", "target_val_acc", "time_to_target_s", "epochs_to_target", "baseline_val_acc", "converged",
     "learned",
 )
-STEP_COLUMNS = tuple(f"step_{p}" for p in PHASES) + ("step_s",)
+# The mean time per step and per phase (summary.step_breakdown_s).
+BREAKDOWN_COLUMNS = tuple(f"step_{p}" for p in PHASES) + ("step_s",)
 ENV_COLUMNS = (
     "python", "torch", "torch_geometric", "dgl", "pyg_lib", "torch_sparse", "numpy",
     "pyg_sampler_backend", "dgl_cuda", "gpus", "cpu_model", "cpu_cores", "memory_bytes",
@@ -71,7 +70,7 @@ ENV_COLUMNS = (
 )
 RUN_COLUMNS = (
     ("run_id", "run_name", "status") + CONFIG_COLUMNS + ("world_size", "processes", "oversubscribed")
-    + SUMMARY_COLUMNS + PRECISION_COLUMNS + ("steady_epoch_mean_s", "steady_seed_nodes_per_s") + STEP_COLUMNS
+    + SUMMARY_COLUMNS + PRECISION_COLUMNS + ("steady_epoch_mean_s", "steady_seed_nodes_per_s") + BREAKDOWN_COLUMNS
     + ("wall_time_s", "started_at", "finished_at", "epochs_completed", "steps_per_epoch") + WORK_COLUMNS + (
        "seed_base", "adapter_choices", "nvml_available", "nvml_reason", "preflight_warnings",
        "diag_cause", "diag_summary", "diag_remedy", "detected_after_s", "cpu_busy_before",
@@ -81,18 +80,13 @@ RUN_COLUMNS = (
     + ("scheduler", "scheduler_job", "scheduler_nodes")
     + ("command", "run_dir", "result_path")
 )
-EPOCH_COLUMNS = ("run_id", "epoch", "rank", "time_s", "steps", "loss", "seed_nodes",
-                 "sampled_nodes", "sampled_edges") + PHASES + ("val_accuracy",)
+# epochs.csv: every rank's epochs.csv rows with the epoch's validation accuracy.
+EPOCH_COLUMNS = ("run_id",) + record.EPOCH_COLUMNS + ("val_accuracy",)
 INVALID_COLUMNS = ("path", "run_id", "reason")
 
 # Per-rank CSV files copied into the aggregate, with the columns the contract promises.
-RANK_FILES = {
-    "steps": ("epoch", "step", "seed_nodes", "sampled_nodes", "sampled_edges") + PHASES
-             + ("step_s", "loss", "seed_id_sum"),
-    "cpu": ("t_s", "pid", "role", "cpu_percent", "rss_bytes", "uss_bytes", "pss_bytes"),
-}
-NVML_COLUMNS = ("t_s", "gpu", "pci_bus_id", "util_percent", "mem_used_bytes", "power_w", "sm_clock_mhz")
-RANK_FILES["nvml"] = NVML_COLUMNS
+RANK_FILES = {name: record.RANK_TABLES[name] for name in ("steps", "cpu", "nvml")}
+NVML_COLUMNS = RANK_FILES["nvml"]
 
 
 @dataclass
@@ -186,18 +180,10 @@ def find_results(paths) -> tuple[list, list]:
 
 # -- validation -----------------------------------------------------------------------------
 
-def _validator():
-    schema = json.loads(SCHEMA_PATH.read_text())
-    return jsonschema.Draft202012Validator(schema)
-
-
-def problems(data, validator) -> list:
+def problems(data) -> list:
     """Why a parsed result.json cannot be used (empty list: usable)."""
-    errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
-    out = []
-    for e in errors[:3]:
-        where = ".".join(str(x) for x in e.absolute_path) or "(top level)"
-        out.append(f"{where}: {e.message[:200]}")
+    errors = record.schema_problems(data, message_chars=200)
+    out = errors[:3]
     if len(errors) > 3:
         out.append(f"... and {len(errors) - 3} more schema errors")
     if not out and data["status"] == "ok" and data["summary"] is None:
@@ -205,7 +191,7 @@ def problems(data, validator) -> list:
     return out
 
 
-def read_result(path: Path, validator):
+def read_result(path: Path):
     """(result dict, None) or (None, reason)."""
     try:
         data = json.loads(Path(path).read_text())
@@ -219,7 +205,7 @@ def read_result(path: Path, validator):
         errors = [str(e) for e in data["schema_errors"]]
         more = f"; ... and {len(errors) - 3} more" if len(errors) > 3 else ""
         return None, "schema (found by the runner when it wrote result.json): " + "; ".join(errors[:3]) + more
-    reasons = problems(data, validator)
+    reasons = problems(data)
     if reasons:
         return None, "schema: " + "; ".join(reasons)
     return data, None
@@ -262,8 +248,6 @@ def run_row(data: dict, result_path: Path) -> dict:
     per_rank_epochs = {}
     for e in data["epochs"]:
         per_rank_epochs[e["rank"]] = max(per_rank_epochs.get(e["rank"], 0), e["epoch"] + 1)
-    steps = [r.get("steps_per_epoch") for r in data["ranks"] if r.get("steps_per_epoch") is not None]
-    rank_env = env.get("rank_env_vars") or {}
     probes = data.get("probes") or {}
     row.update({
         "wall_time_s": data["wall_time_s"], "started_at": data["started_at"],
@@ -271,7 +255,7 @@ def run_row(data: dict, result_path: Path) -> dict:
         "finished_at": data["finished_at"],
         # The least advanced rank is how far the run as a whole got.
         "epochs_completed": min(per_rank_epochs.values()) if per_rank_epochs else 0,
-        "steps_per_epoch": max(steps) if steps else None,
+        "steps_per_epoch": record.steps_per_epoch(data["ranks"]),
         "seed_base": data["seeds"]["base"],
         "adapter_choices": _scalar(cfg.get("adapter_choices")),
         "nvml_available": (probes.get("nvml") or {}).get("available"),
@@ -296,13 +280,18 @@ def run_row(data: dict, result_path: Path) -> dict:
     # runs that stopped after different numbers of epochs weigh their warm-up alike (not at all).
     seeds, steady = row.get("seed_nodes_per_epoch_all_ranks"), summary.get("steady_epoch_time_s")
     row["steady_seed_nodes_per_s"] = seeds / steady if seeds and steady else None
-    for k in ENV_COLUMNS:
-        row[f"env_{k}"] = _scalar(env.get(k))
+    row.update(env_columns(env))
+    return row
+
+
+def env_columns(env: dict) -> dict:
+    """runs.csv's environment essentials and the batch scheduler around the launcher."""
+    row = {f"env_{k}": _scalar(env.get(k)) for k in ENV_COLUMNS}
     row["env_gpus"] = ", ".join(str(g.get("name", g)) if isinstance(g, dict) else str(g)
                                 for g in env.get("gpus") or []) or None
-    row["env_omp_num_threads"] = rank_env.get("OMP_NUM_THREADS")
-    # The batch scheduler around the launcher (node 0's for a multi-node run: the job's nodes);
-    # results from before it was recorded have none.
+    row["env_omp_num_threads"] = (env.get("rank_env_vars") or {}).get("OMP_NUM_THREADS")
+    # Node 0's scheduler for a multi-node run (the job's nodes); results from before it was
+    # recorded have none.
     sched = env.get("scheduler") or {}
     row["scheduler"] = sched.get("name")
     row["scheduler_job"] = sched.get("job_id")
@@ -313,10 +302,8 @@ def run_row(data: dict, result_path: Path) -> dict:
 def work_per_rank(data: dict) -> dict:
     """The summary's work-per-rank figures, recomputed from the epoch records so that results
     without them (older runs, failed runs) get them too."""
-    from runners.run import seed_work
-
     cfg = data["config"]
-    return seed_work(data["epochs"], cfg["devices"] * cfg["nodes"],
+    return record.seed_work(data["epochs"], cfg["devices"] * cfg["nodes"],
                      (data.get("summary") or {}).get("train_split_seed_nodes"))
 
 
@@ -335,14 +322,14 @@ def epoch_rows(data: dict, run_id=None) -> list:
 def rank_csvs(run_dir: Path, run_id: str, name: str) -> list:
     """rank*/NAME.csv of one run, each with run_id and rank columns (missing files skipped)."""
     frames = []
-    for d in sorted(run_dir.glob("rank*")):
-        path = d / f"{name}.csv"
-        if not d.is_dir() or not d.name[4:].isdigit() or not path.exists():
+    for rank, _ in record.rank_dirs(run_dir):
+        path = record.rank_file(run_dir, rank, name)
+        if not path.exists():
             continue
         df = _read_csv(path, RANK_FILES[name])
         if df.empty:
             continue
-        df.insert(0, "rank", int(d.name[4:]))
+        df.insert(0, "rank", rank)
         df.insert(0, "run_id", run_id)
         frames.append(df)
     return frames
@@ -351,11 +338,10 @@ def rank_csvs(run_dir: Path, run_id: str, name: str) -> list:
 def aggregate(paths) -> Aggregate:
     """Read, validate and flatten every result under `paths`."""
     files, invalid = find_results(paths)
-    validator = _validator()
     runs, epochs, steps, cpu, nvml, failures = [], [], [], [], [], []
     seen, node_results = {}, []
     for path in files:
-        data, reason = read_result(path, validator)
+        data, reason = read_result(path)
         if data is None:
             invalid.append({"path": str(path), "run_id": path.parent.name, "reason": reason})
             continue

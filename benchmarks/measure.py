@@ -27,7 +27,6 @@ reported, never asserted.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import shutil
@@ -39,7 +38,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from runners import datasets, envinfo
+from runners import datasets, envinfo, record
 from runners.config import build_parser as runner_parser
 from runners.config import config_from_args
 
@@ -117,16 +116,15 @@ def run_runner(s: Settings, work: Path, framework: str, model: str, label: str, 
     """One runner configuration via `python -m runners.run`; its result.json and step times."""
     out = work / label
     wall = execute([PY, "-m", "runners.run", *runner_argv(s, framework, model, out, probes)], work / f"{label}.log")
-    result = json.loads((out / "result.json").read_text())
+    result = json.loads(record.result_path(out).read_text())
     if result["status"] != "ok":
         raise MeasureError(f"{label}: runner status {result['status']}: "
                            f"{(result.get('diagnosis') or {}).get('summary')}; see {out}")
     steps = []
     for r in result["ranks"]:
-        with open(out / f"rank{r['rank']}" / "steps.csv", newline="") as fh:
-            # The first epoch warms caches up; with more than one epoch it is left out.
-            steps += [float(row["step_s"]) for row in csv.DictReader(fh)
-                      if int(row["epoch"]) > 0 or s.epochs == 1]
+        # The first epoch warms caches up; with more than one epoch it is left out.
+        steps += [float(row["step_s"]) for row in record.read_rank_rows(out, r["rank"], "steps") or []
+                  if int(row["epoch"]) > 0 or s.epochs == 1]
     per_rank: dict = {}
     for e in result["epochs"]:
         per_rank.setdefault(e["rank"], []).append(e["time_s"])

@@ -22,6 +22,7 @@ from pathlib import Path
 import psutil
 
 from runners.probes import PHASE_BLOCKED_IN, describe_wait_status, proc_stat, read_heartbeat
+from runners import record
 from runners.stacks import top_frames
 
 POLL_S = 0.5  # how often the supervisor samples heartbeats, processes and /dev/shm
@@ -29,29 +30,14 @@ AT_LIMIT = 0.95  # a memory cgroup this full is reclaiming pages to stay under i
 
 
 # -- what the run wrote ---------------------------------------------------------------------
-def _read_json(path: Path):
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def _csv_rows(path: Path) -> int:
-    try:
-        with open(path) as fh:
-            return max(0, sum(1 for _ in fh) - 1)
-    except OSError:
-        return 0
-
-
 def rank_info(out: Path, rank: int):
     """The rank's own record (rank{rank}/rank.json), or None where it wrote none (yet)."""
-    return _read_json(out / f"rank{rank}" / "rank.json")
+    return record.read_rank_info(out, rank)
 
 
 def recorded_rows(out: Path, rank: int, table: str) -> int:
     """How many rows the rank wrote to rank{rank}/{table}.csv (table: 'steps', 'epochs')."""
-    return _csv_rows(out / f"rank{rank}" / f"{table}.csv")
+    return record.count_rows(out, rank, table)
 
 
 def launcher_log(out: Path) -> str:
@@ -260,7 +246,7 @@ def exit_evidence(out: Path, rc: int, local_ranks: list, shm_peak=None) -> dict:
     its fullest during the run and the space left on the run directory's filesystem. Which
     error is the cause is runners.diagnosis's to say."""
     infos = {r: rank_info(out, r) or {} for r in local_ranks}
-    errors = {r: e for r in local_ranks if (e := _read_json(out / f"rank{r}" / "error.json"))}
+    errors = {r: e for r in local_ranks if (e := record.read_json(out / f"rank{r}" / "error.json"))}
     log = launcher_log(out)
     codes = torchrun_exit_codes(log)
     ranks = []
@@ -274,7 +260,7 @@ def exit_evidence(out: Path, rc: int, local_ranks: list, shm_peak=None) -> dict:
                       "epoch": last.get("epoch"), "step": last.get("step"),
                       "last_phase": (e.get("phase") if e else hb.get("phase")), "pid": infos[r].get("pid", hb.get("pid"))})
     return {"rc": rc, "ranks": ranks, "errors": errors, "log": log,
-            "codes": codes, "ledger": _read_json(out / "processes.json") or [],
+            "codes": codes, "ledger": record.read_json(out / "processes.json") or [],
             "counts": next((i.get("steps_per_rank") for i in infos.values() if i.get("steps_per_rank")), None),
             "shm_peak": shm_peak, "disk": disk_usage(out)}
 
@@ -349,7 +335,7 @@ def reported_kills(out: Path, ranks, roles: dict) -> list:
     ranks' error records, ranks that torchrun saw end by SIGKILL."""
     killed = []
     for r in ranks:
-        err = _read_json(out / f"rank{r}" / "error.json") or {}
+        err = record.read_json(out / f"rank{r}" / "error.json") or {}
         m = WORKER_PIDS.search((err.get("worker_failure") or "") + err.get("message", ""))
         for pid in (int(x) for x in (m.group(1).replace(",", " ").split() if m else [])):
             killed.append({"pid": pid, "role": roles.get(pid, f"rank{r}-worker"), "source": f"rank {r}'s loader"})

@@ -27,21 +27,12 @@ T_PROCESS_START = time.time()
 
 import numpy as np  # noqa: E402
 
-from runners import stopping  # noqa: E402
+from runners import record, stopping  # noqa: E402
 from runners.config import RunConfig  # noqa: E402
 from runners.envinfo import RECORDED_ENV_VARS  # noqa: E402
 from runners.probes import (DISK_FULL_MARK, CpuSampler, CsvAppender, Heartbeat, NvmlSampler,  # noqa: E402
                             disk_full, start_nvml)
-
-# seed_id_sum: the sum of the batch's seed node ids, a cheap fingerprint of which seeds the
-# loader really delivered (tests compare it with the harness's split across frameworks).
-# prepare_s: the adapter turning the loader's output into model inputs (PyG's edge_index from
-# adj_t, DGL's self-loops): framework work, not waiting for the loader.
-STEP_COLUMNS = ["epoch", "step", "seed_nodes", "sampled_nodes", "sampled_edges", "load_wait_s", "prepare_s",
-                "copy_s", "forward_s", "backward_s", "optimizer_s", "step_s", "loss", "seed_id_sum"]
-EPOCH_COLUMNS = ["epoch", "rank", "time_s", "steps", "loss", "seed_nodes", "sampled_nodes", "sampled_edges",
-                 "load_wait_s", "prepare_s", "copy_s", "forward_s", "backward_s", "optimizer_s"]
-PHASE_KEYS = ("load_wait_s", "prepare_s", "copy_s", "forward_s", "backward_s", "optimizer_s")
+from runners.record import EpochRow, RowAppender, StepRow, ValidationRow  # noqa: E402
 
 
 def worker_seed(base: int, rank: int, worker_id: int) -> int:
@@ -164,7 +155,7 @@ class Rank:
         self.world = int(os.environ["WORLD_SIZE"])
         self.local_rank = int(os.environ.get("LOCAL_RANK", 0))
         self.out = Path(cfg.out)
-        self.dir = self.out / f"rank{self.rank}"
+        self.dir = record.rank_dir(self.out, self.rank)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.hb = Heartbeat(self.out / "heartbeats" / f"rank{self.rank}.hb")
         self.info: dict = {"rank": self.rank, "pid": os.getpid(), "host": os.uname().nodename,
@@ -188,7 +179,7 @@ class Rank:
         rows, self.pending_rows = self.pending_rows, None
         if rows:
             for r in rows:
-                r[-2] = float(r[-2])  # the loss, still a tensor
+                r.settle_loss()
             self.step_csv.write(rows)
         self.hb.beat("failed")
         os._exit(128 + signum)
@@ -197,9 +188,7 @@ class Rank:
         self.info["startup"][name] = round(time.time() - self.launch_t, 4)
 
     def write_info(self) -> None:
-        tmp = self.dir / "rank.json.tmp"
-        tmp.write_text(json.dumps(self.info, indent=1, default=str))
-        tmp.replace(self.dir / "rank.json")
+        record.write_rank_info(self.out, self.rank, self.info)
 
     def worker_init(self, worker_id: int) -> None:
         """Runs in each loader worker: seeds, one thread, and a stack dump on SIGUSR1."""
@@ -303,14 +292,15 @@ class Rank:
         self.cpu = CpuSampler(cfg.cpu_sample_interval_s) if cfg.probes else None
         if self.cpu:
             self.cpu.start()
-        self.cpu_csv = CsvAppender(self.dir / "cpu.csv", CpuSampler.COLUMNS) if self.cpu else None
-        self.nvml_csv = CsvAppender(self.dir / "nvml.csv", NvmlSampler.COLUMNS) if self.nvml else None
+        cpu_path, nvml_path = (record.rank_file(self.out, self.rank, name) for name in ("cpu", "nvml"))
+        self.cpu_csv = CsvAppender(cpu_path, CpuSampler.COLUMNS) if self.cpu else None
+        self.nvml_csv = CsvAppender(nvml_path, NvmlSampler.COLUMNS) if self.nvml else None
 
     def open_records(self) -> None:
         """The per-rank steps, epochs and validation CSVs (appended as training goes)."""
-        self.step_csv = CsvAppender(self.dir / "steps.csv", STEP_COLUMNS)
-        self.epoch_csv = CsvAppender(self.dir / "epochs.csv", EPOCH_COLUMNS)
-        self.val_csv = CsvAppender(self.dir / "validation.csv", ["epoch", "accuracy", "eval_s"])
+        self.step_csv = RowAppender(record.rank_file(self.out, self.rank, "steps"), StepRow)
+        self.epoch_csv = RowAppender(record.rank_file(self.out, self.rank, "epochs"), EpochRow)
+        self.val_csv = RowAppender(record.rank_file(self.out, self.rank, "validation"), ValidationRow)
 
     def drain_probes(self) -> None:
         if self.cpu:
@@ -328,19 +318,15 @@ class Rank:
         self.drain_probes()
 
     def write_epoch(self, epoch: int, rows: list, epoch_s: float, phases_valid: bool = True) -> float:
-        """steps.csv and epochs.csv rows of one epoch (rows in STEP_COLUMNS order); returns the
+        """steps.csv and epochs.csv rows of one epoch (`rows`: its StepRows); returns the
         epoch's mean loss."""
         for r in rows:
-            r[-2] = float(r[-2])  # the losses stay on the device until here: no sync per step
+            r.settle_loss()  # the losses stay on the device until here: no sync per step
         self.step_csv.write(rows)
-        counts = np.array([r[2:5] for r in rows], dtype=np.int64).sum(axis=0) if rows else np.zeros(3, int)
-        phase_sums = ([round(sum(r[5 + i] for r in rows), 6) for i in range(len(PHASE_KEYS))]
-                      if phases_valid else [None] * len(PHASE_KEYS))
-        mean_loss = float(np.mean([r[-2] for r in rows])) if rows else None
-        self.epoch_csv.write([[epoch, self.rank, round(epoch_s, 6), len(rows), mean_loss, *map(int, counts),
-                               *phase_sums]])
+        row = EpochRow.of_steps(epoch, self.rank, rows, epoch_s, phases_valid)
+        self.epoch_csv.write([row])
         self.drain_probes()
-        return mean_loss
+        return row.loss
 
     def finish(self, train_time: float) -> None:
         """Every rank's training time to every rank (a multi-node run's slowest rank is known on
@@ -422,7 +408,7 @@ class Rank:
             return
         t_eval = time.perf_counter()
         acc = self.evaluate(t.adapter, t.ddp.module, t.graph, t.device)
-        self.val_csv.write([[epoch, round(acc, 6), round(time.perf_counter() - t_eval, 4)]])
+        self.val_csv.write([ValidationRow(epoch, round(acc, 6), round(time.perf_counter() - t_eval, 4))])
         if self.rank == 0:
             print(f"[gnnscale] epoch {epoch + 1} val_acc {acc:.4f}", flush=True)
 
@@ -498,8 +484,8 @@ class Rank:
                   f"loss {mean_loss if mean_loss is not None else float('nan'):.4f}", flush=True)
         return epoch_s
 
-    def timed_step(self, t: "Training", it, epoch: int, step: int) -> list:
-        """One training step, timed phase by phase; its steps.csv row (STEP_COLUMNS order)."""
+    def timed_step(self, t: "Training", it, epoch: int, step: int) -> StepRow:
+        """One training step, timed phase by phase; its steps.csv row."""
         now, sync, timed = time.perf_counter, t.sync, t.timed
         self.faults.at("before-load", epoch, step)
         self.hb.beat("loading", step=step)
@@ -537,9 +523,10 @@ class Rank:
             sync()
         t5 = now()
         phases = ([tp - t0, t1 - tp, t2 - t1, t3 - t2, t4 - t3, t5 - t4] if t.phases_valid
-                  else [None] * len(PHASE_KEYS))
-        return [epoch, step, batch.seed_nodes, batch.sampled_nodes, batch.sampled_edges,
-                *phases, t5 - t0, loss.detach(), int(batch.seed_ids.sum())]
+                  else [None] * len(record.PHASES))
+        return StepRow(epoch=epoch, step=step, seed_nodes=batch.seed_nodes, sampled_nodes=batch.sampled_nodes,
+                       sampled_edges=batch.sampled_edges, **dict(zip(record.PHASES, phases)), step_s=t5 - t0,
+                       loss=loss.detach(), seed_id_sum=int(batch.seed_ids.sum()))
 
     def evaluate(self, adapter, model, graph, device) -> float:
         """Validation accuracy over all ranks' shares of the validation split (not timed)."""

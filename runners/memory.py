@@ -22,7 +22,6 @@ run exactly as it would on a machine with that much memory.
 
 from __future__ import annotations
 
-import csv
 import os
 import re
 import signal
@@ -169,20 +168,24 @@ def measured_peak(out: Path, local_ranks: list) -> dict:
     PSS counts shared pages (memory-mapped dataset, /dev/shm batches) once across the tree;
     USS leaves them out. RSS counts them in every process (an over-estimate).
     """
+    from runners.record import read_rank_rows
+
     per_rank = {}
     for r in local_ranks:
         samples: dict = {}
+        rows = read_rank_rows(out, r, "cpu")
+        if rows is None:
+            continue
         try:
-            with open(Path(out) / f"rank{r}" / "cpu.csv", newline="") as fh:
-                for row in csv.DictReader(fh):
-                    s = samples.setdefault(row["t_s"], {"pss": 0, "uss": 0, "rss": 0, "full": False, "procs": 0})
-                    s["rss"] += int(float(row["rss_bytes"] or 0))
-                    s["procs"] += 1
-                    if row.get("uss_bytes"):
-                        s["full"] = True
-                        s["uss"] += int(float(row["uss_bytes"]))
-                        s["pss"] += int(float(row.get("pss_bytes") or 0))
-        except (OSError, KeyError, ValueError):
+            for row in rows:
+                s = samples.setdefault(row["t_s"], {"pss": 0, "uss": 0, "rss": 0, "full": False, "procs": 0})
+                s["rss"] += int(float(row["rss_bytes"] or 0))
+                s["procs"] += 1
+                if row.get("uss_bytes"):
+                    s["full"] = True
+                    s["uss"] += int(float(row["uss_bytes"]))
+                    s["pss"] += int(float(row.get("pss_bytes") or 0))
+        except (KeyError, ValueError):
             continue
         per_rank[r] = [s for _, s in sorted(samples.items(), key=lambda kv: float(kv[0]))]
     if not per_rank:

@@ -14,30 +14,26 @@ Snakemake and schedulers redo the run), 1 only if the suite itself failed to rec
 
 from __future__ import annotations
 
-import csv
 import datetime as dt
 import errno
-import json
 import math
 import os
 import shlex
 import shutil
 import socket
-import statistics
 import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-
-import numpy as np
+from typing import Any
 
 from runners import envinfo
 from runners.config import ConfigError, RunConfig, build_parser, config_from_args
 from runners.probes import DISK_FULL_MARK, disk_full
-
-SCHEMA_VERSION = 1
-SCHEMA_PATH = Path(__file__).resolve().parent / "schemas" / "result.schema.json"
+from runners.record import (SCHEMA_VERSION, clear_run_dir, collect_measurements, files_section, result_path,
+                            summarise, write_result)
 
 
 def free_port() -> int:
@@ -110,203 +106,6 @@ def _pump(stream, sink, echo, failed: list, mute: threading.Event) -> None:
                 echo.flush()
             except (OSError, ValueError):
                 echo = None
-
-
-def read_csv(path: Path) -> list:
-    try:
-        with open(path, newline="") as fh:
-            return list(csv.DictReader(fh))
-    except OSError:
-        return []
-
-
-def _num(v):
-    if v in (None, ""):
-        return None
-    try:
-        f = float(v)
-    except ValueError:
-        return None
-    return int(f) if f.is_integer() and "." not in str(v) else f
-
-
-def collect_measurements(out: Path, local_ranks: list) -> dict:
-    """Everything the ranks wrote, assembled into result.json's sections."""
-    epochs, ranks, seeds = [], [], []
-    step_sums: dict = {}
-    step_count = 0
-    infos = {}
-    for r in local_ranks:
-        d = out / f"rank{r}"
-        info = {}
-        try:
-            info = json.loads((d / "rank.json").read_text())
-        except (OSError, ValueError):
-            pass
-        infos[r] = info
-        for row in read_csv(d / "epochs.csv"):
-            epochs.append({k: _num(v) for k, v in row.items()})
-        for row in read_csv(d / "steps.csv"):
-            if row["load_wait_s"] in ("", None):
-                continue  # unsynchronised GPU steps carry no phase times (see the harness)
-            step_count += 1
-            for k in ("load_wait_s", "prepare_s", "copy_s", "forward_s", "backward_s", "optimizer_s", "step_s"):
-                if row.get(k) not in (None, ""):  # prepare_s is absent from older harnesses' files
-                    step_sums[k] = step_sums.get(k, 0.0) + float(row[k])
-        startup = info.get("startup", {})
-        ranks.append({"rank": r, "steps_per_epoch": info.get("steps_per_epoch"),
-                      "startup_s": startup.get("training_started"), "startup_detail": startup,
-                      "train_time_s": info.get("train_time_s"), "exit_code": None,
-                      "pid": info.get("pid"), "host": info.get("host"), "threads": info.get("threads"),
-                      "env_vars": info.get("env_vars"), "parameters": info.get("parameters"),
-                      "lr_effective": info.get("lr_effective"), "nvml": info.get("nvml"),
-                      "probe_cost_s": info.get("probe_cost_s"), "adapter_choices": info.get("adapter_choices")})
-        if "seed" in info:
-            seeds.append({"rank": r, "seed": info["seed"], "worker_seeds": info.get("worker_seeds", []),
-                          "epoch_seed_digests": info.get("epoch_seed_digests", [])})
-    epochs.sort(key=lambda e: (e["epoch"], e["rank"]))
-    for entry in ranks:  # work per rank: what each rank actually trained in every epoch
-        mine = [e for e in epochs if e["rank"] == entry["rank"]]
-        entry["steps_per_epoch_done"] = [e.get("steps") for e in mine]
-        entry["seed_nodes_per_epoch"] = [e.get("seed_nodes") for e in mine]
-    validation = [{"epoch": int(v["epoch"]), "accuracy": float(v["accuracy"])}
-                  for v in read_csv(out / f"rank{local_ranks[0]}" / "validation.csv")] if local_ranks else []
-    breakdown = {k: v / step_count for k, v in step_sums.items()} if step_count else None
-    return {"epochs": epochs, "ranks": ranks, "seeds": seeds, "validation": validation,
-            "breakdown": breakdown, "infos": infos}
-
-
-from runners.stopping import WARMUP_EPOCHS  # noqa: E402 (one definition of the warm-up)
-
-
-def steady_state(epoch_times: list, warmup: int = WARMUP_EPOCHS) -> dict:
-    """Steady-state epoch time: the median of the epochs after the warm-up, with its spread.
-
-    The first epoch carries one-off costs (loader workers starting, first-touch of the
-    memory-mapped graph, allocator growth, lazy initialisation in both frameworks), so it is
-    reported separately as warm-up. With fewer than warmup + 1 epochs there is no steady state.
-    """
-    warm = epoch_times[:warmup]
-    steady = epoch_times[warmup:]
-    out = {"warmup_epochs": len(warm), "warmup_epoch_time_s": warm[0] if warm else None,
-           "steady_epochs": len(steady), "steady_epoch_time_s": None, "steady_epoch_q1_s": None,
-           "steady_epoch_q3_s": None, "steady_epoch_min_s": None, "steady_epoch_max_s": None,
-           "steady_epoch_cv": None}
-    if not steady:
-        return out
-    arr = np.asarray(steady, dtype=float)
-    q1, med, q3 = np.percentile(arr, [25, 50, 75])
-    out.update({"steady_epoch_time_s": float(med), "steady_epoch_q1_s": float(q1), "steady_epoch_q3_s": float(q3),
-                "steady_epoch_min_s": float(arr.min()), "steady_epoch_max_s": float(arr.max()),
-                "steady_epoch_cv": float(arr.std(ddof=1) / arr.mean()) if len(arr) > 1 and arr.mean() > 0 else None})
-    return out
-
-
-def summarise(m: dict, cfg: RunConfig, reference: dict | None = None) -> dict:
-    """The headline numbers. train_time_s is the slowest rank's total training time (the seed
-    study's metric); steady_epoch_time_s the median epoch after the warm-up (see steady_state).
-    `reference` (runners.accuracy.reference) supplies the accuracy target and baseline."""
-    from runners import accuracy
-
-    reference = reference or {}
-    infos = m["infos"]
-    all_ranks = next((i["all_ranks"] for i in infos.values() if i.get("all_ranks")), None)
-    times = [a["train_time_s"] for a in all_ranks] if all_ranks else [
-        r["train_time_s"] for r in m["ranks"] if r["train_time_s"] is not None]
-    train_time = max(times)
-    per_epoch: dict = {}
-    for e in m["epochs"]:
-        per_epoch[e["epoch"]] = max(per_epoch.get(e["epoch"], 0.0), e["time_s"])
-    epoch_times = [per_epoch[k] for k in sorted(per_epoch)]
-    seeds_local = sum(e.get("seed_nodes") or 0 for e in m["epochs"])
-    edges_local = sum(e.get("sampled_edges") or 0 for e in m["epochs"])
-    scale = cfg.world_size / max(1, len(m["ranks"]))  # other nodes' ranks do the same work
-    rank0 = [e for e in m["epochs"] if e["rank"] == min(r["rank"] for r in m["ranks"])]
-    startups = [r["startup_s"] for r in m["ranks"] if r["startup_s"] is not None]
-    startup = max(startups) if startups else None
-    steps = [r["steps_per_epoch"] for r in m["ranks"] if r.get("steps_per_epoch") is not None]
-    val = m["validation"]
-    final_acc = val[-1]["accuracy"] if val else None
-    target_acc = reference.get("target_val_acc")
-    baseline = reference.get("baseline_val_acc")
-    tta, epochs_to = accuracy.time_to_target(epoch_times, val, target_acc)
-    return {
-        "train_time_s": train_time,  # unrounded: it must equal the slowest rank's own figure
-        "median_epoch_time_s": statistics.median(per_epoch.values()),
-        **steady_state(epoch_times),
-        "steps_per_epoch": min(steps) if steps else None,
-        "timed_to_startup_ratio": round(train_time / startup, 3) if startup else None,
-        "throughput_seed_nodes_per_s": round(seeds_local * scale / train_time, 3) if train_time else 0.0,
-        "sampled_edges_per_s": round(edges_local * scale / train_time, 3) if train_time else None,
-        "final_val_acc": final_acc,
-        "best_val_acc": max(v["accuracy"] for v in val) if val else None,
-        "target_val_acc": target_acc,
-        "time_to_target_s": tta,
-        "epochs_to_target": epochs_to,
-        "baseline_val_acc": baseline,
-        # Beating the features-only baseline is the least a GNN must do; below it, accuracy
-        # comparisons between frameworks mean nothing. Judged for fixed schedules only: a
-        # timing run stops when its epoch time is known, long before it could converge.
-        "converged": ((final_acc > baseline) if (final_acc is not None and baseline is not None
-                                                 and cfg.until == "epochs") else None),
-        # What a timing run can show: it learnt (above the majority class, loss falling), so a
-        # fast but broken run is caught.
-        "learned": learned(final_acc, reference.get("chance_val_acc"), rank0),
-        "startup_s": startup,
-        "step_breakdown_s": m["breakdown"],
-        "first_loss": rank0[0]["loss"] if rank0 else None,
-        "last_loss": rank0[-1]["loss"] if rank0 else None,
-        "rank_train_times_s": times,
-        **work_per_rank(m, cfg),
-        "precision": precision_record(epoch_times, cfg, infos),
-    }
-
-
-def learned(final_acc, chance, rank0_epochs: list):
-    """Did training move at all: validation accuracy above the majority-class share and the
-    last epoch's loss below the first's (None when either is unknown)."""
-    losses = [e.get("loss") for e in rank0_epochs if e.get("loss") is not None]
-    if final_acc is None or chance is None or len(losses) < 2:
-        return None
-    return bool(final_acc > chance and losses[-1] < losses[0])
-
-
-def precision_record(epoch_times: list, cfg: RunConfig, infos: dict) -> dict:
-    """How well the run pinned its steady-state epoch time down (runners.stopping): the rule and
-    its settings, why it stopped (the ranks' own record), the epochs it used and the interval
-    and drift reached. `stopped_by_cap` marks a run the caps stopped before it was precise."""
-    from runners import stopping
-
-    stop = next((i["stop"] for i in infos.values() if i.get("stop")), {})
-    a = stopping.assess(epoch_times, cfg.precision)
-    reason = stop.get("reason")
-    return {**cfg.stop_rule().to_json(), "stopped_by": reason, "epochs_run": len(epoch_times),
-            "stopped_by_cap": reason in ("epoch_cap", "time_cap"), **a}
-
-
-def seed_work(epochs: list, world_size: int, split) -> dict:
-    """Seed nodes one rank trained per epoch (mean over its epochs, then over ranks) and all
-    ranks' seeds per epoch against the training split: 1.0 means the ranks shared one pass
-    over the split, N means every one of N ranks went over all of it. `epochs` are the
-    per-rank epoch records (result.json's `epochs`); analysis uses this for older results too."""
-    per_rank: dict = {}
-    for e in epochs:
-        if e.get("seed_nodes") is not None:
-            per_rank.setdefault(e["rank"], []).append(float(e["seed_nodes"]))
-    means = [statistics.fmean(v) for v in per_rank.values()]
-    per_rank_mean = statistics.fmean(means) if means else None
-    total = per_rank_mean * world_size if means else None
-    return {"seed_nodes_per_rank_epoch": per_rank_mean, "seed_nodes_per_epoch_all_ranks": total,
-            "train_split_seed_nodes": split, "split_passes_per_epoch": total / split if total and split else None}
-
-
-def work_per_rank(m: dict, cfg: RunConfig) -> dict:
-    """Steps and seed nodes each rank trained per epoch (see seed_work), for the summary."""
-    steps = [r["steps_per_epoch"] for r in m["ranks"] if r.get("steps_per_epoch") is not None]
-    split = next((i.get("train_split_seed_nodes") for i in m["infos"].values()
-                  if i.get("train_split_seed_nodes")), None)
-    return {"harness": cfg.harness, "steps_per_rank_epoch": max(steps) if steps else None,
-            **seed_work(m["epochs"], cfg.world_size, split)}
 
 
 def shm_need(model: dict) -> int:
@@ -421,82 +220,16 @@ def memory_section(out: Path, local_ranks: list, cfg: RunConfig, pre: dict, cgro
             "cgroup_leftover_pids": leftover}
 
 
-RUN_DIR_ENTRIES = ("result.json", "result.json.tmp", "config.json", "command.sh", "heartbeats", "logs",
-                   "stacks", "workers")
+# -- the steps of one run, in the order main() takes them --------------------------------------
+
+def rerun_command(argv: list) -> list:
+    """The command that reruns this configuration (from the repository root)."""
+    return ["python", "-m", "runners.run"] + list(argv)
 
 
-def clear_run_dir(out: Path) -> None:
-    """Remove a previous run's files (only the ones a run writes), so nothing stale mixes in."""
-    import shutil
-
-    if not out.exists():
-        return
-    for entry in list(out.iterdir()):
-        if entry.name in RUN_DIR_ENTRIES or (entry.name.startswith("rank") and entry.name[4:].isdigit()):
-            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
-
-
-def write_atomic(path: Path, data: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=str))
-    os.replace(tmp, path)
-
-
-def record_skipped(cfg: RunConfig, env: dict, argv: list) -> int:
-    """A grid point this node cannot run (more GPUs than it has): a result that says so, so
-    the sweep goes on and the report shows the point as skipped, with the reason."""
-    out = Path(cfg.out)
-    clear_run_dir(out)
-    out.mkdir(parents=True, exist_ok=True)
-    rerun = ["python", "-m", "runners.run"] + argv
-    stamp = now_iso()
-    identity = cfg.identity(None)  # the dataset was never prepared: no hash to claim
-    result = {
-        "schema_version": SCHEMA_VERSION, "run_id": identity["run_id"], "run_name": out.name,
-        "identity": identity, "status": "skipped",
-        "started_at": stamp, "finished_at": stamp, "wall_time_s": 0.0,
-        "command": {"argv": rerun, "shell": shlex.join(rerun)}, "config": cfg.to_json(), "env": env,
-        "seeds": {"base": cfg.seed, "per_rank": []}, "ranks": [], "epochs": [], "validation": [],
-        "summary": None,
-        "diagnosis": {"summary": f"skipped: {cfg.skip_reason}", "cause": "not_enough_devices",
-                      "cause_text": "the grid point asks for more GPUs than this node has",
-                      "remedy": "run it on a node with enough GPUs, or drop it from the grid",
-                      "evidence": [cfg.skip_reason], "ranks": [], "culprit_rank": None},
-        "probes": {"nvml": {"available": False, "reason": "the run was skipped"},
-                   "cpu": {"available": False, "interval_s": cfg.cpu_sample_interval_s, "cost_s": []}},
-    }
-    write_result(out, result)
-    print(f"[gnnscale] SKIPPED {cfg.framework}/{cfg.model} devices={cfg.devices}: {cfg.skip_reason}", flush=True)
-    return 0
-
-
-def schema_problems(result: dict) -> list:
-    """Where `result`, as it will read back from disk, breaks result.schema.json (empty: valid)."""
-    import jsonschema
-
-    validator = jsonschema.Draft202012Validator(json.loads(SCHEMA_PATH.read_text()))
-    on_disk = json.loads(json.dumps(result, default=str))
-    return [f"{'.'.join(str(x) for x in e.absolute_path) or '(top level)'}: {e.message[:300]}"
-            for e in sorted(validator.iter_errors(on_disk), key=lambda e: list(e.absolute_path))]
-
-
-def write_result(out: Path, result: dict) -> list:
-    """Validate the result against its schema, then write result.json whatever the verdict.
-
-    A violation is a bug of the suite, not of the run: the measurements are kept, the status
-    is left as it was, and the errors go into `schema_errors` so that analysis lists the
-    result as unusable with the reason instead of reading half-valid fields. Returns them."""
-    errors = schema_problems(result)
-    if errors:
-        result["schema_errors"] = errors
-        for e in errors:
-            print(f"[gnnscale] error: result.json breaks its schema: {e}", file=sys.stderr, flush=True)
-    write_atomic(out / "result.json", result)
-    return errors
-
-
-def main(argv=None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+def parse_and_check(argv: list) -> tuple:
+    """(cfg, env) from the options; invalid options or an unusable environment exit 2 here,
+    before anything runs (parser.error)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     env = envinfo.collect()
@@ -511,12 +244,25 @@ def main(argv=None) -> int:
             except MemoryLimitError as exc:
                 raise ConfigError(str(exc))
     except ConfigError as exc:
-        parser.error(str(exc))  # exit 2, before anything runs
+        parser.error(str(exc))
+    return cfg, env
 
-    if cfg.skip_reason:
-        return record_skipped(cfg, env, argv)
 
-    from runners import datasets
+@dataclass
+class Dataset:
+    """The run's dataset as checked before the launch."""
+
+    path: Path
+    verification: dict  # what datasets.verify_files found (compared again after the run)
+    identity: dict  # the run's identity, which includes the dataset's content hash
+    meta: dict  # sizes for the pre-flight models
+    reference: dict  # accuracy target and baselines (runners.accuracy)
+
+
+def prepare_dataset(cfg: RunConfig, env: dict) -> Dataset | None:
+    """Prepare, load and verify the dataset, recording its hash in `env`; None (after saying
+    why) when it is unusable."""
+    from runners import accuracy, datasets
 
     try:
         graph_path = datasets.prepare(cfg.dataset, root=cfg.data_root)
@@ -525,48 +271,48 @@ def main(argv=None) -> int:
         verification = datasets.verify_files(graph_path)
     except datasets.DatasetError as exc:
         print(f"error: dataset {cfg.dataset!r}: {exc}", file=sys.stderr)
-        return 2
+        return None
     env["dataset_hash"] = graph.content_hash
     env["dataset_verification"] = {k: verification[k] for k in ("hashed", "cached", "seconds")}
-    identity = cfg.identity(graph.content_hash)
-    graph_meta = {"num_nodes": graph.num_nodes, "num_edges": graph.num_edges,
-                  "num_features": graph.num_features, "num_classes": graph.num_classes,
-                  "num_train": len(graph.train_idx),
-                  "dataset_bytes": int(sum(a.nbytes for a in (graph.indptr, graph.indices, graph.features,
-                                                             graph.labels))),
-                  "adjacency_bytes": int(graph.indptr.nbytes + graph.indices.nbytes)}
-    from runners import accuracy
+    meta = {"num_nodes": graph.num_nodes, "num_edges": graph.num_edges,
+            "num_features": graph.num_features, "num_classes": graph.num_classes,
+            "num_train": len(graph.train_idx),
+            "dataset_bytes": int(sum(a.nbytes for a in (graph.indptr, graph.indices, graph.features,
+                                                       graph.labels))),
+            "adjacency_bytes": int(graph.indptr.nbytes + graph.indices.nbytes)}
+    # The graph is dropped on return: the ranks load their own; the reference is cached per dataset.
+    return Dataset(graph_path, verification, cfg.identity(graph.content_hash), meta, accuracy.reference(graph))
 
-    reference = accuracy.reference(graph)  # cached per dataset; computed before the launch
-    del graph
 
-    out = Path(cfg.out)
+def prepare_run_dir(cfg: RunConfig, out: Path, argv: list, graph_meta: dict) -> dict | None:
+    """Clear `out` of a previous run, check its free space, write config.json and command.sh.
+    Returns the output estimate, or None (after saying why) when the space cannot hold a run.
+    Raises OSError when a write fails."""
     from runners.memory import fmt_bytes
 
-    try:
-        clear_run_dir(out)
-        for sub in ("heartbeats", "logs", "stacks"):
-            (out / sub).mkdir(parents=True, exist_ok=True)
-        space = expected_output(cfg, graph_meta)
-        space["free_bytes"] = shutil.disk_usage(out).free
-        if space["free_bytes"] < space["least_bytes"]:
-            print(f"error: --out {out}: its filesystem has {fmt_bytes(space['free_bytes'])} free but a run needs "
-                  f"about {fmt_bytes(space['least_bytes'])} to start and record its result (this one up to about "
-                  f"{fmt_bytes(space['expected_bytes'])}); free space or choose another --out", file=sys.stderr,
-                  flush=True)
-            return 2
-        if cfg.master_port == 0:
-            cfg.master_port = free_port()
-        config_path = out / "config.json"
-        cfg.save(config_path)
-        rerun = ["python", "-m", "runners.run"] + argv
-        (out / "command.sh").write_text("#!/bin/sh\n# reruns this configuration\ncd " + shlex.quote(
-            str(envinfo.REPO_ROOT)) + " && " + shlex.join(rerun) + "\n")
-        log = open(out / "logs" / "launcher.log", "w")
-    except OSError as exc:
-        if not disk_full(exc):
-            raise
-        return report_disk_full(out, exc)
+    clear_run_dir(out)
+    for sub in ("heartbeats", "logs", "stacks"):
+        (out / sub).mkdir(parents=True, exist_ok=True)
+    space = expected_output(cfg, graph_meta)
+    space["free_bytes"] = shutil.disk_usage(out).free
+    if space["free_bytes"] < space["least_bytes"]:
+        print(f"error: --out {out}: its filesystem has {fmt_bytes(space['free_bytes'])} free but a run needs "
+              f"about {fmt_bytes(space['least_bytes'])} to start and record its result (this one up to about "
+              f"{fmt_bytes(space['expected_bytes'])}); free space or choose another --out", file=sys.stderr,
+              flush=True)
+        return None
+    if cfg.master_port == 0:
+        cfg.master_port = free_port()
+    cfg.save(out / "config.json")
+    (out / "command.sh").write_text("#!/bin/sh\n# reruns this configuration\ncd " + shlex.quote(
+        str(envinfo.REPO_ROOT)) + " && " + shlex.join(rerun_command(argv)) + "\n")
+    return space
+
+
+def preflight_with_output(cfg: RunConfig, env: dict, graph_meta: dict, space: dict) -> dict:
+    """The pre-flight record (see preflight) with the output estimate and its warning."""
+    from runners.memory import fmt_bytes
+
     pre = preflight(cfg, env, graph_meta)
     pre["output"] = space
     if space["free_bytes"] < space["expected_bytes"]:
@@ -576,18 +322,45 @@ def main(argv=None) -> int:
                 f"{k} {fmt_bytes(v)}" for k, v in space["terms_bytes"].items()) + "); if it fills up, the run "
             "is stopped without a result (exit 3)")
         print(f"[gnnscale] pre-flight warning: {pre['warnings'][-1]}", flush=True)
+    return pre
 
-    local_ranks = list(range(cfg.node_rank * cfg.devices, (cfg.node_rank + 1) * cfg.devices))
-    child_env = dict(os.environ)
-    child_env.update({
+
+@dataclass
+class Launch:
+    """One launch of torchrun and what the result records about it."""
+
+    local_ranks: list
+    busy_before: float  # CPU % just before the launch
+    started_at: str
+    launch_t: float
+    interruption: Any  # runners.supervisor.Interruption, installed at the launch
+    proc: Any = None  # torchrun's process; None when it could not start
+    cgroup: Any = None  # the memory cgroup of a capped run
+    outcome: Any = None  # runners.supervisor.Outcome, once known
+    cgroup_stats: dict | None = None
+    cgroup_leftover: list = field(default_factory=list)
+
+
+def child_environment(cfg: RunConfig) -> dict:
+    """torchrun's environment: threads per rank, unbuffered output, the repository importable."""
+    env = dict(os.environ)
+    env.update({
         "OMP_NUM_THREADS": str(cfg.threads_per_rank), "PYTHONUNBUFFERED": "1",
-        "GNNSCALE_LAUNCH_TIME": repr(time.time()),
         "PYTHONPATH": os.pathsep.join(filter(None, [str(envinfo.REPO_ROOT), os.environ.get("PYTHONPATH")])),
     })
     if cfg.device_type == "cpu":
-        child_env["CUDA_VISIBLE_DEVICES"] = ""  # CPU runs must not touch a GPU by accident
+        env["CUDA_VISIBLE_DEVICES"] = ""  # CPU runs must not touch a GPU by accident
+    return env
+
+
+def launch(cfg: RunConfig, out: Path, config_path: Path) -> Launch:
+    """Start torchrun (in its memory cgroup when capped) with the signal handling installed;
+    a launch that fails is recorded in the Launch's outcome."""
     import psutil
 
+    from runners.supervisor import Interruption, Outcome
+
+    child_env = child_environment(cfg)
     # Oversubscribed cores slow multi-threaded ranks many-fold (OpenMP threads wait for each
     # other): a run on a busy machine measures the load, not the framework. The load average
     # still remembers the previous run of a sweep, so look at what the CPUs do right now.
@@ -595,49 +368,55 @@ def main(argv=None) -> int:
     if busy_before > 25:
         print(f"[gnnscale] warning: the CPUs were {busy_before:.0f}% busy before launch; other work on "
               "this machine will distort the timings", flush=True)
-    started_at, launch_t = now_iso(), time.time()
-    child_env["GNNSCALE_LAUNCH_TIME"] = repr(launch_t)
-    cmd = launch_command(cfg, config_path)
+    run = Launch(list(range(cfg.node_rank * cfg.devices, (cfg.node_rank + 1) * cfg.devices)), busy_before,
+                 now_iso(), time.time(), None)
+    child_env["GNNSCALE_LAUNCH_TIME"] = repr(run.launch_t)
     print(f"[gnnscale] launching {cfg.framework}/{cfg.model} devices={cfg.devices} batch={cfg.batch_size} "
           f"workers={cfg.workers} dataset={cfg.dataset} epochs={cfg.epochs} -> {out}", flush=True)
-    from runners.supervisor import Interruption, Outcome, Supervisor, process_tree, stop_tree
-
-    cgroup = None
-    interruption = Interruption().install()  # from here on a signal stops the run, keeping the result
+    run.interruption = Interruption().install()  # from here on a signal stops the run, keeping the result
     try:
         preexec = None
         if cfg.memory_limit_bytes:
             from runners.memory import MemoryCgroup, fmt_bytes
 
-            cgroup = MemoryCgroup.create(f"gnnscale-{out.name}-{os.getpid()}", cfg.memory_limit_bytes)
-            preexec = cgroup.enter  # in the child before exec: torchrun's first byte is already capped
-            print(f"[gnnscale] memory cap {fmt_bytes(cfg.memory_limit_bytes)}: cgroup {cgroup.path}", flush=True)
-        proc = subprocess.Popen(cmd, env=child_env, cwd=str(envinfo.REPO_ROOT), stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, start_new_session=True, bufsize=1,
-                                preexec_fn=preexec)
+            run.cgroup = MemoryCgroup.create(f"gnnscale-{out.name}-{os.getpid()}", cfg.memory_limit_bytes)
+            preexec = run.cgroup.enter  # in the child before exec: torchrun's first byte is already capped
+            print(f"[gnnscale] memory cap {fmt_bytes(cfg.memory_limit_bytes)}: cgroup {run.cgroup.path}", flush=True)
+        run.proc = subprocess.Popen(launch_command(cfg, config_path), env=child_env, cwd=str(envinfo.REPO_ROOT),
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                    start_new_session=True, bufsize=1, preexec_fn=preexec)
     except Exception as exc:
-        outcome = Outcome("error", {"summary": f"could not launch torchrun: {exc}", "cause": "launch",
-                                    "ranks": [], "evidence": [str(exc)]})
-        proc = None
-    if proc is not None:
+        run.outcome = Outcome("error", {"summary": f"could not launch torchrun: {exc}", "cause": "launch",
+                                        "ranks": [], "evidence": [str(exc)]})
+    return run
+
+
+def supervise(cfg: RunConfig, out: Path, run: Launch, log) -> int | None:
+    """Watch the launched tree to its end (runners.supervisor.Supervisor), its output pumped into
+    `log`; then close the log and the cgroup. Returns EXIT_DISK_FULL's report when a write
+    failed for lack of space (the tree stopped, no result), else None with run.outcome set."""
+    from runners.supervisor import Supervisor, process_tree, stop_tree
+
+    if run.proc is not None:
         write_errors: list = []
         mute = threading.Event()
-        pump = threading.Thread(target=_pump, args=(proc.stdout, log, sys.stdout, write_errors, mute), daemon=True)
+        pump = threading.Thread(target=_pump, args=(run.proc.stdout, log, sys.stdout, write_errors, mute),
+                                daemon=True)
         pump.start()
         supervisor = None
         try:
-            supervisor = Supervisor(cfg, out, proc, local_ranks, launch_t)
-            supervisor.cgroup, supervisor.interruption = cgroup, interruption
+            supervisor = Supervisor(cfg, out, run.proc, run.local_ranks, run.launch_t)
+            supervisor.cgroup, supervisor.interruption = run.cgroup, run.interruption
             supervisor.write_errors, supervisor.mute = write_errors, mute
-            outcome = supervisor.run()
+            run.outcome = supervisor.run()
         except OSError as exc:
             if not disk_full(exc):
                 raise
             mute.set()
             seen = list(supervisor.seen.values()) if supervisor else []
-            stop_tree(list({p.pid: p for p in process_tree(proc.pid) + seen}.values()), cfg.kill_grace_s)
-            if cgroup is not None:
-                cgroup.remove()
+            stop_tree(list({p.pid: p for p in process_tree(run.proc.pid) + seen}.values()), cfg.kill_grace_s)
+            if run.cgroup is not None:
+                run.cgroup.remove()
             # Closed now, unflushed writes are dropped; else they fail again, with a traceback each, at exit.
             for f in (log, getattr(supervisor, "timeline", None)):
                 try:
@@ -647,41 +426,90 @@ def main(argv=None) -> int:
             return report_disk_full(out, exc)
         pump.join(timeout=5)
     log.close()
-    cgroup_stats, cgroup_leftover = None, []
-    if cgroup is not None:
-        cgroup_stats = cgroup.stats()
-        cgroup_leftover = cgroup.remove()  # anything that escaped the tree walk dies with the group
+    if run.cgroup is not None:
+        run.cgroup_stats = run.cgroup.stats()
+        run.cgroup_leftover = run.cgroup.remove()  # anything that escaped the tree walk dies with the group
+    return None
 
-    # The ranks read the dataset after the pre-launch check: if a file changed meanwhile
-    # (stat only, cheap), hash it again and say in the result whether it still matches.
-    changed = datasets.changed_since(graph_path, verification)
+
+def recheck_dataset(data: Dataset, env: dict) -> None:
+    """The ranks read the dataset after the pre-launch check: if a file changed meanwhile
+    (stat only, cheap), hash it again and say in `env` whether it still matches."""
+    from runners import datasets
+
+    changed = datasets.changed_since(data.path, data.verification)
     env["dataset_verification"]["changed_during_run"] = changed
-    if changed:
-        try:
-            datasets.verify_files(graph_path)
-            after = "files changed on disk during the run but still have the recorded hashes"
-        except datasets.DatasetError as exc:
-            after = f"MISMATCH after the run (dataset_hash is not that of the data read): {exc}"
-        env["dataset_verification"]["after_run"] = after
-        print(f"[gnnscale] warning: dataset {', '.join(changed)}: {after}", file=sys.stderr, flush=True)
-    m = collect_measurements(out, local_ranks)
-    codes = {}
-    if outcome.diagnosis:
-        codes = {x["rank"]: x.get("exit_code") for x in outcome.diagnosis.get("ranks", [])}
+    if not changed:
+        return
+    try:
+        datasets.verify_files(data.path)
+        after = "files changed on disk during the run but still have the recorded hashes"
+    except datasets.DatasetError as exc:
+        after = f"MISMATCH after the run (dataset_hash is not that of the data read): {exc}"
+    env["dataset_verification"]["after_run"] = after
+    print(f"[gnnscale] warning: dataset {', '.join(changed)}: {after}", file=sys.stderr, flush=True)
+
+
+# -- result.json -------------------------------------------------------------------------------
+
+def result_record(cfg: RunConfig, identity: dict, argv: list, status: str, times: tuple, sections: dict) -> dict:
+    """result.json of any run (skipped, failed or ok): its identity, status, times
+    (started_at, finished_at, wall_time_s) and rerun command, then `sections` in order."""
+    started_at, finished_at, wall_time_s = times
+    rerun = rerun_command(argv)
+    return {"schema_version": SCHEMA_VERSION, "run_id": identity["run_id"], "run_name": Path(cfg.out).name,
+            "identity": identity, "status": status, "started_at": started_at, "finished_at": finished_at,
+            "wall_time_s": wall_time_s, "command": {"argv": rerun, "shell": shlex.join(rerun)}, **sections}
+
+
+def record_skipped(cfg: RunConfig, env: dict, argv: list) -> int:
+    """A grid point this node cannot run (more GPUs than it has): a result that says so, so
+    the sweep goes on and the report shows the point as skipped, with the reason."""
+    out = Path(cfg.out)
+    clear_run_dir(out)
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = now_iso()
+    identity = cfg.identity(None)  # the dataset was never prepared: no hash to claim
+    result = result_record(cfg, identity, argv, "skipped", (stamp, stamp, 0.0), {
+        "config": cfg.to_json(), "env": env,
+        "seeds": {"base": cfg.seed, "per_rank": []}, "ranks": [], "epochs": [], "validation": [],
+        "summary": None,
+        "diagnosis": {"summary": f"skipped: {cfg.skip_reason}", "cause": "not_enough_devices",
+                      "cause_text": "the grid point asks for more GPUs than this node has",
+                      "remedy": "run it on a node with enough GPUs, or drop it from the grid",
+                      "evidence": [cfg.skip_reason], "ranks": [], "culprit_rank": None},
+        "probes": {"nvml": {"available": False, "reason": "the run was skipped"},
+                   "cpu": {"available": False, "interval_s": cfg.cpu_sample_interval_s, "cost_s": []}},
+    })
+    write_result(out, result)
+    print(f"[gnnscale] SKIPPED {cfg.framework}/{cfg.model} devices={cfg.devices}: {cfg.skip_reason}", flush=True)
+    return 0
+
+
+def probes_section(cfg: RunConfig, env: dict, first_info: dict, m: dict) -> dict:
+    """result.json's `probes`: what was sampled and whether the phase times are measurements."""
+    return {
+        "nvml": (first_info.get("nvml") or {"available": False,
+                                             "reason": env["nvml"]["reason"] or "rank never started"}),
+        "cpu": {"available": cfg.probes, "interval_s": cfg.cpu_sample_interval_s,
+                "cost_s": [r.get("probe_cost_s") for r in m["ranks"]]},
+        "breakdown_synchronised": cfg.device_type == "cuda" and cfg.breakdown,
+        # CUDA without breakdown: phase times would be CPU launch times, so none are kept.
+        "phases_recorded": cfg.device_type != "cuda" or cfg.breakdown,
+    }
+
+
+def launched_result(cfg: RunConfig, argv: list, data: Dataset, env: dict, pre: dict, run: Launch) -> dict:
+    """result.json of a run that was launched: the ranks' records, the summary (ok runs only)
+    and everything the launcher and the watchdog saw."""
+    out, outcome = Path(cfg.out), run.outcome
+    m = collect_measurements(out, run.local_ranks)
+    codes = {x["rank"]: x.get("exit_code") for x in (outcome.diagnosis or {}).get("ranks", [])}
     for r in m["ranks"]:
         r["exit_code"] = codes.get(r["rank"], 0 if outcome.status == "ok" else None)
-    summary = summarise(m, cfg, reference) if outcome.status == "ok" else None
     first_info = next(iter(m["infos"].values()), {})
-    result = {
-        "schema_version": SCHEMA_VERSION,
-        "run_id": identity["run_id"],
-        "run_name": out.name,
-        "identity": identity,
-        "status": outcome.status,
-        "started_at": started_at,
-        "finished_at": now_iso(),
-        "wall_time_s": round(time.time() - launch_t, 3),
-        "command": {"argv": rerun, "shell": shlex.join(rerun)},
+    times = (run.started_at, now_iso(), round(time.time() - run.launch_t, 3))
+    return result_record(cfg, data.identity, argv, outcome.status, times, {
         "config": {**cfg.to_json(), "adapter_choices": first_info.get("adapter_choices"),
                    "harness_settings": first_info.get("harness") or {"name": cfg.harness},
                    "lr_effective": first_info.get("lr_effective")},
@@ -689,44 +517,63 @@ def main(argv=None) -> int:
         "seeds": {"base": cfg.seed, "per_rank": m["seeds"],
                   "rule": "rank: (seed*1000003 + rank*10007) mod 2^31; worker w: that + w + 1",
                   "split": first_info.get("seed_split")},
-        "ranks": m["ranks"],
-        "epochs": m["epochs"],
-        "validation": m["validation"],
-        "accuracy_reference": reference,
-        "summary": summary,
+        "ranks": m["ranks"], "epochs": m["epochs"], "validation": m["validation"],
+        "accuracy_reference": data.reference,
+        "summary": summarise(m, cfg, data.reference) if outcome.status == "ok" else None,
         "diagnosis": outcome.diagnosis,
-        "probes": {
-            "nvml": (first_info.get("nvml") or {"available": False,
-                                                 "reason": env["nvml"]["reason"] or "rank never started"}),
-            "cpu": {"available": cfg.probes, "interval_s": cfg.cpu_sample_interval_s,
-                    "cost_s": [r.get("probe_cost_s") for r in m["ranks"]]},
-            "breakdown_synchronised": cfg.device_type == "cuda" and cfg.breakdown,
-            # CUDA without breakdown: phase times would be CPU launch times, so none are kept.
-            "phases_recorded": cfg.device_type != "cuda" or cfg.breakdown,
-        },
+        "probes": probes_section(cfg, env, first_info, m),
         "preflight": pre,
-        "memory": memory_section(out, local_ranks, cfg, pre, cgroup_stats, cgroup_leftover),
-        "machine_load": {"cpu_busy_percent_before": busy_before, "loadavg_after": list(os.getloadavg()),
+        "memory": memory_section(out, run.local_ranks, cfg, pre, run.cgroup_stats, run.cgroup_leftover),
+        "machine_load": {"cpu_busy_percent_before": run.busy_before, "loadavg_after": list(os.getloadavg()),
                          "cpu_cores": env["cpu_cores"]},
         "watchdog": {"returncode": outcome.returncode, "killed_by_watchdog": outcome.killed_by_watchdog,
                      "orphans_killed": outcome.orphans_killed, "survivors": outcome.survivors,
                      "detected_after_s": outcome.detected_after_s, "note": outcome.note},
-        "files": {"config": "config.json", "command": "command.sh", "launcher_log": "logs/launcher.log",
-                  "timeline": "heartbeats/timeline.jsonl",
-                  "ranks": {r: {k: f"rank{r}/{k}.csv" for k in ("steps", "epochs", "cpu", "validation")}
-                            for r in local_ranks}},
-    }
+        "files": files_section(run.local_ranks),
+    })
+
+
+def write_and_report(out: Path, result: dict, run: Launch) -> int:
+    """Write result.json and print its summary; the run's exit code (see the module's doc)."""
     try:
         write_result(out, result)
     except OSError as exc:
         if not disk_full(exc):
             raise
-        return report_disk_full(out, OSError(exc.errno, exc.strerror, str(out / "result.json")))
+        return report_disk_full(out, OSError(exc.errno, exc.strerror, str(result_path(out))))
     try:
         print_summary(result)
     except BrokenPipeError:  # nobody reads our output any more (a Ctrl-C'd `| tee`)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    return EXIT_SIGNAL_BASE + interruption.signum if outcome.status == "interrupted" else 0
+    return EXIT_SIGNAL_BASE + run.interruption.signum if run.outcome.status == "interrupted" else 0
+
+
+def main(argv=None) -> int:
+    """Check, pre-flight, launch, supervise and record one run (exit codes: the module's doc)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    cfg, env = parse_and_check(argv)
+    if cfg.skip_reason:
+        return record_skipped(cfg, env, argv)
+    data = prepare_dataset(cfg, env)
+    if data is None:
+        return 2
+    out = Path(cfg.out)
+    try:
+        space = prepare_run_dir(cfg, out, argv, data.meta)
+        if space is None:
+            return 2
+        log = open(out / "logs" / "launcher.log", "w")
+    except OSError as exc:
+        if not disk_full(exc):
+            raise
+        return report_disk_full(out, exc)
+    pre = preflight_with_output(cfg, env, data.meta, space)
+    run = launch(cfg, out, out / "config.json")
+    failed = supervise(cfg, out, run, log)
+    if failed is not None:
+        return failed
+    recheck_dataset(data, env)
+    return write_and_report(out, launched_result(cfg, argv, data, env, pre, run), run)
 
 
 def print_summary(result: dict) -> None:

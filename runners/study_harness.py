@@ -33,6 +33,7 @@ import sys
 import time
 
 from runners.harness import Rank, main as harness_main
+from runners.record import StepRow, ValidationRow
 
 # What result.json records about the study harness's own settings.
 STUDY_CHOICES = {
@@ -126,10 +127,13 @@ def _lightning_module(rank: "StudyRank", adapter, model, lr: float):
             t, end = self.t, now()
             b = t.pop("batch")
             loss = outputs["loss"] if isinstance(outputs, dict) else outputs
-            self.rows.append([self.current_epoch, batch_idx, b.seed_nodes, b.sampled_nodes, b.sampled_edges,
-                              t["fetched"] - t["last"], t["prepared"] - t["fetched"], t["copied"] - t["prepared"],
-                              t["forward"] - t["copied"], t["backward"] - t["forward"], end - t["backward"],
-                              end - t["last"], float(loss.detach()), int(b.seed_ids.sum())])
+            self.rows.append(StepRow(
+                epoch=self.current_epoch, step=batch_idx, seed_nodes=b.seed_nodes, sampled_nodes=b.sampled_nodes,
+                sampled_edges=b.sampled_edges, load_wait_s=t["fetched"] - t["last"],
+                prepare_s=t["prepared"] - t["fetched"], copy_s=t["copied"] - t["prepared"],
+                forward_s=t["forward"] - t["copied"], backward_s=t["backward"] - t["forward"],
+                optimizer_s=end - t["backward"], step_s=end - t["last"], loss=float(loss.detach()),
+                seed_id_sum=int(b.seed_ids.sum())))
             t["last"] = end
             rank.hb.beat("loading", step=batch_idx + 1)
 
@@ -157,7 +161,7 @@ def _lightning_module(rank: "StudyRank", adapter, model, lr: float):
             if self.trainer.sanity_checking:
                 return
             acc = float(totals[0] / max(float(totals[1]), 1.0))
-            rank.val_csv.write([[self.current_epoch, round(acc, 6), round(now() - self.t["val"], 4)]])
+            rank.val_csv.write([ValidationRow(self.current_epoch, round(acc, 6), round(now() - self.t["val"], 4))])
             rank.last_acc = acc
 
     return StudyModule()
@@ -167,9 +171,9 @@ class StudyRank(Rank):
     """One rank under the study harness; bookkeeping (marks, files, worker seeding) from Rank."""
 
     def end_epoch(self, epoch: int, rows: list, epoch_s: float) -> None:
-        """The fair harness's steps.csv and epochs.csv rows for one epoch (rows in its order)."""
+        """The fair harness's steps.csv and epochs.csv rows for one epoch (`rows`: its StepRows)."""
         self.train_loop_s += epoch_s
-        seeds = int(sum(r[2] for r in rows))
+        seeds = int(sum(r.seed_nodes for r in rows))
         self.write_epoch(epoch, rows, epoch_s)
         self.seeds_per_epoch.append(seeds)
         if self.rank == 0:

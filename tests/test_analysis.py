@@ -311,7 +311,7 @@ def test_report_works_with_one_run_or_only_failures(runs_dir, tmp_path, subset):
 # -- trustworthy numbers: warm-up, intervals, convergence, phases ----------------------------
 
 def test_steady_state_excludes_the_warmup_epoch(results):
-    from runners.run import steady_state
+    from runners.record import steady_state
 
     st = steady_state([9.0, 1.0, 3.0, 2.0, 100.0])
     assert st["warmup_epoch_time_s"] == 9.0 and st["steady_epochs"] == 4

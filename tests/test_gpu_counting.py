@@ -11,7 +11,8 @@ import pytest
 from analysis import aggregate, report
 from runners import envinfo
 from runners.config import ConfigError, build_parser, config_from_args
-from runners.run import SCHEMA_PATH, record_skipped
+from runners.record import SCHEMA_PATH
+from runners.run import record_skipped
 from tests import _runs
 
 

@@ -1,0 +1,41 @@
+"""The run record (runners/record.py): named rows round-trip through the per-rank files."""
+
+from runners import record
+from runners.record import EpochRow, RowAppender, StepRow
+
+
+def _step(epoch, step, seeds, phases, loss):
+    return StepRow(epoch=epoch, step=step, seed_nodes=seeds, sampled_nodes=10 * seeds, sampled_edges=20 * seeds,
+                   **dict(zip(record.PHASES, phases)), step_s=sum(p or 0 for p in phases), loss=loss,
+                   seed_id_sum=7)
+
+
+def test_rows_are_written_in_the_contract_order_and_read_back_by_name(tmp_path):
+    # docs/CONTRACTS.md's steps.csv columns, in order
+    assert record.STEP_COLUMNS == ("epoch", "step", "seed_nodes", "sampled_nodes", "sampled_edges", "load_wait_s",
+                                   "prepare_s", "copy_s", "forward_s", "backward_s", "optimizer_s", "step_s",
+                                   "loss", "seed_id_sum")
+    steps = [_step(0, 0, 4, [0.5, 0.1, 0.0, 0.2, 0.3, 0.1], 2.0), _step(0, 1, 2, [0.25] * 6, 1.0)]
+    RowAppender(record.rank_file(tmp_path, 1, "steps"), StepRow).write(steps)
+    RowAppender(record.rank_file(tmp_path, 1, "epochs"), EpochRow).write(
+        [EpochRow.of_steps(0, 1, steps, 1.2345678, phases_valid=True)])
+    back = record.read_rank_rows(tmp_path, 1, "steps")
+    assert [r["seed_nodes"] for r in back] == ["4", "2"] and back[1]["forward_s"] == "0.25"
+    assert record.count_rows(tmp_path, 1, "steps") == 2 and record.count_rows(tmp_path, 2, "steps") == 0
+    epoch = record.read_rank_rows(tmp_path, 1, "epochs")[0]
+    assert (epoch["steps"], epoch["seed_nodes"], epoch["loss"], epoch["load_wait_s"], epoch["time_s"]) == (
+        "2", "6", "1.5", "0.75", "1.234568")
+    assert record.read_rank_rows(tmp_path, 3, "steps") is None and record.read_rank_info(tmp_path, 1) is None
+
+
+def test_unsynchronised_phases_stay_empty():
+    steps = [_step(0, 0, 4, [None] * 6, 2.0)]
+    row = EpochRow.of_steps(0, 0, steps, 1.0, phases_valid=False)
+    assert all(getattr(row, p) is None for p in record.PHASES) and row.seed_nodes == 4
+
+
+def test_steps_per_epoch_is_the_most_any_rank_takes():
+    # --uneven-batches: the last rank is a batch short; the epoch lasts until the others are done
+    ranks = [{"rank": 0, "steps_per_epoch": 5}, {"rank": 1, "steps_per_epoch": 4}, {"rank": 2, "steps_per_epoch": None}]
+    assert record.steps_per_epoch(ranks) == 5
+    assert record.steps_per_epoch([{"rank": 0, "steps_per_epoch": None}]) is None
