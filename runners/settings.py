@@ -69,6 +69,7 @@ class Setting:
     field: bool = True  # False: an option with no RunConfig field of its own
     group: str = "training settings"
     config_key: Optional[str] = None  # dotted key of the sweep config (workflows/schemas)
+    config_default: Any = REQUIRED  # the sweep config's default where it differs on purpose
     # The sweep passes it only when it differs from the runner's default, so that adding the
     # setting to the sweep reruns no finished run (switches never carry their default anyway).
     sweep_omits_default: bool = False
@@ -217,7 +218,8 @@ SETTINGS = (
             help="PyG: trim each layer to the nodes it still needs (off as in PyG's DDP example)"),
     Setting("nodes", int, 1, flag="--nnodes", check=at_least(1), group=_MULTI_NODE, config_key="nodes",
             sweep_omits_default=True),
-    Setting("master_port", int, 0, group=_MULTI_NODE, config_key="master_port",
+    # A sweep passes it to multi-node runs only, which need one fixed port on every node.
+    Setting("master_port", int, 0, group=_MULTI_NODE, config_key="master_port", config_default=29500,
             help="0: pick a free port (single node only)"),
     Setting("threads_per_rank", int, 1, option_default=0, check=at_least(0), group=_PROBES,
             config_key="threads_per_rank", sweep_omits_default=True,
