@@ -100,3 +100,10 @@ def test_a_bad_choice_names_the_value_and_what_is_allowed(setting):
     with pytest.raises(ConfigError) as err:
         config_from_args(build_parser().parse_args(runner_argv(**{setting.option: "bogus"})), 0, 2)
     assert "'bogus'" in str(err.value) and all(str(a) in str(err.value) for a in setting.allowed())
+
+
+def test_every_framework_declares_what_the_launcher_reads():
+    """The launcher knows a framework from its registry entry alone (no import of it)."""
+    for f in registry.FRAMEWORKS.values():
+        assert set(f.memory) == set(registry.MEMORY_TRAIT_KEYS), f.name
+        assert f.packages and callable(f.check_environment), f.name
