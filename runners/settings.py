@@ -152,8 +152,8 @@ _CONF, _STOP, _PROBES, _WATCHDOG = ("the configuration", "when to stop (runners/
                                     "watchdog")
 _MULTI_NODE = "multi-node (torchrun static rendezvous)"
 
-# In the order the sweep passes them (tests/test_workflow.py's reruns depend on the exact
-# command line of a run: reordering them would rerun every finished run).
+# In the order the sweep passes them: the flags are the run rule's params, a rerun trigger, so
+# reordering them would rerun every finished run of a sweep.
 SETTINGS = (
     Setting("framework", str, choices=registry.FRAMEWORK_NAMES, group=_CONF),
     Setting("model", str, choices=registry.MODEL_NAMES, group=_CONF),

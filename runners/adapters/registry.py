@@ -2,8 +2,8 @@
 
 Importable without torch, PyG or DGL: the launcher's option checks, Snakemake at parse
 time and the analysis read it. Everything that lists frameworks or models derives from
-here: the runner's allowed values and per-model defaults (runners/config.py), the analysis'
-order, labels and colours (analysis/__init__.py), the Snakemake wildcards
+here: the runner's allowed values (runners/settings.py) and per-model defaults (RunConfig),
+the analysis' order, labels and colours (analysis/__init__.py), the Snakemake wildcards
 (workflows/rules/common.smk) and the report's comparisons. The JSON/YAML schemas keep
 literal lists (they are data); tests/test_registry.py fails when they or a config drift.
 
