@@ -8,8 +8,6 @@ environment variables after its framework is imported.
 
 from __future__ import annotations
 
-import importlib.metadata as md
-import importlib.util
 import os
 import platform
 import resource
@@ -18,39 +16,26 @@ import socket
 import subprocess
 from pathlib import Path
 
+from runners.adapters import registry  # light: no torch, PyG or DGL
+from runners.adapters.registry import package_version  # noqa: F401 (the one version reader)
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
-# Variables that change what a run measures; each rank records their values.
+# Variables that change what a run measures; each rank records their values (each framework
+# declares its own in the registry).
 RECORDED_ENV_VARS = (
     "OMP_NUM_THREADS", "MKL_NUM_THREADS", "PYTORCH_CUDA_ALLOC_CONF", "CUDA_VISIBLE_DEVICES",
-    "DGLBACKEND", "DGL_PREFETCHER_TIMEOUT", "NCCL_DEBUG", "NCCL_P2P_DISABLE", "NCCL_IB_DISABLE",
+    "NCCL_DEBUG", "NCCL_P2P_DISABLE", "NCCL_IB_DISABLE",
     "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE",
     "KMP_AFFINITY", "TORCH_NCCL_ASYNC_ERROR_HANDLING",
-)
+) + tuple(v for f in registry.FRAMEWORKS.values() for v in f.env_vars)
 
 
-def package_version(name: str):
-    try:
-        return md.version(name)
-    except md.PackageNotFoundError:
-        return None
-
-
-def pyg_sampler_backend() -> str:
-    """Which neighbour-sampling backend PyG's NeighborLoader will use ('none' if neither)."""
-    if importlib.util.find_spec("pyg_lib") is not None:
-        return "pyg-lib"
-    if importlib.util.find_spec("torch_sparse") is not None:
-        return "torch-sparse"
-    return "none"
-
-
-def dgl_has_cuda():
-    """DGL's CUDA wheels carry a local version tag (2.1.0+cu121); the CPU wheel has none."""
-    version = package_version("dgl")
-    if version is None:
-        return None
-    return "+cu" in version
+def framework_packages() -> dict:
+    """Each framework's packages (its registry entry's) and facts about its installation."""
+    info = {key: package_version(*names) for f in registry.FRAMEWORKS.values() for key, names in f.packages.items()}
+    info.update({key: probe() for f in registry.FRAMEWORKS.values() for key, probe in f.env_facts.items()})
+    return info
 
 
 def cpu_model() -> str:
@@ -183,15 +168,9 @@ def collect() -> dict:
     info = {
         "python": platform.python_version(),
         "torch": package_version("torch"),
-        "torch_geometric": package_version("torch_geometric") or package_version("torch-geometric"),
-        "dgl": package_version("dgl"),
-        "pyg_lib": package_version("pyg_lib") or package_version("pyg-lib"),
-        "torch_sparse": package_version("torch_sparse") or package_version("torch-sparse"),
-        "torch_scatter": package_version("torch_scatter") or package_version("torch-scatter"),
+        **framework_packages(),
         "numpy": package_version("numpy"),
         "lightning": package_version("lightning"),  # the seed-study harness (--harness study)
-        "pyg_sampler_backend": pyg_sampler_backend(),
-        "dgl_cuda": dgl_has_cuda(),
         "gpus": nvml["gpus"],
         "nvml": {"available": nvml["available"], "reason": nvml["reason"]},
         "cpu_model": cpu_model(),

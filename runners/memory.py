@@ -2,7 +2,7 @@
 
 The model adds up what the process tree of a run holds at its worst moment:
 - a per-process baseline (interpreter + torch + framework + process group), measured here
-  (MEMORY_TRAITS[framework]['baseline_bytes'] in runners/adapters) for the torchrun agent, each rank and each loader worker;
+  (the framework's memory traits, runners/adapters/registry.py) for the torchrun agent, each rank and each loader worker;
 - the dataset: memory-mapped and shared by every process (counted once), plus PyG's
   `share_memory_()` copy of the adjacency into /dev/shm, once per rank, when the rank has
   loader workers;
@@ -144,8 +144,7 @@ def model_peak(cfg, graph_meta: dict) -> dict:
                    "dataset_bytes": int(dataset_bytes), "compute_in": "gpu memory (not counted)"
                    if cfg.device_type == "cuda" else "host memory",
                    "dataset_copy_per_rank_bytes": int(copies_per_rank),
-                   "dataset_copy_reason": ("PyG share_memory_() copies the adjacency to /dev/shm "
-                                           "once per rank with workers" if copies_per_rank else
+                   "dataset_copy_reason": (traits["adjacency_copy_reason"] if copies_per_rank else
                                            "memory-mapped, shared by every process"),
                    "baseline_bytes": dict(base)},
     }

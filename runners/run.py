@@ -47,20 +47,15 @@ def now_iso() -> str:
 
 
 def check_environment(cfg: RunConfig, env: dict) -> None:
-    """Refuse runs that would silently benchmark something else. Raises ConfigError."""
-    if cfg.framework == "pyg" and env["pyg_sampler_backend"] == "none":
-        raise ConfigError("--framework pyg: PyG's NeighborLoader needs pyg-lib or torch-sparse and neither "
-                          "is installed; run `make setup` (CPU) or see README 'GPU machines'")
-    if cfg.device_type == "cuda":
-        if cfg.framework == "dgl" and not env["dgl_cuda"]:
-            raise ConfigError(f"--framework dgl on GPUs: the installed DGL {env['dgl']} is the CPU-only build; "
-                              "install DGL's CUDA build (README, 'GPU machines') or run with --device cpu")
-        if cfg.framework == "pyg" and env["pyg_sampler_backend"] != "pyg-lib":
-            # Sampling runs on the CPU either way, so torch-sparse serves a GPU run; the backend
-            # changes the sampling cost, and it is recorded with the result (env, adapter choices).
-            print(f"[gnnscale] note: PyG samples with {env['pyg_sampler_backend']} (pyg-lib is not installed; "
-                  "PyG prefers it when present, see README 'GPU machines'); recorded with the result",
-                  flush=True)
+    """Refuse runs that would silently benchmark something else (the framework's own checks,
+    declared in its registry entry). Raises ConfigError."""
+    from runners.adapters import registry
+
+    refusal, note = registry.framework(cfg.framework).check_environment(cfg.device_type, env)
+    if refusal:
+        raise ConfigError(refusal)
+    if note:
+        print(f"[gnnscale] note: {note}", flush=True)
 
 
 def launch_command(cfg: RunConfig, config_path: Path) -> list:

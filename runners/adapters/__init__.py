@@ -28,34 +28,8 @@ class Batch:
 
 
 # How each framework's loader uses host memory, for the launcher's memory model
-# (runners.memory); kept here, beside the adapters, and import-free so the launcher can read
-# it without importing a framework.
-# - copies_adjacency_with_workers: PyG's sampler calls share_memory_() on the CSC it samples
-#   from when num_workers > 0, a copy into /dev/shm per rank (torch_geometric.sampler.utils.to_csc).
-# - workers_gather_features: PyG's workers collate whole batches (features included) and pass
-#   them through shared memory; DGL's workers return the sampled blocks only and the rank
-#   gathers the features itself (dgl.dataloading.dataloader._prefetch_update_feats, seen in
-#   the main thread's stack).
-# - edge_bytes: bytes per sampled edge of a batch's structure. PyG: edge_index (2 x int64) and
-#   e_id; DGL: its blocks keep COO and compressed forms and edge ids: ~75 B/edge measured here
-#   (8.15 GB of /dev/shm for 4 ranks x 8 workers x 3 waiting batches of 1.13 M edges, kernel
-#   OOM report of the reddit-shape run in docs/memory.md).
-# baseline_bytes: per-process baseline: the peak PSS of each process of a small run, sampled with psutil every
-# 0.3 s, measured here on 2026-11-23 (torch 2.2.1 CPU, PyG 2.8.1 + torch-sparse, DGL 2.1.0):
-#   python -m runners.run --framework F --model sage --devices 2 --batch-size 64 --workers 2 \
-#       --dataset tiny --epochs 6 --out ...
-# DGL: agent 338 MiB, ranks 393/396, workers 125-128; PyG: agent 212, ranks 295/296, workers
-# 111-112 (the tiny dataset adds < 1 MB). PSS splits pages shared by several processes (torch's
-# libraries) between them, so the agent's share depends on what else runs. See docs/memory.md.
-# all_nodes_every_layer: every layer runs on all sampled nodes (PyG unless --pyg-trim).
-MEMORY_TRAITS = {
-    "pyg": {"copies_adjacency_with_workers": True, "workers_gather_features": True, "edge_bytes": 24,
-            "all_nodes_every_layer": True,
-            "baseline_bytes": {"agent": 212 * 2**20, "rank": 296 * 2**20, "worker": 112 * 2**20}},
-    "dgl": {"copies_adjacency_with_workers": False, "workers_gather_features": False, "edge_bytes": 75,
-            "all_nodes_every_layer": False,
-            "baseline_bytes": {"agent": 338 * 2**20, "rank": 395 * 2**20, "worker": 126 * 2**20}},
-}
+# (runners.memory): declared with each framework in the registry (import-free).
+MEMORY_TRAITS = {name: f.memory for name, f in registry.FRAMEWORKS.items()}
 
 
 class Adapter:

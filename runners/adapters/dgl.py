@@ -41,7 +41,7 @@ from runners.adapters.dgl_data import to_dgl_graph  # noqa: E402
 
 def require_cuda_build() -> None:
     """Refuse a GPU benchmark with DGL's CPU-only build (its wheels carry no +cuXXX tag)."""
-    from runners.envinfo import dgl_has_cuda
+    from runners.adapters.registry import dgl_has_cuda
 
     if not dgl_has_cuda():
         raise RuntimeError(

@@ -2,19 +2,23 @@
 
 Importable without torch, PyG or DGL: the launcher's option checks, Snakemake at parse
 time and the analysis read it. Everything that lists frameworks or models derives from
-here: the runner's allowed values and per-model defaults (runners/config.py), the analysis'
-order, labels and colours (analysis/__init__.py), the Snakemake wildcards
+here: the runner's allowed values (runners/settings.py) and per-model defaults (RunConfig),
+the analysis' order, labels and colours (analysis/__init__.py), the Snakemake wildcards
 (workflows/rules/common.smk) and the report's comparisons. The JSON/YAML schemas keep
 literal lists (they are data); tests/test_registry.py fails when they or a config drift.
 
 Adding a model: declare it in MODELS, give each adapter a builder for it (its
 `MODEL_BUILDERS`), and add it to the schemas' lists. Adding a framework: declare it in
-FRAMEWORKS and write its adapter module (ADAPTER, MODEL_BUILDERS, self_check).
+FRAMEWORKS (what the launcher must know without importing it: its packages, environment
+facts and checks, memory traits) and write its adapter module (ADAPTER, MODEL_BUILDERS,
+self_check).
 """
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass, field
+from typing import Callable, Optional
 
 
 @dataclass(frozen=True)
@@ -28,6 +32,16 @@ class Framework:
     seeds_hop_first: bool
     # No seed-split entry: the harness splits the training seeds for every framework (a
     # fresh equal share per rank and epoch), so all frameworks train the same shares.
+    # result.json env key -> the distribution names its version may be installed under.
+    packages: dict = field(default_factory=dict)
+    # result.json env key -> a light probe of the installation (no framework import).
+    env_facts: dict = field(default_factory=dict)
+    env_vars: tuple = ()  # environment variables of the framework that each rank records
+    # (device type, the launcher's env) -> (why the run is refused, or None; a note, or None)
+    check_environment: Callable = lambda device_type, env: (None, None)
+    # How the framework's loader uses host memory, for the launcher's memory model
+    # (runners.memory): see MEMORY_TRAIT_KEYS.
+    memory: dict = field(default_factory=dict)
 
     def framework_fanouts(self, fanouts) -> list:
         """The suite's fan-outs (hop nearest the seeds first) in this framework's order."""
@@ -49,10 +63,100 @@ class Model:
     settings: tuple = field(default=("layers", "hidden", "dropout"))
 
 
+def package_version(*names) -> Optional[str]:
+    """The installed version of the first of `names` (a distribution's spellings) found."""
+    import importlib.metadata as md
+
+    for name in names:
+        try:
+            return md.version(name)
+        except md.PackageNotFoundError:
+            pass
+    return None
+
+
+def pyg_sampler_backend() -> str:
+    """Which neighbour-sampling backend PyG's NeighborLoader will use ('none' if neither)."""
+    if importlib.util.find_spec("pyg_lib") is not None:
+        return "pyg-lib"
+    if importlib.util.find_spec("torch_sparse") is not None:
+        return "torch-sparse"
+    return "none"
+
+
+def dgl_has_cuda() -> Optional[bool]:
+    """DGL's CUDA wheels carry a local version tag (2.1.0+cu121); the CPU wheel has none."""
+    version = package_version("dgl")
+    return None if version is None else "+cu" in version
+
+
+def pyg_environment(device_type: str, env: dict) -> tuple:
+    """Refuse PyG without a sampling backend; on GPUs, note a backend other than pyg-lib."""
+    backend = env["pyg_sampler_backend"]
+    if backend == "none":
+        return ("--framework pyg: PyG's NeighborLoader needs pyg-lib or torch-sparse and neither is installed; "
+                "run `make setup` (CPU) or see README 'GPU machines'"), None
+    if device_type == "cuda" and backend != "pyg-lib":
+        # Sampling runs on the CPU either way, so torch-sparse serves a GPU run; the backend
+        # changes the sampling cost, and it is recorded with the result (env, adapter choices).
+        return None, (f"PyG samples with {backend} (pyg-lib is not installed; PyG prefers it when present, "
+                      "see README 'GPU machines'); recorded with the result")
+    return None, None
+
+
+def dgl_environment(device_type: str, env: dict) -> tuple:
+    """Refuse a GPU run with DGL's CPU-only build."""
+    if device_type == "cuda" and not env["dgl_cuda"]:
+        return (f"--framework dgl on GPUs: the installed DGL {env['dgl']} is the CPU-only build; install DGL's "
+                "CUDA build (README, 'GPU machines') or run with --device cpu"), None
+    return None, None
+
+
+# Memory traits (Framework.memory), measured or read from the frameworks' code:
+# - copies_adjacency_with_workers: PyG's sampler calls share_memory_() on the CSC it samples
+#   from when num_workers > 0, a copy into /dev/shm per rank (torch_geometric.sampler.utils.to_csc);
+#   adjacency_copy_reason says so in the memory model's inputs.
+# - workers_gather_features: PyG's workers collate whole batches (features included) and pass
+#   them through shared memory; DGL's workers return the sampled blocks only and the rank
+#   gathers the features itself (dgl.dataloading.dataloader._prefetch_update_feats, seen in
+#   the main thread's stack).
+# - edge_bytes: bytes per sampled edge of a batch's structure. PyG: edge_index (2 x int64) and
+#   e_id; DGL: its blocks keep COO and compressed forms and edge ids: ~75 B/edge measured here
+#   (8.15 GB of /dev/shm for 4 ranks x 8 workers x 3 waiting batches of 1.13 M edges, kernel
+#   OOM report of the reddit-shape run in docs/memory.md).
+# - all_nodes_every_layer: every layer runs on all sampled nodes (PyG unless --pyg-trim).
+# - baseline_bytes: per-process baseline: the peak PSS of each process of a small run, sampled
+#   with psutil every 0.3 s, measured here on 2026-11-23 (torch 2.2.1 CPU, PyG 2.8.1 +
+#   torch-sparse, DGL 2.1.0):
+#     python -m runners.run --framework F --model sage --devices 2 --batch-size 64 --workers 2 \
+#         --dataset tiny --epochs 6 --out ...
+#   DGL: agent 338 MiB, ranks 393/396, workers 125-128; PyG: agent 212, ranks 295/296, workers
+#   111-112 (the tiny dataset adds < 1 MB). PSS splits pages shared by several processes
+#   (torch's libraries) between them, so the agent's share depends on what else runs. See docs/memory.md.
+MEMORY_TRAIT_KEYS = ("copies_adjacency_with_workers", "adjacency_copy_reason", "workers_gather_features",
+                     "edge_bytes", "all_nodes_every_layer", "baseline_bytes")
+
 FRAMEWORKS = {
     f.name: f for f in (
-        Framework("pyg", "PyG", "#3b75af", "runners.adapters.pyg", seeds_hop_first=True),
-        Framework("dgl", "DGL", "#ef8636", "runners.adapters.dgl", seeds_hop_first=False),
+        Framework("pyg", "PyG", "#3b75af", "runners.adapters.pyg", seeds_hop_first=True,
+                  packages={"torch_geometric": ("torch_geometric", "torch-geometric"),
+                            "pyg_lib": ("pyg_lib", "pyg-lib"), "torch_sparse": ("torch_sparse", "torch-sparse"),
+                            "torch_scatter": ("torch_scatter", "torch-scatter")},
+                  env_facts={"pyg_sampler_backend": pyg_sampler_backend},
+                  check_environment=pyg_environment,
+                  memory={"copies_adjacency_with_workers": True,
+                          "adjacency_copy_reason": "PyG share_memory_() copies the adjacency to /dev/shm "
+                                                   "once per rank with workers",
+                          "workers_gather_features": True,
+                          "edge_bytes": 24, "all_nodes_every_layer": True,
+                          "baseline_bytes": {"agent": 212 * 2**20, "rank": 296 * 2**20, "worker": 112 * 2**20}}),
+        Framework("dgl", "DGL", "#ef8636", "runners.adapters.dgl", seeds_hop_first=False,
+                  packages={"dgl": ("dgl",)}, env_facts={"dgl_cuda": dgl_has_cuda},
+                  env_vars=("DGLBACKEND", "DGL_PREFETCHER_TIMEOUT"), check_environment=dgl_environment,
+                  memory={"copies_adjacency_with_workers": False, "adjacency_copy_reason": None,
+                          "workers_gather_features": False,
+                          "edge_bytes": 75, "all_nodes_every_layer": False,
+                          "baseline_bytes": {"agent": 338 * 2**20, "rank": 395 * 2**20, "worker": 126 * 2**20}}),
     )
 }
 

@@ -22,6 +22,7 @@ def config_error(key, problem):
 # (runners/adapters/registry.py; light, no torch), so the config names only overrides.
 if workflow.basedir not in sys.path:
     sys.path.insert(0, workflow.basedir)
+from runners import settings  # noqa: E402 (every run setting, declared once)
 from runners.adapters import registry  # noqa: E402
 from runners.envinfo import visible_gpu_count  # noqa: E402 (the one GPU counter)
 
@@ -38,11 +39,6 @@ GRID = config["grid"]
 DEVICES = resolve_devices(GRID["devices"])
 
 
-def model_settings(name):
-    """The settings of model `name`: the registry's defaults, then the config's overrides."""
-    return {**registry.model(name).defaults, **config["models"].get(name, {})}
-
-
 # Cross-field rules the schema cannot express.
 for _model, _given in config["models"].items():
     # epochs: any model may train for its own number of epochs
@@ -54,7 +50,7 @@ for _model, _given in config["models"].items():
             f"{', '.join(registry.model(_model).settings)}",
         )
 for _model in GRID["models"]:
-    _layers = model_settings(_model)["layers"]
+    _layers = settings.model_settings(config, _model)["layers"]
     if len(config["fanouts"]) != _layers:
         config_error(
             "fanouts",
@@ -94,13 +90,13 @@ KINDS = {"": "timing", "conv-": "convergence", "study-": "study"}
 
 
 def harness_prefix(harness):
-    """Run-id prefix of a harness: none for the fair harness, "study-" for the study's."""
-    return "" if harness == "fair" else f"{harness}-"
+    """Run-id prefix of a harness: none for the default (fair) harness, "study-" for the study's."""
+    return "" if harness == settings.default("harness") else f"{harness}-"
 
 
 def harness_of(wildcards):
-    """The harness a run id names: the study's for "study-", else the fair harness."""
-    return "study" if wildcards.hprefix == "study-" else "fair"
+    """The harness a run id names: the study's for "study-", else the default (fair) harness."""
+    return "study" if wildcards.hprefix == "study-" else settings.default("harness")
 
 
 def kind_of(wildcards):
@@ -138,7 +134,7 @@ def points(prefixes, devices, batches, workers, repeats):
 # One entry per run, in a stable order (used for "run i/N" messages): the grid, then the
 # convergence runs and the study-harness runs when the config asks for them.
 RUNS = points(
-    [harness_prefix(h) for h in GRID.get("harnesses", ["fair"])],
+    [harness_prefix(h) for h in GRID["harnesses"]],
     DEVICES,
     GRID["batch_sizes"],
     GRID["workers"],
@@ -236,79 +232,18 @@ def dataset_source(wildcards):
 
 
 def run_settings(wildcards):
-    """Runner flags that come from the config (model, optimiser, limits).
+    """Runner flags that come from the config (runners/settings.py turns them into options).
 
     Only configuration goes here: as a param it is a rerun trigger, so changing
     a setting reruns the affected runs, and nothing else does.
     """
-    model = model_settings(wildcards.model)
-    opt = config["optimizer"]
-    flags = stop_settings(wildcards, model) + [
-        "--fanouts " + ",".join(str(f) for f in config["fanouts"]),
-        # Each repeat trains from its own seed (weights, sampling, dropout), the same for
-        # both frameworks, so accuracy intervals over repeats reflect training randomness.
-        f"--seed {config['seed'] + int(wildcards.repeat)}",
-        f"--hidden {model['hidden']}",
-        f"--layers {model['layers']}",
-        f"--dropout {model['dropout']}",
-    ]
-    if "heads" in registry.model(wildcards.model).settings:
-        flags.append(f"--heads {model['heads']}")
-    flags += [
-        f"--lr {opt['lr']}",
-        f"--weight-decay {opt['weight_decay']}",
-        f"--lr-scaling {opt['lr_scaling']}",
-        f"--warmup-epochs {opt['warmup_epochs']}",
-        f"--device {config['device']}",
-        f"--max-steps-per-epoch {config['max_steps_per_epoch']}",
-        f"--time-limit {config['time_limit_s']}",
-        f"--stall-floor {config['stall_floor_s']}",
-        f"--stall-factor {config['stall_factor']}",
-        # A grid point with more GPUs than the node has is recorded as skipped (with the
-        # reason) instead of failing the job, so the sweep still ends in a report.
-        "--skip-unavailable",
-    ]
-    sampling = config["sampling"]
-    if not sampling["self_loops"]:
-        flags.append("--no-self-loops")
-    if sampling["replace"]:
-        flags.append("--replace")
-    if sampling["pyg_trim"]:
-        flags.append("--pyg-trim")
-    if config["nodes"] > 1:
-        flags.append(
-            f"--nnodes {config['nodes']} --master-port {config['master_port']}"
-        )
-    if config.get("threads_per_rank"):
-        flags.append(f"--threads-per-rank {config['threads_per_rank']}")
-    if harness_of(wildcards) != "fair":
-        # Only when not the default, so adding the axis reruns no finished fair run.
-        flags.append(f"--harness {harness_of(wildcards)}")
-    return " ".join(flags)
-
-
-def stop_settings(wildcards, model):
-    """When a run stops and when it validates. Timing runs follow config timing (by default
-    until their steady-state epoch time is precise, validated once at the end); convergence
-    and study-harness runs train the fixed schedule, validated every eval_every epochs.
-    """
-    kind = kind_of(wildcards)
-    # a model may train for its own number of epochs (GAT needs more steps to learn)
-    epochs = model.get("epochs") or config["epochs"]
-    if kind == "study" and (config.get("study") or {}).get("epochs"):
-        epochs = config["study"]["epochs"]
-    timing = config["timing"]
-    if kind != "timing" or timing["until"] == "epochs":
-        every = config["eval_every"] if kind != "timing" else timing["eval_every"]
-        return [f"--epochs {epochs}", f"--eval-every {every}"]
-    return [
-        "--until precise",
-        f"--epochs {timing['max_epochs']}",
-        f"--precision {timing['precision']}",
-        f"--min-steady-epochs {timing['min_steady_epochs']}",
-        f"--max-train-time {timing['max_train_s']}",
-        f"--eval-every {timing['eval_every']}",
-    ]
+    return settings.sweep_flags(
+        config,
+        wildcards.model,
+        kind_of(wildcards),
+        int(wildcards.repeat),
+        harness_of(wildcards),
+    )
 
 
 def run_resources():

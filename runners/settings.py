@@ -1,0 +1,393 @@
+"""Every setting of a run, declared once: its field, option, default, check and config key.
+
+From SETTINGS derive: the runner's command line (`add_options`), the fields and defaults of
+`runners.config.RunConfig`, the single-value checks with their messages (`option_values`), and
+the flags the Snakemake rules pass for a sweep config (`sweep_flags`). The sweep config's
+schema (workflows/schemas/config.schema.yaml) is data, not derived: tests/test_settings.py
+fails when it and SETTINGS disagree.
+
+Adding a setting: one `Setting(...)` below (plus its `config_key` and a schema entry when
+the sweep config sets it); the code that uses its value reads `cfg.<name>`.
+
+Light: no torch, PyG or DGL (the launcher's option checks and Snakemake at parse time read it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, NamedTuple, Optional
+
+from runners.adapters import registry
+
+
+
+class _Required:
+    def __repr__(self):
+        return "REQUIRED"
+
+
+REQUIRED = _Required()  # the default of a setting that every run must give
+HARNESSES = ("fair", "study")  # fair: the suite's DDP loop; study: the seed study's Lightning harness
+FAULTS = ("uneven-batches", "stall-rank", "freeze-rank", "hang-worker", "crash-rank", "kill-worker")
+LR_SCALINGS = ("none", "linear")
+DEVICE_CHOICES = ("auto", "cpu", "cuda")
+BREAKDOWN_CHOICES = ("auto", "on", "off")
+
+
+class ConfigError(ValueError):
+    """A bad option value; the message names the option, the value and what is allowed."""
+
+
+class Check(NamedTuple):
+    """A rule one value must meet, and how the error message states it."""
+
+    ok: Callable[[Any], bool]
+    rule: str  # "must be at least 1"
+
+
+def at_least(n, why: str = "") -> Check:
+    rule = "must be 0 or more" if n == 0 else f"must be at least {n}"
+    return Check(lambda v: v >= n, rule + (f" ({why})" if why else ""))
+
+
+POSITIVE = Check(lambda v: v > 0, "must be positive")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One run setting. `name` is its RunConfig field and result.json `config` key."""
+
+    name: str
+    type: type  # of the RunConfig field (list: a comma-separated option)
+    default: Any = REQUIRED  # the field's default; None: resolved later (a model setting: the model's)
+    help: Optional[str] = None
+    check: Optional[Check] = None
+    choices: Any = ()  # allowed values, or a callable returning them (names from elsewhere)
+    flag: Optional[str] = ""  # "": "--" + name with dashes; None: no option (set by the harness only)
+    option_default: Any = REQUIRED  # REQUIRED: the field's default
+    parse: Optional[Callable] = None  # option text -> field value, raising ConfigError
+    field: bool = True  # False: an option with no RunConfig field of its own
+    group: str = "training settings"
+    config_key: Optional[str] = None  # dotted key of the sweep config (workflows/schemas)
+    config_default: Any = REQUIRED  # the sweep config's default where it differs on purpose
+    # The sweep passes it only when it differs from the runner's default, so that adding the
+    # setting to the sweep reruns no finished run (switches never carry their default anyway).
+    sweep_omits_default: bool = False
+    metavar: Optional[str] = None
+
+    @property
+    def option(self) -> Optional[str]:
+        return None if self.flag is None else self.flag or "--" + self.name.replace("_", "-")
+
+    @property
+    def dest(self) -> str:
+        """The argparse attribute the option is parsed into."""
+        return self.option.lstrip("-").replace("-", "_")
+
+    @property
+    def switch(self) -> bool:
+        """A flag without a value that turns the default over (--replace, --no-self-loops)."""
+        return self.type is bool and not self.choices
+
+    @property
+    def required(self) -> bool:
+        return self.default is REQUIRED
+
+    @property
+    def cli_default(self):
+        return self.default if self.option_default is REQUIRED else self.option_default
+
+    def allowed(self) -> tuple:
+        return tuple(self.choices() if callable(self.choices) else self.choices)
+
+
+def _dataset_names():
+    from runners import datasets  # light: numpy only
+
+    return datasets.DATASET_NAMES
+
+
+def _until_choices():
+    from runners.stopping import UNTIL  # light: scipy only when the rule runs
+
+    return UNTIL
+
+
+def parse_fanouts(text) -> list:
+    """'15,10,5' -> [15, 10, 5]; each a positive integer (or -1 for all neighbours)."""
+    try:
+        values = [int(v) for v in str(text).split(",") if v.strip() != ""]
+    except ValueError:
+        raise ConfigError(f"--fanouts {text!r}: expected comma-separated integers such as 15,10,5")
+    if not values or any(v == 0 or v < -1 for v in values):
+        raise ConfigError(
+            f"--fanouts {text!r}: each fan-out must be a positive integer or -1 (all neighbours)"
+        )
+    return values
+
+
+def parse_eval_every(text):
+    """'end', or a whole number >= 0."""
+    if text == "end":
+        return text
+    try:
+        value = int(text)
+    except (TypeError, ValueError):
+        value = -1
+    if value < 0:
+        raise ConfigError(f"--eval-every {text!r}: allowed: a whole number >= 0, or 'end'")
+    return value
+
+
+def parse_memory_limit(text) -> int:
+    from runners.memory import MemoryLimitError, parse_size
+
+    try:
+        return parse_size(text)
+    except MemoryLimitError as exc:
+        raise ConfigError(str(exc))
+
+
+_CONF, _STOP, _PROBES, _WATCHDOG = ("the configuration", "when to stop (runners/stopping.py)", "probes",
+                                    "watchdog")
+_MULTI_NODE = "multi-node (torchrun static rendezvous)"
+
+# In the order the sweep passes them: the flags are the run rule's params, a rerun trigger, so
+# reordering them would rerun every finished run of a sweep.
+SETTINGS = (
+    Setting("framework", str, choices=registry.FRAMEWORK_NAMES, group=_CONF),
+    Setting("model", str, choices=registry.MODEL_NAMES, group=_CONF),
+    Setting("devices", int, check=at_least(1), group=_CONF,
+            help="processes per node: GPUs when present, CPU processes otherwise"),
+    Setting("batch_size", int, check=Check(lambda v: v >= 1, "must be a positive integer"), group=_CONF,
+            help="seed nodes per process and step"),
+    Setting("workers", int, check=at_least(0), group=_CONF, help="data-loader worker processes per rank"),
+    Setting("dataset", str, choices=_dataset_names, group=_CONF, help="dataset name (see runners.datasets)"),
+    Setting("out", str, group=_CONF, help="run directory to write"),
+    # -- when to stop; the sweep sets these per kind of run (sweep_stop_values)
+    Setting("until", str, "epochs", choices=_until_choices, group=_STOP, sweep_omits_default=True,
+            help="epochs: train exactly --epochs; precise: train until the 95%% interval of the steady-state "
+            "epoch time is within --precision of its mean (at least --min-steady-epochs after the warm-up "
+            "epoch, no drift), --epochs and --max-train-time being caps"),
+    Setting("epochs", int, check=at_least(1), group=_CONF,
+            help="epochs to train; with --until precise, the most epochs to train"),
+    Setting("precision", float, 0.03, group=_STOP,
+            check=Check(lambda v: 0 < v < 1, "must be between 0 and 1 (0.03 = 3%)"),
+            help="target relative half-width of the 95%% interval (0.03 = 3%%)"),
+    Setting("min_steady_epochs", int, 4, group=_STOP,
+            check=at_least(2, "an interval needs two epochs")),
+    Setting("max_train_s", float, 0.0, flag="--max-train-time", group=_STOP,
+            check=Check(lambda v: v >= 0, "must be 0 (no cap) or more"),
+            help="seconds of training after which a precise run stops anyway (0: no cap)"),
+    # N: every N epochs and after the last; "end": after the last only; 0: never
+    Setting("eval_every", int, 1, parse=parse_eval_every,
+            help="validate every N epochs and after the last; 'end': after the last epoch only; 0: never"),
+    # -- the sweep's config settings
+    Setting("fanouts", list, [10, 10, 10], parse=parse_fanouts, config_key="fanouts",
+            help="neighbours per hop, hop nearest the seeds FIRST (PyG order); translated for DGL. "
+            "Length = number of layers"),
+    Setting("seed", int, 0, config_key="seed"),  # the sweep adds the repeat index
+    # Model settings: None takes the model's default (runners/adapters/registry.py); the sweep
+    # passes those the model takes (registry Model.settings), its config's models.<name> overrides.
+    Setting("hidden", int, None, check=POSITIVE),
+    Setting("layers", int, None, check=at_least(1)),
+    Setting("dropout", float, None, check=Check(lambda v: 0.0 <= v < 1.0, "must be in [0, 1)")),
+    Setting("heads", int, None, check=POSITIVE),
+    Setting("lr", float, 5e-3, config_key="optimizer.lr"),
+    Setting("weight_decay", float, 5e-4, config_key="optimizer.weight_decay"),
+    Setting("lr_scaling", str, "none", choices=LR_SCALINGS, config_key="optimizer.lr_scaling",
+            help="none, or linear: lr x processes with linear warm-up over --warmup-epochs"),
+    Setting("warmup_epochs", int, 0, check=at_least(0), config_key="optimizer.warmup_epochs"),
+    Setting("device", str, "auto", choices=DEVICE_CHOICES, field=False, config_key="device",
+            help="auto: GPUs when visible, else CPU processes"),
+    Setting("max_steps_per_epoch", int, 0, check=at_least(0), config_key="max_steps_per_epoch",
+            help="cap steps per epoch (0: the whole training split); for quick checks"),
+    Setting("time_limit_s", float, 3600.0, flag="--time-limit", check=POSITIVE, group=_WATCHDOG,
+            config_key="time_limit_s", help="overall limit in seconds"),
+    Setting("stall_floor_s", float, 60.0, flag="--stall-floor", check=POSITIVE, group=_WATCHDOG,
+            config_key="stall_floor_s", help="never declare a hang before this many seconds without progress"),
+    Setting("stall_factor", float, 20.0, check=at_least(1), group=_WATCHDOG, config_key="stall_factor",
+            help="hang = no progress for factor x the slowest step seen (at least the floor)"),
+    Setting("skip_unavailable", bool, False, field=False,
+            help="record a 'skipped' result instead of failing when this node has fewer GPUs than --devices "
+            "(what a sweep wants; on the command line the error is clearer)"),
+    Setting("self_loops", bool, True, flag="--no-self-loops", config_key="sampling.self_loops",
+            help="GAT without self-attention edges (default: both frameworks add them)"),
+    Setting("replace", bool, False, config_key="sampling.replace", help="sample neighbours with replacement"),
+    Setting("pyg_trim", bool, False, config_key="sampling.pyg_trim",
+            help="PyG: trim each layer to the nodes it still needs (off as in PyG's DDP example)"),
+    Setting("nodes", int, 1, flag="--nnodes", check=at_least(1), group=_MULTI_NODE, config_key="nodes",
+            sweep_omits_default=True),
+    # A sweep passes it to multi-node runs only, which need one fixed port on every node.
+    Setting("master_port", int, 0, group=_MULTI_NODE, config_key="master_port", config_default=29500,
+            help="0: pick a free port (single node only)"),
+    Setting("threads_per_rank", int, 1, option_default=0, check=at_least(0), group=_PROBES,
+            config_key="threads_per_rank", sweep_omits_default=True,
+            help="intra-op threads per rank (0: cores // local processes)"),
+    Setting("harness", str, HARNESSES[0], choices=HARNESSES, sweep_omits_default=True,
+            help="fair: the suite's DDP loop, both frameworks split the seeds equally; study: the seed "
+            "study's PyTorch Lightning harness, loaders built as it built them"),
+    # -- runner-only settings
+    Setting("repeat", int, 0, help="repeat index (changes nothing but the label)"),
+    Setting("data_root", str, "results/datasets"),
+    Setting("eval_batch_size", int, 4096),
+    Setting("uneven_batches", bool, False,
+            help="naive split: the last rank gets one batch fewer (reproduces the DDP hang)"),
+    Setting("probes", bool, True, flag="--no-probes", group=_PROBES,
+            help="switch off the per-phase step timing, CPU and NVML samplers"),
+    Setting("breakdown", bool, True, option_default="auto", choices=BREAKDOWN_CHOICES, group=_PROBES,
+            help="split each step into phases; on GPUs this synchronises (auto: on for CPU)"),
+    Setting("cpu_sample_interval_s", float, 1.0, flag="--cpu-sample-interval", group=_PROBES),
+    Setting("nvml_sample_interval_s", float, 0.5, flag="--nvml-sample-interval", group=_PROBES),
+    Setting("startup_timeout_s", float, 600.0, flag="--startup-timeout", group=_WATCHDOG,
+            help="seconds allowed from launch to the first step"),
+    Setting("kill_grace_s", float, 5.0, flag=None),
+    Setting("memory_limit_bytes", int, 0, flag="--memory-limit", option_default=None, group=_WATCHDOG,
+            parse=parse_memory_limit, metavar="SIZE",  # 0: no cap; else the tree runs in a memory cgroup
+            help="run the whole process tree (torchrun, ranks, loader workers) under this memory cap, e.g. "
+            "512M or 2G, in a memory cgroup (needs root and a writable memory controller)"),
+    Setting("native_stacks", bool, False, group=_WATCHDOG, help="also capture native stacks (py-spy --native)"),
+    Setting("inject", str, None, choices=FAULTS, group=_WATCHDOG,
+            help=f"fault injection: one of {', '.join(FAULTS)}"),
+    Setting("allow_fault_injection", bool, False, field=False, group=_WATCHDOG,
+            help="required together with --inject, so no fault is switched on by accident"),
+    Setting("inject_rank", int, -1, group=_WATCHDOG),
+    Setting("inject_epoch", int, 0, flag=None),
+    Setting("inject_step", int, 2, flag=None),
+    Setting("node_rank", int, 0, group=_MULTI_NODE),
+    Setting("master_addr", str, "127.0.0.1", group=_MULTI_NODE),
+)
+BY_NAME = {s.name: s for s in SETTINGS}
+GROUPS = (_CONF, "training settings", _STOP, _PROBES, _WATCHDOG, _MULTI_NODE)  # --help's order
+
+
+def default(name: str):
+    """The runner's default of setting `name` when its option is not given."""
+    return BY_NAME[name].cli_default
+
+
+# -- the runner's command line -----------------------------------------------------------------
+
+def add_options(parser) -> None:
+    """One option per setting that has one, in GROUPS, with the declared default and help."""
+    groups = {name: parser.add_argument_group(name) for name in GROUPS}
+    for s in SETTINGS:
+        if s.option is None:
+            continue
+        kwargs = {"help": s.help}
+        if s.switch:
+            kwargs["action"] = "store_true"
+        elif s.required:
+            kwargs.update(required=True, type=s.type)
+        else:
+            value = s.cli_default
+            kwargs["default"] = ",".join(map(str, value)) if isinstance(value, list) else value
+            if s.type in (int, float) and s.parse is None:
+                kwargs["type"] = s.type
+        if s.help is None and s.choices and not callable(s.choices):
+            kwargs["help"] = f"one of {', '.join(s.allowed())}"
+        if s.metavar or (s.choices and not callable(s.choices)):
+            kwargs["metavar"] = s.metavar or "{" + ",".join(s.allowed()) + "}"
+        groups[s.group].add_argument(s.option, **kwargs)
+
+
+def check_value(s: Setting, value) -> None:
+    """Raise ConfigError naming the option, the bad value and what is allowed."""
+    allowed = s.allowed() if s.choices else ()
+    if allowed and value not in allowed:
+        raise ConfigError(f"{s.option} {value!r} is unknown; allowed: {', '.join(map(str, allowed))}")
+    if s.check is not None and not s.check.ok(value):
+        raise ConfigError(f"{s.option} {value}: {s.check.rule}")
+
+
+def option_values(args) -> dict:
+    """The parsed command line as setting values (switches turned over, option text parsed),
+    each checked on its own; an option left out gives the setting's field default."""
+    values = {}
+    for s in SETTINGS:
+        if s.option is None:
+            continue
+        value = getattr(args, s.dest)
+        if s.switch:
+            value = (not s.default) if value else s.default
+        elif value is not None:
+            value = s.parse(value) if s.parse else value
+            check_value(s, value)
+        values[s.name] = s.default if value is None else value
+    return values
+
+
+def flags(values: dict) -> list:
+    """`values` (setting name -> value) as the runner's options, in SETTINGS' order. A switch
+    appears only when it turns its default over; a setting that sweep_omits_default only when
+    it differs from the runner's default."""
+    words = []
+    for s in SETTINGS:
+        if s.name not in values:
+            continue
+        value = values[s.name]
+        if s.switch:
+            words += [s.option] if value != s.default else []
+        elif not (s.sweep_omits_default and value == s.cli_default):
+            words += [s.option, ",".join(map(str, value)) if isinstance(value, list) else str(value)]
+    return words
+
+
+# -- the sweep config (workflows/schemas/config.schema.yaml) -----------------------------------
+
+# The config's `timing` section: when a timing run stops. Key -> the setting it gives a timing run
+# that trains until precise (a timing run with until epochs trains the fixed schedule instead).
+TIMING_KEYS = {"until": "until", "max_epochs": "epochs", "precision": "precision",
+               "min_steady_epochs": "min_steady_epochs", "max_train_s": "max_train_s", "eval_every": "eval_every"}
+
+
+def config_value(config: dict, key: str):
+    """The value of dotted `key` ("optimizer.lr") in a (schema-validated) sweep config."""
+    for part in key.split("."):
+        config = config[part]
+    return config
+
+
+def model_settings(config: dict, name: str) -> dict:
+    """The settings of model `name` in a sweep: the registry's defaults, then the config's
+    overrides (models.<name>; `epochs` among them gives the model its own schedule)."""
+    return {**registry.model(name).defaults, **config["models"].get(name, {})}
+
+
+def sweep_stop_values(config: dict, kind: str, model: dict) -> dict:
+    """When a run stops and when it validates. Timing runs follow config timing (by default
+    until their steady-state epoch time is precise, validated once at the end); convergence
+    and study-harness runs train the fixed schedule, validated every eval_every epochs."""
+    # a model may train for its own number of epochs (GAT needs more steps to learn)
+    epochs = model.get("epochs") or config["epochs"]
+    if kind == "study" and (config.get("study") or {}).get("epochs"):
+        epochs = config["study"]["epochs"]
+    timing = config["timing"]
+    if kind != "timing" or timing["until"] == "epochs":
+        every = config["eval_every"] if kind != "timing" else timing["eval_every"]
+        return {"epochs": epochs, "eval_every": every}
+    return {TIMING_KEYS[key]: value for key, value in timing.items()}
+
+
+def sweep_values(config: dict, model: str, kind: str, repeat: int, harness: str) -> dict:
+    """Every setting a sweep config gives one run of `model` (kind: timing, convergence or
+    study; see workflows/rules/common.smk), by setting name."""
+    settings = model_settings(config, model)
+    values = {s.name: config_value(config, s.config_key) for s in SETTINGS if s.config_key}
+    values.update(sweep_stop_values(config, kind, settings))
+    values.update({name: settings[name] for name in registry.model(model).settings})
+    # Each repeat trains from its own seed (weights, sampling, dropout), the same for both
+    # frameworks, so accuracy intervals over repeats reflect training randomness.
+    values["seed"] += repeat
+    # A grid point with more GPUs than the node has is recorded as skipped (with the reason)
+    # instead of failing the job, so the sweep still ends in a report.
+    values.update(skip_unavailable=True, harness=harness)
+    if values["nodes"] == 1:
+        del values["master_port"]  # a single node picks a free port itself
+    return values
+
+
+def sweep_flags(config: dict, model: str, kind: str, repeat: int, harness: str) -> str:
+    """The runner options that come from the sweep config for one run (the run rule's
+    `settings` param: changing a setting reruns the affected runs, and nothing else does)."""
+    return " ".join(flags(sweep_values(config, model, kind, repeat, harness)))
