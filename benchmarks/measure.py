@@ -1,6 +1,6 @@
 """Does the suite measure the frameworks, or itself? Numbers, side by side, in one run (issue 7).
 
-    python -m benchmarks.measure [--quick] [--dataset small] [--repeats 5] [--with-sweep]
+    python -m benchmarks.measure [--quick] [--dataset small] [--repeats 5] [--with-sweep] [--only fidelity,cv]
 
 Prints one markdown table (measurement, figure, target, verdict, detail) and writes it to
 `results/benchmarks/measure.md` with every raw number in `measure.json`:
@@ -74,6 +74,7 @@ class Settings:
     memory_root: str = "/tmp/gnnscale-bench/datasets"
     with_sweep: bool = False
     out_dir: str = "results/benchmarks"
+    only: list | None = None  # row kinds (TARGETS keys) to measure; None: all
 
 
 QUICK = {"dataset": "tiny", "repeats": 2, "epochs": 2, "batch_size": 128, "fanouts": "6,5,4",
@@ -201,12 +202,25 @@ def row(key: str, figure: float, shown: str, detail: str) -> dict:
             "target": target, "verdict": "PASS" if figure <= limit else "MISS", "detail": detail}
 
 
+def wanted(s: Settings, kind: str) -> bool:
+    """Whether row kind `kind` (a TARGETS key) is measured in this invocation (--only)."""
+    return s.only is None or kind in s.only
+
+
+def timing_variants(s: Settings) -> tuple:
+    """The runner variants the wanted timing rows need: probes-off only for probe overhead,
+    the reference only for fidelity."""
+    return tuple(v for v in VARIANTS if (v != "probes-off" or wanted(s, "probe"))
+                 and (v != "reference" or wanted(s, "fidelity")))
+
+
 def measure_timing(s: Settings, work: Path, raw: dict) -> list:
     """Rows 1, 2, 4, 6: runner with probes on, off, and the reference, interleaved."""
-    runs = {(fw, m, v): [] for fw in FRAMEWORKS for m in s.models for v in VARIANTS}
+    variants = timing_variants(s)
+    runs = {(fw, m, v): [] for fw in FRAMEWORKS for m in s.models for v in variants}
     total = len(runs) * s.repeats
     for i in range(s.repeats):
-        order = VARIANTS[i % 3:] + VARIANTS[:i % 3]
+        order = variants[i % len(variants):] + variants[:i % len(variants)]
         for fw in FRAMEWORKS:
             for m in s.models:
                 for v in order:
@@ -222,8 +236,8 @@ def measure_timing(s: Settings, work: Path, raw: dict) -> list:
 
     rows = []
     for fw in FRAMEWORKS:
-        for m in s.models:
-            on, off, ref = (runs[(fw, m, v)] for v in VARIANTS)
+        for m in s.models if wanted(s, "probe") else ():
+            on, off = runs[(fw, m, "probes-on")], runs[(fw, m, "probes-off")]
             step = ratio_median([(a["step_s"], b["step_s"]) for a, b in zip(on, off)]) - 1
             epoch = ratio_median([(a["epoch_s"], b["epoch_s"]) for a, b in zip(on, off)]) - 1
             cost = statistics.median(r["probe_cost_s"] / r["train_s"] for r in on)
@@ -232,7 +246,7 @@ def measure_timing(s: Settings, work: Path, raw: dict) -> list:
                             f"{statistics.median(r['step_s'] for r in off) * 1e3:.1f} ms off; epoch time "
                             f"{epoch * 100:+.2f}%; CPU sampler self-timed (its thread CPU time) {cost * 100:.1f}% of training"))
     for fw in FRAMEWORKS:
-        for m in s.models:
+        for m in s.models if wanted(s, "fidelity") else ():
             on, ref = runs[(fw, m, "probes-on")], runs[(fw, m, "reference")]
             fid = ratio_median([(a["epoch_s"], b["epoch_s"]) for a, b in zip(on, ref)])
             rows.append(row(f"fidelity:{fw}-{m}", fid, f"{fid:.3f}",
@@ -240,8 +254,8 @@ def measure_timing(s: Settings, work: Path, raw: dict) -> list:
                             f"{statistics.median(r['epoch_s'] for r in ref):.3f} s reference; steps/epoch "
                             f"{on[0]['steps_per_epoch']} vs {ref[0]['steps_per_epoch']}; threads/rank "
                             f"{on[0]['threads']} vs {ref[0]['threads']}"))
-    for fw in FRAMEWORKS:
-        recs = [r for m in s.models for v in VARIANTS[:2] for r in runs[(fw, m, v)]]
+    for fw in FRAMEWORKS if wanted(s, "startup") else ():
+        recs = [r for m in s.models for v in variants if v != "reference" for r in runs[(fw, m, v)]]
         split = {k: statistics.median(r["startup"][k] for r in recs) for k in recs[0]["startup"]}
         raw.setdefault("startup", {})[fw] = split
         top = sorted(((v, k) for k, v in split.items() if k not in ("command to first step",
@@ -252,7 +266,7 @@ def measure_timing(s: Settings, work: Path, raw: dict) -> list:
                         "largest: " + ", ".join(f"{k} {v:.1f} s" for v, k in top[:3])
                         + f"; whole command {run_cmd:.1f} s runner vs {ref_cmd:.1f} s reference"))
     for fw in FRAMEWORKS:
-        for m in s.models:
+        for m in s.models if wanted(s, "cv") else ():
             times = [r["epoch_s"] for r in runs[(fw, m, "probes-on")]]
             c = cv(times)
             rows.append(row(f"cv:{fw}-{m}", c, f"{c * 100:.1f}%",
@@ -334,7 +348,7 @@ def expected_keys(s: Settings) -> list:
     keys = [f"{k}:{fw}-{m}" for k in ("probe", "fidelity") for fw in FRAMEWORKS for m in s.models]
     keys += [f"memory:{fw}" for fw in FRAMEWORKS] + [f"startup:{fw}" for fw in FRAMEWORKS]
     keys += ["sweep:default, cold", "noop:no-op rerun"] + [f"cv:{fw}-{m}" for fw in FRAMEWORKS for m in s.models]
-    return keys
+    return [k for k in keys if wanted(s, k.split(":")[0])]
 
 
 def placeholder(key: str, verdict: str, detail: str) -> dict:
@@ -377,11 +391,15 @@ def parse_args(argv=None) -> Settings:
     p.add_argument("--memory-root")
     p.add_argument("--with-sweep", action="store_true", help="also time the default Snakemake sweep")
     p.add_argument("--out-dir")
+    p.add_argument("--only", type=lambda t: t.split(","),
+                   help=f"comma-separated row kinds to measure ({', '.join(TARGETS)}); default all")
     args = vars(p.parse_args(argv))
     values = {**(QUICK if args.pop("quick") else {}), **{k: v for k, v in args.items() if v is not None and v is not False}}
     s = Settings(**values)
     if s.repeats < 2:
         p.error("--repeats must be at least 2 (variation needs two runs)")
+    if s.only and set(s.only) - set(TARGETS):
+        p.error(f"--only: unknown row kinds {sorted(set(s.only) - set(TARGETS))}; known: {', '.join(TARGETS)}")
     return s
 
 
@@ -395,7 +413,9 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     raw: dict = {"settings": asdict(s), "host": socket.gethostname(), "cpu_cores": envinfo.cpu_cores()}
     rows: dict = {}
-    steps = [(measure_timing, True), (measure_memory, True), (measure_sweep, s.with_sweep)]
+    steps = [(measure_timing, any(wanted(s, k) for k in ("probe", "fidelity", "startup", "cv"))),
+             (measure_memory, wanted(s, "memory")),
+             (measure_sweep, s.with_sweep and (wanted(s, "sweep") or wanted(s, "noop")))]
     for fn, enabled in steps:
         if not enabled:
             continue
