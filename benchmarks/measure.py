@@ -8,7 +8,8 @@ Prints one markdown table (measurement, figure, target, verdict, detail) and wri
 1. probe overhead  the runner with probes on vs `--no-probes`: median step time.
 2. fidelity        the runner vs a minimal DDP loop in the style of each framework's own
                    multi-GPU example (benchmarks/reference_{pyg,dgl}.py): median epoch time
-                   of the slowest rank.
+                   of the slowest rank; with the cost per step of the runner loop's
+                   bookkeeping (runners.recorder.StepRecorder, timed in-process).
 3. memory          PSS summed over ranks of the graph as the runner's adapters hold it,
                    2 ranks vs 1 (benchmarks/memory_probe.py), on a synthetic graph large
                    enough to dominate.
@@ -196,6 +197,39 @@ def cv(values: list) -> float:
 # Measurements
 # ---------------------------------------------------------------------------------------
 
+def recorder_cost(s: Settings, work: Path, steps: int = 5000, rounds: int = 5) -> dict:
+    """Seconds per training step of the runner loop's bookkeeping: runners.recorder.StepRecorder
+    over a step whose phases do nothing (a real heartbeat file, the harness's faults switched
+    off, a CPU run's no-op synchronisation, a real StepRow per step); median of `rounds`, in
+    this process. What the bookkeeping adds to one step of a run, without the step's work."""
+    import torch
+
+    from runners.adapters import Batch
+    from runners.harness import Faults
+    from runners.probes import Heartbeat
+    from runners.recorder import PHASE_HOOKS, StepRecorder
+
+    cfg = config_from_args(runner_parser().parse_args(runner_argv(s, "pyg", "sage", work / "recorder")), 0,
+                           envinfo.cpu_cores())
+    hb = Heartbeat(work / "recorder" / "rank0.hb")
+    rec = StepRecorder(hb, Faults(cfg, 0), lambda: None, breakdown=True, phases_valid=True)
+    batch = Batch(inputs=None, labels=None, seed_nodes=s.batch_size, sampled_nodes=0, sampled_edges=0,
+                  seed_ids=torch.arange(s.batch_size))
+    loss = torch.tensor(1.0)
+    per_step = []
+    for _ in range(rounds):
+        rec.start_epoch(0)
+        t0 = time.perf_counter()
+        for _ in rec.steps(steps):
+            for name in PHASE_HOOKS:
+                with rec.phase(name):
+                    pass
+            rec.step_row(batch, loss)
+        per_step.append((time.perf_counter() - t0) / steps)
+    calls = 2 + len(PHASE_HOOKS)  # steps(), one phase() per phase, step_row()
+    return {"per_step_s": statistics.median(per_step), "calls_per_step": calls, "rounds_s": per_step}
+
+
 def row(key: str, figure: float, shown: str, detail: str) -> dict:
     name, target, limit = TARGETS[key.split(":")[0]]
     return {"key": key, "measurement": f"{name} ({key.split(':')[1]})", "figure": shown, "value": figure,
@@ -245,15 +279,7 @@ def measure_timing(s: Settings, work: Path, raw: dict) -> list:
                             f"median step {statistics.median(r['step_s'] for r in on) * 1e3:.1f} ms on vs "
                             f"{statistics.median(r['step_s'] for r in off) * 1e3:.1f} ms off; epoch time "
                             f"{epoch * 100:+.2f}%; CPU sampler self-timed (its thread CPU time) {cost * 100:.1f}% of training"))
-    for fw in FRAMEWORKS:
-        for m in s.models if wanted(s, "fidelity") else ():
-            on, ref = runs[(fw, m, "probes-on")], runs[(fw, m, "reference")]
-            fid = ratio_median([(a["epoch_s"], b["epoch_s"]) for a, b in zip(on, ref)])
-            rows.append(row(f"fidelity:{fw}-{m}", fid, f"{fid:.3f}",
-                            f"median epoch {statistics.median(r['epoch_s'] for r in on):.3f} s runner vs "
-                            f"{statistics.median(r['epoch_s'] for r in ref):.3f} s reference; steps/epoch "
-                            f"{on[0]['steps_per_epoch']} vs {ref[0]['steps_per_epoch']}; threads/rank "
-                            f"{on[0]['threads']} vs {ref[0]['threads']}"))
+    rows += fidelity_rows(s, work, runs, raw) if wanted(s, "fidelity") else []
     for fw in FRAMEWORKS if wanted(s, "startup") else ():
         recs = [r for m in s.models for v in variants if v != "reference" for r in runs[(fw, m, v)]]
         split = {k: statistics.median(r["startup"][k] for r in recs) for k in recs[0]["startup"]}
@@ -272,6 +298,28 @@ def measure_timing(s: Settings, work: Path, raw: dict) -> list:
             rows.append(row(f"cv:{fw}-{m}", c, f"{c * 100:.1f}%",
                             f"{len(times)} repeats of the runner: median epoch "
                             + ", ".join(f"{t:.3f}" for t in times) + " s"))
+    return rows
+
+
+def fidelity_rows(s: Settings, work: Path, runs: dict, raw: dict) -> list:
+    """Row 2: runner over reference epoch time (median of per-repeat ratios, with their range),
+    and what the runner's per-step bookkeeping (recorder_cost) is of its median step."""
+    rec = raw["recorder"] = recorder_cost(s, work)
+    rows = []
+    for fw in FRAMEWORKS:
+        for m in s.models:
+            on, ref = runs[(fw, m, "probes-on")], runs[(fw, m, "reference")]
+            ratios = [a["epoch_s"] / b["epoch_s"] for a, b in zip(on, ref)]
+            fid = statistics.median(ratios)
+            step = statistics.median(r["step_s"] for r in on)
+            rows.append(row(f"fidelity:{fw}-{m}", fid, f"{fid:.3f}",
+                            f"range {min(ratios):.3f}-{max(ratios):.3f}; median epoch "
+                            f"{statistics.median(r['epoch_s'] for r in on):.3f} s runner vs "
+                            f"{statistics.median(r['epoch_s'] for r in ref):.3f} s reference; steps/epoch "
+                            f"{on[0]['steps_per_epoch']} vs {ref[0]['steps_per_epoch']}; threads/rank "
+                            f"{on[0]['threads']} vs {ref[0]['threads']}; loop bookkeeping (StepRecorder, "
+                            f"{rec['calls_per_step']} calls) {rec['per_step_s'] * 1e6:.1f} us/step = "
+                            f"{rec['per_step_s'] / step * 100:.3f}% of the median step"))
     return rows
 
 
