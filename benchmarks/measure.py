@@ -215,7 +215,7 @@ def recorder_cost(s: Settings, work: Path, steps: int = 5000, rounds: int = 5) -
     rec = StepRecorder(hb, Faults(cfg, 0), lambda: None, breakdown=True, phases_valid=True)
     batch = Batch(inputs=None, labels=None, seed_nodes=s.batch_size, sampled_nodes=0, sampled_edges=0,
                   seed_ids=torch.arange(s.batch_size))
-    loss = torch.tensor(1.0)
+    loss = (torch.ones(1, requires_grad=True) * 2).sum()  # a loss in an autograd graph, as in training
     per_step = []
     for _ in range(rounds):
         rec.start_epoch(0)
