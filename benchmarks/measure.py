@@ -1,6 +1,6 @@
 """Does the suite measure the frameworks, or itself? Numbers, side by side, in one run (issue 7).
 
-    python -m benchmarks.measure [--quick] [--dataset small] [--repeats 5] [--with-sweep]
+    python -m benchmarks.measure [--quick] [--dataset small] [--repeats 5] [--with-sweep] [--only fidelity,cv]
 
 Prints one markdown table (measurement, figure, target, verdict, detail) and writes it to
 `results/benchmarks/measure.md` with every raw number in `measure.json`:
@@ -8,7 +8,8 @@ Prints one markdown table (measurement, figure, target, verdict, detail) and wri
 1. probe overhead  the runner with probes on vs `--no-probes`: median step time.
 2. fidelity        the runner vs a minimal DDP loop in the style of each framework's own
                    multi-GPU example (benchmarks/reference_{pyg,dgl}.py): median epoch time
-                   of the slowest rank.
+                   of the slowest rank; with the cost per step of the runner loop's
+                   bookkeeping (runners.recorder.StepRecorder, timed in-process).
 3. memory          PSS summed over ranks of the graph as the runner's adapters hold it,
                    2 ranks vs 1 (benchmarks/memory_probe.py), on a synthetic graph large
                    enough to dominate.
@@ -74,6 +75,7 @@ class Settings:
     memory_root: str = "/tmp/gnnscale-bench/datasets"
     with_sweep: bool = False
     out_dir: str = "results/benchmarks"
+    only: list | None = None  # row kinds (TARGETS keys) to measure; None: all
 
 
 QUICK = {"dataset": "tiny", "repeats": 2, "epochs": 2, "batch_size": 128, "fanouts": "6,5,4",
@@ -195,18 +197,64 @@ def cv(values: list) -> float:
 # Measurements
 # ---------------------------------------------------------------------------------------
 
+def recorder_cost(s: Settings, work: Path, steps: int = 5000, rounds: int = 5) -> dict:
+    """Seconds per training step of the runner loop's bookkeeping: runners.recorder.StepRecorder
+    over a step whose phases do nothing (a real heartbeat file, the harness's faults switched
+    off, a CPU run's no-op synchronisation, a real StepRow per step); median of `rounds`, in
+    this process. What the bookkeeping adds to one step of a run, without the step's work."""
+    import torch
+
+    from runners.adapters import Batch
+    from runners.harness import Faults
+    from runners.probes import Heartbeat
+    from runners.recorder import PHASE_HOOKS, StepRecorder
+
+    cfg = config_from_args(runner_parser().parse_args(runner_argv(s, "pyg", "sage", work / "recorder")), 0,
+                           envinfo.cpu_cores())
+    hb = Heartbeat(work / "recorder" / "rank0.hb")
+    rec = StepRecorder(hb, Faults(cfg, 0), lambda: None, breakdown=True, phases_valid=True)
+    batch = Batch(inputs=None, labels=None, seed_nodes=s.batch_size, sampled_nodes=0, sampled_edges=0,
+                  seed_ids=torch.arange(s.batch_size))
+    loss = (torch.ones(1, requires_grad=True) * 2).sum()  # a loss in an autograd graph, as in training
+    per_step = []
+    for _ in range(rounds):
+        rec.start_epoch(0)
+        t0 = time.perf_counter()
+        for _ in rec.steps(steps):
+            for name in PHASE_HOOKS:
+                with rec.phase(name):
+                    pass
+            rec.step_row(batch, loss)
+        per_step.append((time.perf_counter() - t0) / steps)
+    calls = 2 + len(PHASE_HOOKS)  # steps(), one phase() per phase, step_row()
+    return {"per_step_s": statistics.median(per_step), "calls_per_step": calls, "rounds_s": per_step}
+
+
 def row(key: str, figure: float, shown: str, detail: str) -> dict:
     name, target, limit = TARGETS[key.split(":")[0]]
     return {"key": key, "measurement": f"{name} ({key.split(':')[1]})", "figure": shown, "value": figure,
             "target": target, "verdict": "PASS" if figure <= limit else "MISS", "detail": detail}
 
 
+def wanted(s: Settings, kind: str) -> bool:
+    """Whether row kind `kind` (a TARGETS key) is measured in this invocation (--only)."""
+    return s.only is None or kind in s.only
+
+
+def timing_variants(s: Settings) -> tuple:
+    """The runner variants the wanted timing rows need: probes-off only for probe overhead,
+    the reference only for fidelity."""
+    return tuple(v for v in VARIANTS if (v != "probes-off" or wanted(s, "probe"))
+                 and (v != "reference" or wanted(s, "fidelity")))
+
+
 def measure_timing(s: Settings, work: Path, raw: dict) -> list:
     """Rows 1, 2, 4, 6: runner with probes on, off, and the reference, interleaved."""
-    runs = {(fw, m, v): [] for fw in FRAMEWORKS for m in s.models for v in VARIANTS}
+    variants = timing_variants(s)
+    runs = {(fw, m, v): [] for fw in FRAMEWORKS for m in s.models for v in variants}
     total = len(runs) * s.repeats
     for i in range(s.repeats):
-        order = VARIANTS[i % 3:] + VARIANTS[:i % 3]
+        order = variants[i % len(variants):] + variants[:i % len(variants)]
         for fw in FRAMEWORKS:
             for m in s.models:
                 for v in order:
@@ -222,8 +270,8 @@ def measure_timing(s: Settings, work: Path, raw: dict) -> list:
 
     rows = []
     for fw in FRAMEWORKS:
-        for m in s.models:
-            on, off, ref = (runs[(fw, m, v)] for v in VARIANTS)
+        for m in s.models if wanted(s, "probe") else ():
+            on, off = runs[(fw, m, "probes-on")], runs[(fw, m, "probes-off")]
             step = ratio_median([(a["step_s"], b["step_s"]) for a, b in zip(on, off)]) - 1
             epoch = ratio_median([(a["epoch_s"], b["epoch_s"]) for a, b in zip(on, off)]) - 1
             cost = statistics.median(r["probe_cost_s"] / r["train_s"] for r in on)
@@ -231,17 +279,9 @@ def measure_timing(s: Settings, work: Path, raw: dict) -> list:
                             f"median step {statistics.median(r['step_s'] for r in on) * 1e3:.1f} ms on vs "
                             f"{statistics.median(r['step_s'] for r in off) * 1e3:.1f} ms off; epoch time "
                             f"{epoch * 100:+.2f}%; CPU sampler self-timed (its thread CPU time) {cost * 100:.1f}% of training"))
-    for fw in FRAMEWORKS:
-        for m in s.models:
-            on, ref = runs[(fw, m, "probes-on")], runs[(fw, m, "reference")]
-            fid = ratio_median([(a["epoch_s"], b["epoch_s"]) for a, b in zip(on, ref)])
-            rows.append(row(f"fidelity:{fw}-{m}", fid, f"{fid:.3f}",
-                            f"median epoch {statistics.median(r['epoch_s'] for r in on):.3f} s runner vs "
-                            f"{statistics.median(r['epoch_s'] for r in ref):.3f} s reference; steps/epoch "
-                            f"{on[0]['steps_per_epoch']} vs {ref[0]['steps_per_epoch']}; threads/rank "
-                            f"{on[0]['threads']} vs {ref[0]['threads']}"))
-    for fw in FRAMEWORKS:
-        recs = [r for m in s.models for v in VARIANTS[:2] for r in runs[(fw, m, v)]]
+    rows += fidelity_rows(s, work, runs, raw) if wanted(s, "fidelity") else []
+    for fw in FRAMEWORKS if wanted(s, "startup") else ():
+        recs = [r for m in s.models for v in variants if v != "reference" for r in runs[(fw, m, v)]]
         split = {k: statistics.median(r["startup"][k] for r in recs) for k in recs[0]["startup"]}
         raw.setdefault("startup", {})[fw] = split
         top = sorted(((v, k) for k, v in split.items() if k not in ("command to first step",
@@ -252,12 +292,34 @@ def measure_timing(s: Settings, work: Path, raw: dict) -> list:
                         "largest: " + ", ".join(f"{k} {v:.1f} s" for v, k in top[:3])
                         + f"; whole command {run_cmd:.1f} s runner vs {ref_cmd:.1f} s reference"))
     for fw in FRAMEWORKS:
-        for m in s.models:
+        for m in s.models if wanted(s, "cv") else ():
             times = [r["epoch_s"] for r in runs[(fw, m, "probes-on")]]
             c = cv(times)
             rows.append(row(f"cv:{fw}-{m}", c, f"{c * 100:.1f}%",
                             f"{len(times)} repeats of the runner: median epoch "
                             + ", ".join(f"{t:.3f}" for t in times) + " s"))
+    return rows
+
+
+def fidelity_rows(s: Settings, work: Path, runs: dict, raw: dict) -> list:
+    """Row 2: runner over reference epoch time (median of per-repeat ratios, with their range),
+    and what the runner's per-step bookkeeping (recorder_cost) is of its median step."""
+    rec = raw["recorder"] = recorder_cost(s, work)
+    rows = []
+    for fw in FRAMEWORKS:
+        for m in s.models:
+            on, ref = runs[(fw, m, "probes-on")], runs[(fw, m, "reference")]
+            ratios = [a["epoch_s"] / b["epoch_s"] for a, b in zip(on, ref)]
+            fid = statistics.median(ratios)
+            step = statistics.median(r["step_s"] for r in on)
+            rows.append(row(f"fidelity:{fw}-{m}", fid, f"{fid:.3f}",
+                            f"range {min(ratios):.3f}-{max(ratios):.3f}; median epoch "
+                            f"{statistics.median(r['epoch_s'] for r in on):.3f} s runner vs "
+                            f"{statistics.median(r['epoch_s'] for r in ref):.3f} s reference; steps/epoch "
+                            f"{on[0]['steps_per_epoch']} vs {ref[0]['steps_per_epoch']}; threads/rank "
+                            f"{on[0]['threads']} vs {ref[0]['threads']}; loop bookkeeping (StepRecorder, "
+                            f"{rec['calls_per_step']} calls) {rec['per_step_s'] * 1e6:.1f} us/step = "
+                            f"{rec['per_step_s'] / step * 100:.3f}% of the median step"))
     return rows
 
 
@@ -334,7 +396,7 @@ def expected_keys(s: Settings) -> list:
     keys = [f"{k}:{fw}-{m}" for k in ("probe", "fidelity") for fw in FRAMEWORKS for m in s.models]
     keys += [f"memory:{fw}" for fw in FRAMEWORKS] + [f"startup:{fw}" for fw in FRAMEWORKS]
     keys += ["sweep:default, cold", "noop:no-op rerun"] + [f"cv:{fw}-{m}" for fw in FRAMEWORKS for m in s.models]
-    return keys
+    return [k for k in keys if wanted(s, k.split(":")[0])]
 
 
 def placeholder(key: str, verdict: str, detail: str) -> dict:
@@ -377,11 +439,15 @@ def parse_args(argv=None) -> Settings:
     p.add_argument("--memory-root")
     p.add_argument("--with-sweep", action="store_true", help="also time the default Snakemake sweep")
     p.add_argument("--out-dir")
+    p.add_argument("--only", type=lambda t: t.split(","),
+                   help=f"comma-separated row kinds to measure ({', '.join(TARGETS)}); default all")
     args = vars(p.parse_args(argv))
     values = {**(QUICK if args.pop("quick") else {}), **{k: v for k, v in args.items() if v is not None and v is not False}}
     s = Settings(**values)
     if s.repeats < 2:
         p.error("--repeats must be at least 2 (variation needs two runs)")
+    if s.only and set(s.only) - set(TARGETS):
+        p.error(f"--only: unknown row kinds {sorted(set(s.only) - set(TARGETS))}; known: {', '.join(TARGETS)}")
     return s
 
 
@@ -395,7 +461,9 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     raw: dict = {"settings": asdict(s), "host": socket.gethostname(), "cpu_cores": envinfo.cpu_cores()}
     rows: dict = {}
-    steps = [(measure_timing, True), (measure_memory, True), (measure_sweep, s.with_sweep)]
+    steps = [(measure_timing, any(wanted(s, k) for k in ("probe", "fidelity", "startup", "cv"))),
+             (measure_memory, wanted(s, "memory")),
+             (measure_sweep, s.with_sweep and (wanted(s, "sweep") or wanted(s, "noop")))]
     for fn, enabled in steps:
         if not enabled:
             continue

@@ -33,6 +33,7 @@ from runners.envinfo import RECORDED_ENV_VARS  # noqa: E402
 from runners.probes import (DISK_FULL_MARK, CpuSampler, CsvAppender, Heartbeat, NvmlSampler,  # noqa: E402
                             disk_full, start_nvml)
 from runners.record import EpochRow, RowAppender, StepRow, ValidationRow  # noqa: E402
+from runners.recorder import StepRecorder  # noqa: E402
 
 
 def worker_seed(base: int, rank: int, worker_id: int) -> int:
@@ -141,8 +142,7 @@ class Training:
     steps: int
     rank_seeds: Any
     epoch_share: Callable
-    sync: Callable
-    timed: bool
+    recorder: StepRecorder
     phases_valid: bool
 
 
@@ -451,82 +451,63 @@ class Rank:
         # both of its edges. Phase times need a synchronisation at every phase edge (breakdown
         # mode); without it they are CPU launch times, so they are not recorded at all.
         sync = (lambda: torch.cuda.synchronize(device)) if cuda else (lambda: None)
+        phases_valid = cfg.breakdown or not cuda
+        recorder = StepRecorder(self.hb, self.faults, sync, breakdown=cfg.breakdown, phases_valid=phases_valid,
+                                on_first_batch=lambda: self.mark("first_batch"))
         return Training(torch=torch, device=device, graph=graph, adapter=adapter, ddp=ddp, optimizer=optimizer,
                         scheduler=scheduler, loader=loader, steps=steps, rank_seeds=rank_seeds,
-                        epoch_share=epoch_share, sync=sync, timed=cfg.breakdown,
-                        phases_valid=cfg.breakdown or not cuda)
+                        epoch_share=epoch_share, recorder=recorder, phases_valid=phases_valid)
 
     def train_epoch(self, t: "Training", epoch: int) -> float:
-        """One epoch: the new seed share, the timed steps and their records; returns the
-        epoch's training time."""
-        cfg, now = self.cfg, time.perf_counter
+        """One epoch over this rank's new seed share, step by step as the frameworks' examples
+        train; returns its training time. The recorder does the bookkeeping around each phase
+        (times, progress marks, breakdown synchronisation, fault hooks)."""
+        rec, cross_entropy = t.recorder, t.torch.nn.functional.cross_entropy
         t.ddp.train()
+        self.new_seed_share(t, epoch)
+        rec.start_epoch(epoch)
+        it = iter(t.loader)
+        rows = self.pending_rows = []  # kept by _keep_partial_epoch if the run is interrupted
+        for _ in rec.steps(t.steps):
+            with rec.phase("load_wait"):
+                raw = next(it)
+            with rec.phase("prepare"):
+                batch = t.adapter.unpack(raw)
+            with rec.phase("copy"):
+                batch = t.adapter.to_device(batch)
+            with rec.phase("forward"):
+                loss = cross_entropy(t.adapter.forward(t.ddp, batch.inputs), batch.labels)
+            with rec.phase("backward", grad_of=loss):
+                t.optimizer.zero_grad(set_to_none=True)
+                loss.backward()  # DDP all-reduces the gradients here
+            with rec.phase("optimizer"):
+                t.optimizer.step()
+                if t.scheduler is not None:
+                    t.scheduler.step()
+            rows.append(rec.step_row(batch, loss))
+        self.pending_rows = None
+        epoch_s = rec.end_epoch()
+        del it
+        self.close_epoch(epoch, rows, epoch_s, t.phases_valid)
+        return epoch_s
+
+    def new_seed_share(self, t: "Training", epoch: int) -> None:
+        """This epoch's seed share, written in place where the loader (and its persistent
+        workers) read it; its digest goes to rank.json."""
         share = t.epoch_share(epoch)
         if epoch > 0:
             t.rank_seeds.copy_(t.torch.from_numpy(share))
         self.info["epoch_seed_digests"].append(seed_set_digest(share))
-        self.hb.beat("loading", epoch=epoch, step=0)
-        t.sync()
-        t_epoch = now()
-        it = iter(t.loader)
-        rows = self.pending_rows = []  # kept by _keep_partial_epoch if the run is interrupted
-        for step in range(t.steps):
-            rows.append(self.timed_step(t, it, epoch, step))
-        self.pending_rows = None
-        t.sync()
-        epoch_s = now() - t_epoch
-        del it
+
+    def close_epoch(self, epoch: int, rows: list, epoch_s: float, phases_valid: bool) -> None:
+        """The epoch's records (outside its timed region) and rank 0's progress line."""
         self.hb.beat("epoch-sync")
-        mean_loss = self.write_epoch(epoch, rows, epoch_s, t.phases_valid)
+        mean_loss = self.write_epoch(epoch, rows, epoch_s, phases_valid)
         if self.rank == 0:
+            cfg = self.cfg
             of = f"/{cfg.epochs}" if cfg.until == "epochs" else f" (at most {cfg.epochs})"
             print(f"[gnnscale] epoch {epoch + 1}{of} rank0 {epoch_s:.3f}s steps {len(rows)} "
                   f"loss {mean_loss if mean_loss is not None else float('nan'):.4f}", flush=True)
-        return epoch_s
-
-    def timed_step(self, t: "Training", it, epoch: int, step: int) -> StepRow:
-        """One training step, timed phase by phase; its steps.csv row."""
-        now, sync, timed = time.perf_counter, t.sync, t.timed
-        self.faults.at("before-load", epoch, step)
-        self.hb.beat("loading", step=step)
-        t0 = now()
-        raw = next(it)
-        tp = now()
-        batch = t.adapter.unpack(raw)
-        t1 = now()
-        if epoch == 0 and step == 0:
-            self.mark("first_batch")
-        self.hb.beat("copy")
-        batch = t.adapter.to_device(batch)
-        if timed:
-            sync()
-        t2 = now()
-        self.hb.beat("forward")
-        self.faults.at("forward", epoch, step)
-        logits = t.adapter.forward(t.ddp, batch.inputs)
-        loss = t.torch.nn.functional.cross_entropy(logits, batch.labels)
-        if timed:
-            sync()
-        t3 = now()
-        self.hb.beat("backward")
-        self.faults.at("backward", epoch, step, loss)
-        t.optimizer.zero_grad(set_to_none=True)
-        loss.backward()  # DDP all-reduces the gradients here
-        if timed:
-            sync()
-        t4 = now()
-        self.hb.beat("optimizer")
-        t.optimizer.step()
-        if t.scheduler is not None:
-            t.scheduler.step()
-        if timed:
-            sync()
-        t5 = now()
-        phases = ([tp - t0, t1 - tp, t2 - t1, t3 - t2, t4 - t3, t5 - t4] if t.phases_valid
-                  else [None] * len(record.PHASES))
-        return StepRow(epoch=epoch, step=step, seed_nodes=batch.seed_nodes, sampled_nodes=batch.sampled_nodes,
-                       sampled_edges=batch.sampled_edges, **dict(zip(record.PHASES, phases)), step_s=t5 - t0,
-                       loss=loss.detach(), seed_id_sum=int(batch.seed_ids.sum()))
 
     def evaluate(self, adapter, model, graph, device) -> float:
         """Validation accuracy over all ranks' shares of the validation split (not timed)."""
