@@ -83,46 +83,22 @@ def batch_bounds(batch_size: int, fanouts: list, num_nodes: int, num_edges: int)
 
 def model_peak(cfg, graph_meta: dict) -> dict:
     """Modelled peak host memory of the run's process tree on this node, with its terms."""
+    from runners.adapters import MEMORY_TRAITS
+
+    traits = MEMORY_TRAITS[cfg.framework]
     n, e = graph_meta.get("num_nodes", 0), graph_meta.get("num_edges", 0)
     feats = graph_meta.get("num_features", 0)
     nodes, edges = batch_bounds(cfg.batch_size, cfg.fanouts, n, e)
-    from runners.adapters import MEMORY_TRAITS
-
     # node ids and labels (int64) + the framework's edge structure; features are float32
-    structure_bytes = nodes * 16 + edges * MEMORY_TRAITS[cfg.framework]["edge_bytes"]
+    structure_bytes = nodes * 16 + edges * traits["edge_bytes"]
     batch_bytes = nodes * feats * 4 + structure_bytes
     ranks, workers = cfg.devices, cfg.workers
-    fw = cfg.framework
-    traits = MEMORY_TRAITS[fw]
     base = traits["baseline_bytes"]
     dataset_bytes = graph_meta.get("dataset_bytes") or 0
     adjacency_bytes = graph_meta.get("adjacency_bytes") or 0
     copies_per_rank = adjacency_bytes if (traits["copies_adjacency_with_workers"] and workers > 0) else 0
-    # Each worker builds one batch while prefetch_factor finished ones wait; the rank holds the
-    # one in use and receives/builds the next.
-    waiting = workers * (PREFETCH_FACTOR + 1)
-    if traits["workers_gather_features"]:
-        in_flight_per_rank = (waiting + 2) * batch_bytes
-    else:  # workers hand over structure only; the rank gathers features for the batch in use
-        in_flight_per_rank = waiting * structure_bytes + 2 * batch_bytes
-    from runners.adapters import layer_shapes
-
-    shapes = layer_shapes(cfg.model, feats, cfg.hidden, graph_meta.get("num_classes", 0), cfg.layers, cfg.heads)
-    reach = hop_reach(cfg.batch_size, cfg.fanouts, n)
-    L = len(shapes)
-    # Layer i's outputs: every sampled node for PyG (unless trimmed), the nodes still needed
-    # (within L-1-i hops) for DGL's shrinking blocks. Output, its gradient and one intermediate.
-    rows = [nodes if (traits["all_nodes_every_layer"] and not cfg.pyg_trim) else reach[min(L - 1 - i, len(reach) - 1)]
-            for i in range(L)]
-    compute_per_rank = sum(r * d_out * h for r, (_, d_out, h) in zip(rows, shapes)) * 4 * 3
-    if cfg.model == "sage":  # neighbour + root weight, bias
-        params = sum(2 * d_in * d_out + d_out for d_in, d_out, _ in shapes)
-    else:  # weight, two attention vectors, bias per head
-        params = sum(d_in * d_out * h + 3 * d_out * h for d_in, d_out, h in shapes)
-    # weights + DDP's gradient buckets + gradients + Adam's two moments, float32
-    params_per_rank = params * 4 * 5
-    if cfg.device_type == "cuda":  # activations and optimiser state live in GPU memory
-        compute_per_rank = params_per_rank = 0
+    waiting, in_flight_per_rank = _batches_in_flight(traits, workers, batch_bytes, structure_bytes)
+    compute_per_rank, params_per_rank = _compute_per_rank(cfg, traits, graph_meta, nodes)
     terms = {
         "agent_baseline": base["agent"],
         "rank_baseline": ranks * base["rank"],
@@ -148,6 +124,41 @@ def model_peak(cfg, graph_meta: dict) -> dict:
                                            "memory-mapped, shared by every process"),
                    "baseline_bytes": dict(base)},
     }
+
+
+def _batches_in_flight(traits: dict, workers: int, batch_bytes: int, structure_bytes: int) -> tuple:
+    """(batches waiting in one rank's loader, bytes of all its batches in flight)."""
+    # Each worker builds one batch while prefetch_factor finished ones wait; the rank holds the
+    # one in use and receives/builds the next.
+    waiting = workers * (PREFETCH_FACTOR + 1)
+    if traits["workers_gather_features"]:
+        return waiting, (waiting + 2) * batch_bytes
+    # workers hand over structure only; the rank gathers features for the batch in use
+    return waiting, waiting * structure_bytes + 2 * batch_bytes
+
+
+def _compute_per_rank(cfg, traits: dict, graph_meta: dict, nodes: int) -> tuple:
+    """(activation bytes, parameter + optimiser-state bytes) one rank holds in host memory;
+    both 0 on GPUs, where they live in device memory."""
+    from runners.adapters import layer_shapes
+
+    feats = graph_meta.get("num_features", 0)
+    shapes = layer_shapes(cfg.model, feats, cfg.hidden, graph_meta.get("num_classes", 0), cfg.layers, cfg.heads)
+    reach = hop_reach(cfg.batch_size, cfg.fanouts, graph_meta.get("num_nodes", 0))
+    L = len(shapes)
+    # Layer i's outputs: every sampled node for PyG (unless trimmed), the nodes still needed
+    # (within L-1-i hops) for DGL's shrinking blocks. Output, its gradient and one intermediate.
+    rows = [nodes if (traits["all_nodes_every_layer"] and not cfg.pyg_trim) else reach[min(L - 1 - i, len(reach) - 1)]
+            for i in range(L)]
+    compute = sum(r * d_out * h for r, (_, d_out, h) in zip(rows, shapes)) * 4 * 3
+    if cfg.model == "sage":  # neighbour + root weight, bias
+        params = sum(2 * d_in * d_out + d_out for d_in, d_out, _ in shapes)
+    else:  # weight, two attention vectors, bias per head
+        params = sum(d_in * d_out * h + 3 * d_out * h for d_in, d_out, h in shapes)
+    if cfg.device_type == "cuda":  # activations and optimiser state live in GPU memory
+        return 0, 0
+    # weights + DDP's gradient buckets + gradients + Adam's two moments, float32
+    return compute, params * 4 * 5
 
 
 def describe_model(model: dict) -> str:

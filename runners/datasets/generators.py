@@ -148,20 +148,35 @@ def generate(spec: SyntheticSpec) -> dict:
     # Independent streams per component: changing e.g. the feature code keeps the graph.
     s_labels, s_theta, s_first, s_edges, s_feat, s_split = np.random.SeedSequence(
         [spec.seed, GENERATOR_VERSION]).spawn(6)
-
-    rng = np.random.default_rng(s_labels)
-    class_p = np.exp(spec.class_size_sigma * rng.standard_normal(c))
-    class_p /= class_p.sum()
-    counts = rng.multinomial(n - c, class_p) + 1  # every class has a node
-    labels = rng.permutation(np.repeat(np.arange(c, dtype=np.int64), counts))
-
+    labels = _labels(spec, np.random.default_rng(s_labels))
     theta = np.exp(spec.degree_sigma * np.random.default_rng(s_theta).standard_normal(n))
     sampler = _Sampler(labels, theta, c)
+    keys = _first_edges(spec, sampler, np.random.default_rng(s_first))
+    keys = _weighted_edges(spec, sampler, keys, s_edges)
+    indptr, indices = _csc_from_keys(keys, n)
+    del keys
+    features = _features(spec, labels, np.random.default_rng(s_feat))
+    return {"indptr": indptr, "indices": indices, "features": features, "labels": labels,
+            **_split(spec, np.random.default_rng(s_split))}
 
-    # Every node proposes one edge first, so no node is isolated (DGL's GATConv, for one,
-    # rejects nodes without in-edges). Redraw self-partners a few times; a class of one
-    # node falls back to a global draw, and finally to the next node id.
-    rng = np.random.default_rng(s_first)
+
+def _labels(spec: SyntheticSpec, rng) -> np.ndarray:
+    """Each node's class: lognormal class sizes, every class with at least one node."""
+    n, c = spec.num_nodes, spec.num_classes
+    class_p = np.exp(spec.class_size_sigma * rng.standard_normal(c))
+    class_p /= class_p.sum()
+    counts = rng.multinomial(n - c, class_p) + 1
+    return rng.permutation(np.repeat(np.arange(c, dtype=np.int64), counts))
+
+
+def _first_edges(spec: SyntheticSpec, sampler: _Sampler, rng) -> np.ndarray:
+    """One proposed edge per node, as sorted unique CSC keys, so that no node is isolated
+    (DGL's GATConv, for one, rejects nodes without in-edges).
+
+    Self-partners are redrawn a few times; a class of one node falls back to a global draw,
+    and finally to the next node id.
+    """
+    n = spec.num_nodes
     u0 = np.arange(n, dtype=np.int64)
     v0 = sampler.partners(rng, u0, spec.homophily)
     for attempt in range(12):
@@ -172,40 +187,55 @@ def generate(spec: SyntheticSpec) -> dict:
                    else sampler.draw_global(rng, len(bad)))
     bad = v0 == u0
     v0[bad] = (u0[bad] + 1) % n
-    keys = _sorted_unique(_pair_keys(u0, v0, n))
+    return _sorted_unique(_pair_keys(u0, v0, n))
 
-    # Then weighted pairs until the target edge count is reached. Duplicates are dropped, so
-    # top up in rounds sized by the observed rate of new edges (deterministic: each round's
-    # size follows from the previous arrays, each chunk has its own spawned stream).
+
+def _weighted_edges(spec: SyntheticSpec, sampler: _Sampler, keys: np.ndarray, streams) -> np.ndarray:
+    """`keys` topped up with weighted pairs until the target edge count is reached.
+
+    Duplicates are dropped, so pairs are drawn in rounds sized by the observed rate of new
+    edges (deterministic: each round's size follows from the previous arrays, each chunk has
+    its own stream spawned from `streams`).
+    """
     target = spec.num_edges
-    pairs = max(target // 2 - n, 0)
+    pairs = max(target // 2 - spec.num_nodes, 0)
     for _ in range(8):
         if len(keys) >= target or pairs <= 0:
             break
         before = len(keys)
-        new = np.empty(2 * pairs, dtype=np.int64)
-        filled = 0
-        for start in range(0, pairs, spec.chunk_pairs):
-            rng = np.random.default_rng(s_edges.spawn(1)[0])  # next child stream
-            m = min(spec.chunk_pairs, pairs - start)
-            u = sampler.draw_global(rng, m)
-            k = _pair_keys(u, sampler.partners(rng, u, spec.homophily), n)
-            new[filled:filled + len(k)] = k
-            filled += len(k)
-        new = _sorted_unique(new[:filled])
+        new = _draw_pairs(spec, sampler, pairs, streams)
         keys = _sorted_unique(np.concatenate([keys, new]), runs=True)
         del new
         gained = len(keys) - before
         log.info("  drew %d pairs: %d directed edges now (target %d)", pairs, len(keys), target)
         rate = max(gained / (2 * pairs), 1e-3)
         pairs = math.ceil((target - len(keys)) / (2 * rate))
-    indptr, indices = _csc_from_keys(keys, n)
-    del keys
+    return keys
 
-    # Features: centroid + noise, scaled to unit variance per dimension. With centroids
-    # ~N(0, I), two classes are 2 * feature_snr noise standard deviations apart along the
-    # line joining them (a z-score of feature_snr for the nearest-centroid decision).
-    rng = np.random.default_rng(s_feat)
+
+def _draw_pairs(spec: SyntheticSpec, sampler: _Sampler, pairs: int, streams) -> np.ndarray:
+    """Sorted unique CSC keys of `pairs` weighted pairs, drawn chunk by chunk (bounded memory),
+    each chunk from the next child stream of `streams`."""
+    n = spec.num_nodes
+    new = np.empty(2 * pairs, dtype=np.int64)
+    filled = 0
+    for start in range(0, pairs, spec.chunk_pairs):
+        rng = np.random.default_rng(streams.spawn(1)[0])
+        m = min(spec.chunk_pairs, pairs - start)
+        u = sampler.draw_global(rng, m)
+        k = _pair_keys(u, sampler.partners(rng, u, spec.homophily), n)
+        new[filled:filled + len(k)] = k
+        filled += len(k)
+    return _sorted_unique(new[:filled])
+
+
+def _features(spec: SyntheticSpec, labels: np.ndarray, rng) -> np.ndarray:
+    """Features: class centroid + noise, scaled to unit variance per dimension.
+
+    With centroids ~N(0, I), two classes are 2 * feature_snr noise standard deviations apart
+    along the line joining them (a z-score of feature_snr for the nearest-centroid decision).
+    """
+    n, c, f = spec.num_nodes, spec.num_classes, spec.num_features
     centroids = rng.standard_normal((c, f)).astype(np.float32)
     noise = math.sqrt(2 * f) / (2 * spec.feature_snr)
     scale = np.float32(1.0 / math.sqrt(1.0 + noise * noise))
@@ -218,16 +248,17 @@ def generate(spec: SyntheticSpec) -> dict:
         block += centroids[labels[start:stop]]
         block *= scale
         features[start:stop] = block
+    return features
 
-    rng = np.random.default_rng(s_split)
+
+def _split(spec: SyntheticSpec, rng) -> dict:
+    """train_idx, val_idx and test_idx: a random split in spec.split's proportions, each sorted."""
+    n = spec.num_nodes
     perm = rng.permutation(n)
     n_train = int(round(spec.split[0] * n))
     n_val = int(round(spec.split[1] * n))
-    return {
-        "indptr": indptr, "indices": indices, "features": features, "labels": labels,
-        "train_idx": np.sort(perm[:n_train]), "val_idx": np.sort(perm[n_train:n_train + n_val]),
-        "test_idx": np.sort(perm[n_train + n_val:]),
-    }
+    return {"train_idx": np.sort(perm[:n_train]), "val_idx": np.sort(perm[n_train:n_train + n_val]),
+            "test_idx": np.sort(perm[n_train + n_val:])}
 
 
 # --------------------------------------------------------------------------------------
