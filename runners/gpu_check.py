@@ -23,10 +23,8 @@ from pathlib import Path
 from runners import envinfo
 from runners.adapters.registry import FRAMEWORK_NAMES as FRAMEWORKS
 from runners.adapters.registry import MODEL_NAMES as MODELS
-
-
-# Points a machine or a lane cannot run: recorded with their reason, not failures of the check.
-SKIP_CAUSES = ("not_enough_devices", "framework_unavailable")
+# Points a machine or a lane cannot run are recorded with their reason, not failures of the check.
+from runners.run import SKIP_CAUSES
 
 
 def _run(cmd: list, log: Path) -> int:
