@@ -222,6 +222,17 @@ def rerun_command(argv: list) -> list:
     return ["python", "-m", "runners.run"] + list(argv)
 
 
+def check_lane(wanted, lane: dict) -> str:
+    """The lane the run is in: that of this Python (its scripts/setup.sh manifest). A run that
+    names another lane is refused: it would record one stack and measure another."""
+    here = lane["lane"]
+    if wanted is not None and wanted != here:
+        raise ConfigError(f"--lane {wanted}: this Python ({sys.executable}) is lane {here}; run the point "
+                          f"with the {wanted} lane's Python (make setup LANE={wanted}, then "
+                          f"{'.venv' if wanted == 'pair' else '.venv-' + wanted}/bin/python -m runners.run ...)")
+    return here
+
+
 def parse_and_check(argv: list) -> tuple:
     """(cfg, env, skip cause) from the options; invalid options or an unusable environment exit
     2 here, before anything runs (parser.error). A point this node or lane cannot run is not an
@@ -231,6 +242,7 @@ def parse_and_check(argv: list) -> tuple:
     env = envinfo.collect()
     try:
         cfg = config_from_args(args, envinfo.visible_gpu_count(env), env["cpu_cores"])
+        cfg.lane = check_lane(cfg.lane, env["lane"])
         unavailable = None if cfg.skip_reason else envinfo.framework_unavailable(cfg.framework, env)
         if unavailable:
             cfg.skip_reason = unavailable

@@ -147,3 +147,35 @@ def test_own_lane_reuses_the_pythons_torch(tmp_path):
     assert result["env"]["lane"]["packages"]["torch"]["origin"] == "reused"
     assert result["env"]["torch"] == torch_version
 
+
+
+def test_sweep_report_shows_both_lanes(tmp_path):
+    """A real sweep with the current lane beside the pair: runs.csv carries the lane, the
+    DGL point in `current` is skipped with its reason, and the report's lanes table shows
+    PyG on both torches."""
+    import yaml
+
+    from tests.test_workflow import CONFIGS, project_copy, snakemake
+
+    current_python()
+    proj = project_copy(tmp_path)
+    (proj / ".venv-current").symlink_to(REPO / ".venv-current")
+    cfg = yaml.safe_load((CONFIGS / "minimal.yaml").read_text())
+    cfg.update(max_steps_per_epoch=2, lanes={"compare": ["current"], "devices": [2], "batch_size": 64,
+                                             "workers": 0, "repeats": 1})
+    (proj / "lanes.yaml").write_text(yaml.safe_dump(cfg))
+    res = snakemake("--configfile", str(proj / "lanes.yaml"), "--cores", "2", cwd=proj,
+                    snakefile=proj / "Snakefile", timeout=1200)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    import pandas as pd
+
+    runs = pd.read_csv(proj / "results" / "aggregate" / "runs.csv")
+    by = {(r.framework, r.lane): r for r in runs.itertuples()}
+    assert by[("pyg", "pair")].status == "ok" and by[("pyg", "current")].status == "ok"
+    assert by[("dgl", "pair")].status == "ok" and by[("dgl", "current")].status == "skipped"
+    assert by[("pyg", "current")].env_torch != by[("pyg", "pair")].env_torch
+    lanes = pd.read_csv(proj / "results" / "report" / "lanes.csv")
+    assert set(lanes["lane"]) == {"pair", "current"}
+    assert "not installed" in lanes[(lanes.framework == "dgl") & (lanes.lane == "current")]["reason"].iloc[0]
+    page = (proj / "results" / "report" / "index.html").read_text()
+    assert "Lanes: the same graph on another torch" in page and f"current ({by[('pyg', 'current')].env_torch})" in page
