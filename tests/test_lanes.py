@@ -119,7 +119,7 @@ def test_own_lane_reuses_the_pythons_torch(tmp_path):
     if base is None:
         pytest.skip("python3.11 not found")
     env = {**os.environ, **python_with_torch(tmp_path)}
-    probe = subprocess.run([base, "-c", "import torch; print(torch.__version__)"], env=env,
+    probe = subprocess.run([base, "-c", "import importlib.metadata as m, torch; print(m.version('torch'))"], env=env,
                            capture_output=True, text=True)
     assert probe.returncode == 0, probe.stderr
     torch_version = probe.stdout.strip()
