@@ -142,6 +142,7 @@ def lanes_findings(data: pd.DataFrame) -> list:
         out.append(text)
     skipped = data[(data["n_ok"] == 0) & (data["reason"] != "")] if len(data) else data
     for fw, g in skipped.groupby("framework", sort=False):
-        out.append(f"{framework_label(fw)} in lane {', '.join(sorted(set(g['lane'])))}: {len(g)} point(s) skipped "
-                   f"({g['reason'].iloc[0]}).")
+        reason = g["reason"].iloc[0].removeprefix("skipped: ")
+        out.append(f"{framework_label(fw)} in lane {', '.join(sorted(set(g['lane'])))}: {len(g)} point(s) skipped, "
+                   f"every repeat: {reason}.")
     return out
