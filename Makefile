@@ -1,15 +1,26 @@
 # The two commands of the README: `make report` (default sweep + HTML report) and `make test`.
-# Both set up the pinned environment first; that step does nothing when it is already current.
+# Both set up the lanes first (scripts/setup.sh); that step does nothing when they are current.
+# A lane is a software stack: `pair` (torch 2.2.1, DGL and PyG; .venv, which also runs Snakemake,
+# the analysis and the tests), `current` (the newest torch PyG tests, PyG only; .venv-current) and
+# `own` (the Python named by PYTHON=..., reusing its torch; .venv-own).
 VENV ?= .venv
 PY := $(VENV)/bin/python
+LANE ?= pair
+LANE_VENV := $(if $(filter pair,$(LANE)),$(VENV),.venv-$(LANE))
 # Jobs and tools started by snakemake/pytest find the venv first.
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 CORES ?= all
 
-.PHONY: setup report test doctor gpu-check lock browser slurm clean-results
+.PHONY: setup lanes report test doctor gpu-check lock browser slurm clean-results
 
+# One lane: `make setup` (pair), `make setup LANE=current`, `make setup LANE=own PYTHON=python3`.
 setup:
-	@VENV=$(VENV) scripts/setup.sh
+	@LANE=$(LANE) VENV=$(LANE_VENV) scripts/setup.sh
+
+# The lanes the default sweep and the tests use.
+lanes:
+	@LANE=pair VENV=$(VENV) scripts/setup.sh
+	@LANE=current VENV=.venv-current scripts/setup.sh
 
 # Headless Chromium for the report's browser check (Debian package; skipped where apt is absent).
 browser:
@@ -28,25 +39,26 @@ slurm:
 	      || echo "slurm: could not install slurm-wlm and munge; the SLURM tests will be skipped"; \
 	  else echo "slurm: slurm-wlm not installed; the SLURM tests will be skipped"; fi; }
 
-report: setup
+report: lanes
 	$(VENV)/bin/snakemake --cores $(CORES) --profile profiles/default
 	@echo "report: $(CURDIR)/results/report/index.html"
 
-test: setup browser slurm
+test: lanes browser slurm
 	$(PY) -m pytest -q tests
 
 doctor: setup
-	$(PY) -m runners.doctor
+	$(LANE_VENV)/bin/python -m runners.doctor
 
 # On a machine with NVIDIA GPUs: doctor, short NCCL runs of every framework x model at 1 and 2
 # GPUs, their report, and the `gpu` tests; prints one table. Fails loudly without a GPU.
 gpu-check: setup
-	$(PY) -m runners.gpu_check
+	$(LANE_VENV)/bin/python -m runners.gpu_check --analysis-python $(PY)
 
-# Regenerate the lock from the current environment (after deliberately changing a version).
+# Regenerate a lane's lock from its environment (after deliberately changing a version).
 lock:
-	$(PY) -m pip freeze --all --exclude pip --exclude-editable | sort -f > requirements/lock.txt
-	$(PY) -m pip --version | awk '{print "pip==" $$2}' >> requirements/lock.txt
+	@[ "$(LANE)" != own ] || { echo "lock: the own lane has no lock (it keeps what its Python has)" >&2; exit 2; }
+	$(LANE_VENV)/bin/python -m pip freeze --all --exclude pip --exclude-editable | sort -f > requirements/$(LANE)/lock.txt
+	$(LANE_VENV)/bin/python -m pip --version | awk '{print "pip==" $$2}' >> requirements/$(LANE)/lock.txt
 
 clean-results:
 	rm -rf results .snakemake

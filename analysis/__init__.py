@@ -53,7 +53,7 @@ GRID_KEYS = ("framework", "model", "devices", "batch_size", "workers")
 EXPERIMENT_KEYS = (
     "dataset", "device_type", "nodes", "epochs", "fanouts", "layers", "hidden", "heads",
     "dropout", "lr", "lr_scaling", "warmup_epochs", "weight_decay", "self_loops", "replace",
-    "pyg_trim", "breakdown", "probes", "uneven_batches", "inject", "max_steps_per_epoch", "harness",
+    "pyg_trim", "breakdown", "probes", "uneven_batches", "inject", "max_steps_per_epoch", "harness", "lane",
     "until", "precision",
 )
 

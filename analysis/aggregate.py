@@ -42,7 +42,7 @@ CONFIG_COLUMNS = (
     "replace", "pyg_trim", "breakdown", "probes", "uneven_batches", "inject", "threads_per_rank",
     # Written by the current runner but not required by the schema.
     "warmup_epochs", "max_steps_per_epoch", "eval_every", "lr_effective", "inject_rank",
-    "time_limit_s", "stall_floor_s", "stall_factor", "harness", "until", "precision", "min_steady_epochs",
+    "time_limit_s", "stall_floor_s", "stall_factor", "harness", "lane", "until", "precision", "min_steady_epochs",
     "max_train_s",
 )
 # How well a run pinned its steady-state epoch time down (summary.precision, runners/stopping.py).
@@ -232,6 +232,7 @@ def run_row(data: dict, result_path: Path) -> dict:
            "status": data["status"]}
     row.update({k: _scalar(cfg.get(k)) for k in CONFIG_COLUMNS})
     row["harness"] = cfg.get("harness") or "fair"  # results from before --harness were all fair
+    row["lane"] = cfg.get("lane") or "pair"  # results from before lanes ran on the pair's torch 2.2.1
     row["world_size"] = cfg["devices"] * cfg["nodes"]
     # Ranks and their loader workers on one node; more of them than cores means they take
     # turns on the CPU, which a 2-core result must say before anyone reads it as a GPU claim.

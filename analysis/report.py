@@ -27,7 +27,7 @@ import jinja2
 import pandas as pd
 
 from analysis import FRAMEWORK_ORDER, STATUS_COLOURS, framework_label, model_label
-from analysis import deadlocks, planning, plots, tables
+from analysis import deadlocks, lanes, planning, plots, tables
 from analysis.aggregate import Aggregate
 from analysis.display import TableSet, frame_table
 from analysis.findings import all_findings, study_findings
@@ -37,7 +37,7 @@ from runners.adapters import registry
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 TABLE_NAMES = ("table2", "paper_comparison", "study_work", "study_time", "scaling", "workers", "batch", "breakdown",
-               "throughput", "accuracy", "plan", "deadlocks", "environment", "fairness", "runs", "invalid")
+               "throughput", "accuracy", "plan", "lanes", "deadlocks", "environment", "fairness", "runs", "invalid")
 PLOT_NAMES = ("status_map", "runtime_vs_devices", "speedup", "breakdown", "throughput", "resources")
 # Every file the report writes beside index.html (Snakemake declares these as outputs).
 ASSETS = tuple(f"{t}.{ext}" for t in TABLE_NAMES for ext in ("csv", "html")) + tuple(f"{p}.png" for p in PLOT_NAMES)
@@ -219,6 +219,7 @@ def png_data_uri(path: Path) -> str:
 def build_tables(agg: Aggregate, runs: pd.DataFrame) -> dict:
     """name -> TableSet: the analysis tables, then plan, deadlocks, environment, fairness and run lists."""
     out = tables.all_tables(runs)
+    out["lanes"] = lanes.lanes_table(runs)
     memory = tables.memory_model_table(runs)
     if not memory.empty:  # the pre-flight memory model against the measured peak
         out["memory_model"] = frame_table(
@@ -308,6 +309,7 @@ def render(agg: Aggregate, out: Path, assets: Path, source: str = "") -> Path:
         status_colours=STATUS_COLOURS,
         findings=all_findings(runs, points, scaling, tabs["paper_comparison"].data, agg.invalid,
                               workers=tabs["workers"].data, batch=tabs["batch"].data, plan=tabs["plan"].data),
+        lane_findings=lanes.lanes_findings(tabs["lanes"].data),
         study_findings=study_findings(tabs["study_work"].data, tabs["study_time"].data, tables.load_paper(),
                                       performance_runs(runs)),
         tables={k: {"title": t.title, "description": t.description, "html": t.html()} for k, t in tabs.items()},

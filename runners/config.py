@@ -89,8 +89,9 @@ class RunConfig:
         settings["dataset_hash"] = dataset_hash
         digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
         nodes = f"x{self.nodes}" if self.nodes > 1 else ""
+        lane = f"-{self.lane}" if self.lane not in (None, "pair") else ""
         run_id = (f"{self.dataset}-{self.framework}-{self.model}-d{self.devices}{nodes}"
-                  f"-b{self.batch_size}-w{self.workers}-r{self.repeat}-{digest[:10]}")
+                  f"-b{self.batch_size}-w{self.workers}-r{self.repeat}{lane}-{digest[:10]}")
         return {"run_id": run_id, "digest": digest, "settings": settings}
 
     def stop_rule(self):

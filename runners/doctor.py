@@ -1,9 +1,11 @@
 """Environment check: `python -m runners.doctor [--json]`.
 
-Prints Python/torch/PyG/DGL versions, PyG's sampler backend, whether DGL has CUDA, visible
+Prints the lane (pair, current, own; scripts/setup.sh), which frameworks it carries, Python/torch/PyG/DGL versions, PyG's sampler backend, whether DGL has CUDA, visible
 GPUs and NVML status, cores, memory, /dev/shm and the open-files limit. Each framework is
 imported and exercised (one sampled mini-batch, one forward pass) in its OWN subprocess,
-because importing DGL changes process-wide settings (the checks live in the adapters). Exits 1 when a framework is unusable.
+because importing DGL changes process-wide settings (the checks live in the adapters). Exits 1
+when a framework the lane carries is unusable; one the lane does not carry (DGL in `current`) is
+listed with the reason its runs will be skipped.
 """
 
 from __future__ import annotations
@@ -33,6 +35,15 @@ def check_framework(name: str) -> dict:
     return {"usable": True, "detail": res.stdout.strip().splitlines()[-1]}
 
 
+def carried(env: dict) -> list:
+    """Frameworks this lane is meant to run: those its requirement list names (pair: both;
+    current: PyG), or in an own or unmanaged environment, those installed."""
+    packages = env["lane"].get("packages") or {}
+    if env["lane"]["lane"] in ("pair", "current") and packages:
+        return [n for n in FRAMEWORKS if set(registry.framework(n).distributions) & set(packages)]
+    return [n for n in FRAMEWORKS if envinfo.package_version(*registry.framework(n).distributions)]
+
+
 def gib(n) -> str:
     return "unknown" if n is None else f"{n / 2**30:.1f} GiB"
 
@@ -42,20 +53,29 @@ def main(argv=None) -> int:
     p.add_argument("--json", action="store_true", help="print the findings as JSON")
     args = p.parse_args(argv)
     env = envinfo.collect()
-    checks = {name: check_framework(name) for name in FRAMEWORKS}
+    lane_frameworks = carried(env)
+    checks = {name: check_framework(name) for name in lane_frameworks}
+    absent = {name: envinfo.framework_unavailable(name, env) for name in FRAMEWORKS if name not in checks}
     problems = [f"{name}: {c['detail']}" for name, c in checks.items() if not c["usable"]]
     gpus = envinfo.visible_gpu_count(env)
-    if gpus and not env["dgl_cuda"]:
+    if gpus and "dgl" in checks and not env["dgl_cuda"]:
         problems.append("GPUs are visible but DGL is the CPU-only build: GPU runs of DGL will be refused "
                         "(install DGL's CUDA build; README 'GPU machines')")
-    if gpus and env["pyg_sampler_backend"] != "pyg-lib":
+    if gpus and "pyg" in checks and env["pyg_sampler_backend"] != "pyg-lib":
         problems.append("GPUs are visible but pyg-lib is missing: PyG GPU runs sample with "
                         f"{env['pyg_sampler_backend']} (recorded with every result); PyG prefers pyg-lib "
                         "(install it; README 'GPU machines')")
     if args.json:
-        print(json.dumps({"env": env, "frameworks": checks, "problems": problems}, indent=1))
+        print(json.dumps({"env": env, "lane": env["lane"]["lane"], "frameworks": checks,
+                          "not_in_lane": absent, "problems": problems}, indent=1))
     else:
+        lane = env["lane"]
+        reused = ", ".join(f"{n} {lane['packages'][n]['version']}" for n in lane.get("reused", []))
         rows = [
+            ("lane", lane["lane"] + (f" ({lane['reason']})" if lane.get("reason") else "")),
+            ("lane reuses", reused or ("unknown" if lane["lane"] == "unmanaged"
+                                       else "nothing (every package installed by the set-up)")),
+            ("frameworks in lane", ", ".join(lane_frameworks) or "none"),
             ("Python", env["python"]), ("torch", env["torch"]),
             ("torch_geometric", env["torch_geometric"]), ("dgl", env["dgl"]),
             ("PyG sampler backend", env["pyg_sampler_backend"]
@@ -69,6 +89,8 @@ def main(argv=None) -> int:
         ]
         for name, c in checks.items():
             rows.append((f"{name} usable", "yes" if c["usable"] else f"NO: {c['detail']}"))
+        for name, why in absent.items():
+            rows.append((f"{name} usable", f"not in this lane; its runs are skipped: {why or 'not carried'}"))
         width = max(len(k) for k, _ in rows)
         for k, v in rows:
             print(f"{k:<{width}}  {v}")

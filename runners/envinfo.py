@@ -8,12 +8,14 @@ environment variables after its framework is imported.
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import resource
 import shutil
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
 from runners.adapters import registry  # light: no torch, PyG or DGL
@@ -162,6 +164,44 @@ def scheduler() -> dict:
     return info
 
 
+# Written by scripts/setup.sh into the environment it built (scripts/lane_manifest.py).
+LANE_MANIFEST = "gnnscale-lane.json"
+
+
+def lane() -> dict:
+    """The lane this Python is (pair, current, own) and where each of its packages came from:
+    reused from the Python the lane was built on, or installed by the set-up. A Python that
+    scripts/setup.sh did not build is 'unmanaged', with the reason."""
+    path = Path(sys.prefix) / LANE_MANIFEST
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        return {"lane": "unmanaged", "reason": f"{path} unreadable ({type(exc).__name__}): this Python was "
+                "not set up by scripts/setup.sh", "packages": {}, "reused": [], "installed": []}
+
+
+def framework_unavailable(name: str, env: dict) -> str | None:
+    """Why framework `name` cannot run in this Python (not installed, or its import fails, as
+    DGL's does on a torch newer than 2.4), naming the lane and the torch; None when it can.
+
+    The import is tried in a subprocess (importing DGL changes process-wide settings), and only
+    outside the pair lane, whose lock is the one known to import both frameworks."""
+    fw = registry.framework(name)
+    where = f"lane {env['lane']['lane']}, torch {env['torch']}, Python {env['python']}"
+    version = package_version(*fw.distributions)
+    if version is None:
+        return f"{fw.label} ({fw.distributions[-1]}) is not installed in this environment ({where})"
+    if env["lane"]["lane"] == "pair":
+        return None
+    res = subprocess.run([sys.executable, "-c", f"import {fw.module}"], capture_output=True, text=True,
+                         timeout=300, cwd=REPO_ROOT)
+    if res.returncode != 0:
+        lines = [line for line in res.stderr.splitlines() if line.strip()]
+        return (f"import {fw.module} ({fw.distributions[-1]} {version}) fails ({where}): "
+                f"{lines[-1] if lines else res.returncode}")
+    return None
+
+
 def collect() -> dict:
     """Everything recorded in result.json's `env` (except the dataset hash)."""
     nvml = nvml_status()
@@ -182,6 +222,7 @@ def collect() -> dict:
         "hostname": socket.gethostname(),
         "platform": platform.platform(),
         "scheduler": scheduler(),
+        "lane": lane(),
         "dataset_hash": None,
     }
     info.update(git_state())

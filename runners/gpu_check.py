@@ -1,10 +1,13 @@
 """One-command check of the GPU path: `make gpu-check` (python -m runners.gpu_check).
 
 On a machine with one or more NVIDIA GPUs it runs, in order: the doctor; one short real run
-per registered framework x model at 1 GPU and at min(2, GPUs) GPUs (NCCL, step breakdown on, so every
-phase edge is synchronised); the aggregation and report of those runs; and the tests marked
-`gpu`. It prints one table (status, median epoch time, NVML samples that reached the
-report's aggregate, phases recorded) and exits non-zero if anything is missing. On a machine
+per registered framework x model at 1 and 2 GPUs (NCCL, step breakdown on, so every phase edge
+is synchronised); the aggregation and report of those runs; and the tests marked `gpu`. It runs
+in the lane it is started from (`make gpu-check LANE=own PYTHON=python3` reuses the machine's
+CUDA torch). A point the machine or the lane cannot run is recorded as skipped with its reason,
+as the sweep records it: 2 GPUs on a one-GPU machine, DGL in a lane whose torch it does not
+import. It prints one table (status, median epoch time, NVML samples that reached the report's
+aggregate, phases recorded) and exits non-zero if a point that could run did not run cleanly. On a machine
 without a GPU it fails at once and says so: a GPU check that passes without a GPU would be
 a lie.
 """
@@ -20,6 +23,8 @@ from pathlib import Path
 from runners import envinfo
 from runners.adapters.registry import FRAMEWORK_NAMES as FRAMEWORKS
 from runners.adapters.registry import MODEL_NAMES as MODELS
+# Points a machine or a lane cannot run are recorded with their reason, not failures of the check.
+from runners.run import SKIP_CAUSES
 
 
 def _run(cmd: list, log: Path) -> int:
@@ -28,53 +33,36 @@ def _run(cmd: list, log: Path) -> int:
         return subprocess.run(cmd, cwd=envinfo.REPO_ROOT, stdout=fh, stderr=subprocess.STDOUT).returncode
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--out", default="results/gpu-check", help="where the runs, aggregate and report go")
-    p.add_argument("--dataset", default="small")
-    p.add_argument("--epochs", type=int, default=3)
-    args = p.parse_args(argv)
-    out = (envinfo.REPO_ROOT / args.out).resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    py = sys.executable
-
-    env = envinfo.collect()
-    gpus = envinfo.visible_gpu_count(env)
-    if gpus == 0:
-        print(f"gpu-check: FAILED: no GPU on this machine (NVML: {env['nvml']['reason'] or 'no GPUs'}; "
-              "torch sees none). Run it on a machine with an NVIDIA GPU and the CUDA builds "
-              "(README, 'GPU machines').", file=sys.stderr)
-        return 1
-    if _run([py, "-m", "runners.doctor"], out / "doctor.log") != 0:
-        print(f"gpu-check: FAILED: the doctor found an unusable framework; see {out / 'doctor.log'}",
-              file=sys.stderr)
-        return 1
-
-    device_counts = sorted({1, min(2, gpus)})
+def run_points(py: str, out: Path, dataset: str, epochs: int) -> list:
+    """One short NCCL run per framework x model at 1 and 2 GPUs; their run directories."""
     runs = []
     for framework in FRAMEWORKS:
         for model in MODELS:
-            for devices in device_counts:
+            for devices in (1, 2):
                 run_dir = out / "runs" / f"{framework}-{model}-d{devices}"
                 _run([py, "-m", "runners.run", "--framework", framework, "--model", model,
                       "--devices", str(devices), "--batch-size", "1024", "--workers", "0",
-                      "--dataset", args.dataset, "--epochs", str(args.epochs), "--device", "cuda",
+                      "--dataset", dataset, "--epochs", str(epochs), "--device", "cuda",
                       "--breakdown", "on", "--out", str(run_dir)], out / f"{run_dir.name}.log")
                 runs.append(run_dir)
+    return runs
 
+
+def analyse(apy: str, out: Path, runs: list) -> tuple:
+    """Aggregate and report the runs; (report path, NVML samples per run id in the aggregate)."""
     agg_dir, report = out / "aggregate", out / "report" / "index.html"
-    _run([py, "-m", "analysis.aggregate", "--out-dir", str(agg_dir), *map(str, runs)], out / "aggregate.log")
-    _run([py, "-m", "analysis.report", "--aggregate", str(agg_dir), "--out", str(report)], out / "report.log")
-    nvml_rows = {}
+    _run([apy, "-m", "analysis.aggregate", "--out-dir", str(agg_dir), *map(str, runs)], out / "aggregate.log")
+    _run([apy, "-m", "analysis.report", "--aggregate", str(agg_dir), "--out", str(report)], out / "report.log")
     try:
         import pandas as pd
 
-        nvml = pd.read_csv(agg_dir / "nvml.csv")
-        nvml_rows = nvml.groupby("run_id").size().to_dict()
-    except (OSError, ValueError, KeyError):
-        pass
-    tests_rc = _run([py, "-m", "pytest", "-q", "-m", "gpu", "tests"], out / "pytest-gpu.log")
+        return report, pd.read_csv(agg_dir / "nvml.csv").groupby("run_id").size().to_dict()
+    except (ImportError, OSError, ValueError, KeyError):
+        return report, {}
 
+
+def print_runs(runs: list, nvml_rows: dict) -> list:
+    """The table of runs; the names of those that could run and did not run cleanly."""
     failures = []
     print(f"\n{'run':<18} {'status':<8} {'epoch s':>8} {'NVML samples':>13} {'phases':>7}")
     for run_dir in runs:
@@ -88,11 +76,43 @@ def main(argv=None) -> int:
         phases = bool(summary.get("step_breakdown_s"))
         print(f"{run_dir.name:<18} {res['status']:<8} {epoch if epoch is not None else float('nan'):>8.3f} "
               f"{samples:>13} {'yes' if phases else 'no':>7}")
-        if res["status"] != "ok" or samples == 0 or not phases:
+        if res["status"] == "skipped" and (res.get("diagnosis") or {}).get("cause") in SKIP_CAUSES:
+            print(f"{'':<18} {res['diagnosis']['summary']}")
+        elif res["status"] != "ok" or samples == 0 or not phases:
             failures.append(run_dir.name)
+    return failures
+
+
+def main(argv=None) -> int:
+    """Doctor, runs, report and gpu tests in this Python's lane; exit 1 on any failure."""
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--out", default="results/gpu-check", help="where the runs, aggregate and report go")
+    p.add_argument("--dataset", default="small")
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--analysis-python", default=sys.executable,
+                   help="the Python with the analysis packages (the pair lane's); the lane's own if it lacks one")
+    args = p.parse_args(argv)
+    out = (envinfo.REPO_ROOT / args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    py = sys.executable
+    env = envinfo.collect()
+    if envinfo.visible_gpu_count(env) == 0:
+        print(f"gpu-check: FAILED: no GPU on this machine (NVML: {env['nvml']['reason'] or 'no GPUs'}; "
+              "torch sees none). Run it on a machine with an NVIDIA GPU and the CUDA builds "
+              "(README, 'GPU machines').", file=sys.stderr)
+        return 1
+    if _run([py, "-m", "runners.doctor"], out / "doctor.log") != 0:
+        print(f"gpu-check: FAILED: the doctor found an unusable framework; see {out / 'doctor.log'}",
+              file=sys.stderr)
+        return 1
+    runs = run_points(py, out, args.dataset, args.epochs)
+    apy = args.analysis_python if Path(args.analysis_python).exists() else py
+    report, nvml_rows = analyse(apy, out, runs)
+    tests_rc = _run([py, "-m", "pytest", "-q", "-m", "gpu", "tests"], out / "pytest-gpu.log")
+    failures = print_runs(runs, nvml_rows)
     print(f"\ngpu tests (pytest -m gpu): {'passed' if tests_rc == 0 else f'FAILED (exit {tests_rc})'}; "
           f"log {out / 'pytest-gpu.log'}")
-    print(f"report: {report}")
+    print(f"report: {report}  (lane {env['lane']['lane']}, torch {env['torch']})")
     if failures or tests_rc != 0:
         print(f"gpu-check: FAILED: {', '.join(failures) or 'gpu tests'}; logs in {out}", file=sys.stderr)
         return 1

@@ -222,14 +222,31 @@ def rerun_command(argv: list) -> list:
     return ["python", "-m", "runners.run"] + list(argv)
 
 
+def check_lane(wanted, lane: dict) -> str:
+    """The lane the run is in: that of this Python (its scripts/setup.sh manifest). A run that
+    names another lane is refused: it would record one stack and measure another."""
+    here = lane["lane"]
+    if wanted is not None and wanted != here:
+        raise ConfigError(f"--lane {wanted}: this Python ({sys.executable}) is lane {here}; run the point "
+                          f"with the {wanted} lane's Python (make setup LANE={wanted}, then "
+                          f"{'.venv' if wanted == 'pair' else '.venv-' + wanted}/bin/python -m runners.run ...)")
+    return here
+
+
 def parse_and_check(argv: list) -> tuple:
-    """(cfg, env) from the options; invalid options or an unusable environment exit 2 here,
-    before anything runs (parser.error)."""
+    """(cfg, env, skip cause) from the options; invalid options or an unusable environment exit
+    2 here, before anything runs (parser.error). A point this node or lane cannot run is not an
+    error: its cause (SKIP_CAUSES) comes back, with the reason in cfg.skip_reason."""
     parser = build_parser()
     args = parser.parse_args(argv)
     env = envinfo.collect()
     try:
         cfg = config_from_args(args, envinfo.visible_gpu_count(env), env["cpu_cores"])
+        cfg.lane = check_lane(cfg.lane, env["lane"])
+        unavailable = None if cfg.skip_reason else envinfo.framework_unavailable(cfg.framework, env)
+        if unavailable:
+            cfg.skip_reason = unavailable
+            return cfg, env, "framework_unavailable"
         check_environment(cfg, env)
         if cfg.memory_limit_bytes:
             from runners.memory import MemoryCgroup, MemoryLimitError
@@ -240,7 +257,7 @@ def parse_and_check(argv: list) -> tuple:
                 raise ConfigError(str(exc))
     except ConfigError as exc:
         parser.error(str(exc))
-    return cfg, env
+    return cfg, env, "not_enough_devices" if cfg.skip_reason else None
 
 
 @dataclass
@@ -457,9 +474,21 @@ def result_record(cfg: RunConfig, identity: dict, argv: list, status: str, times
             "wall_time_s": wall_time_s, "command": {"argv": rerun, "shell": shlex.join(rerun)}, **sections}
 
 
-def record_skipped(cfg: RunConfig, env: dict, argv: list) -> int:
-    """A grid point this node cannot run (more GPUs than it has): a result that says so, so
-    the sweep goes on and the report shows the point as skipped, with the reason."""
+# Why a grid point can be skipped: (what the cause means, what to do about it).
+SKIP_CAUSES = {
+    "not_enough_devices": ("the grid point asks for more GPUs than this node has",
+                           "run it on a node with enough GPUs, or drop it from the grid"),
+    "framework_unavailable": ("the framework cannot be imported in this lane (not installed, or its "
+                              "release does not load on this torch)",
+                              "run the point in a lane that carries the framework (the pair lane carries "
+                              "both), or drop it from this lane's grid"),
+}
+
+
+def record_skipped(cfg: RunConfig, env: dict, argv: list, cause: str = "not_enough_devices") -> int:
+    """A grid point this node or lane cannot run (more GPUs than it has, a framework its torch
+    cannot import): a result that says so, so the sweep goes on and the report shows the point
+    as skipped, with the reason."""
     out = Path(cfg.out)
     clear_run_dir(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -469,9 +498,8 @@ def record_skipped(cfg: RunConfig, env: dict, argv: list) -> int:
         "config": cfg.to_json(), "env": env,
         "seeds": {"base": cfg.seed, "per_rank": []}, "ranks": [], "epochs": [], "validation": [],
         "summary": None,
-        "diagnosis": {"summary": f"skipped: {cfg.skip_reason}", "cause": "not_enough_devices",
-                      "cause_text": "the grid point asks for more GPUs than this node has",
-                      "remedy": "run it on a node with enough GPUs, or drop it from the grid",
+        "diagnosis": {"summary": f"skipped: {cfg.skip_reason}", "cause": cause,
+                      "cause_text": SKIP_CAUSES[cause][0], "remedy": SKIP_CAUSES[cause][1],
                       "evidence": [cfg.skip_reason], "ranks": [], "culprit_rank": None},
         "probes": {"nvml": {"available": False, "reason": "the run was skipped"},
                    "cpu": {"available": False, "interval_s": cfg.cpu_sample_interval_s, "cost_s": []}},
@@ -546,9 +574,9 @@ def write_and_report(out: Path, result: dict, run: Launch) -> int:
 def main(argv=None) -> int:
     """Check, pre-flight, launch, supervise and record one run (exit codes: the module's doc)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    cfg, env = parse_and_check(argv)
-    if cfg.skip_reason:
-        return record_skipped(cfg, env, argv)
+    cfg, env, skip_cause = parse_and_check(argv)
+    if skip_cause:
+        return record_skipped(cfg, env, argv, skip_cause)
     data = prepare_dataset(cfg, env)
     if data is None:
         return 2

@@ -27,6 +27,7 @@ class _Required:
 
 
 REQUIRED = _Required()  # the default of a setting that every run must give
+LANES = ("pair", "current", "own", "unmanaged")  # scripts/setup.sh; unmanaged: a Python it did not build
 HARNESSES = ("fair", "study")  # fair: the suite's DDP loop; study: the seed study's Lightning harness
 FAULTS = ("uneven-batches", "stall-rank", "freeze-rank", "hang-worker", "crash-rank", "kill-worker")
 LR_SCALINGS = ("none", "linear")
@@ -227,6 +228,10 @@ SETTINGS = (
     Setting("harness", str, HARNESSES[0], choices=HARNESSES, sweep_omits_default=True,
             help="fair: the suite's DDP loop, both frameworks split the seeds equally; study: the seed "
             "study's PyTorch Lightning harness, loaders built as it built them"),
+    Setting("lane", str, None, choices=LANES, metavar="LANE",
+            help="the software stack the run must run in (scripts/setup.sh): pair (torch 2.2.1, PyG and DGL), "
+            "current (the newest torch PyG tests), own (a Python's own torch); default: the lane of the "
+            "Python that runs it. Either way the result records it, and it is part of the run's identity"),
     # -- runner-only settings
     Setting("repeat", int, 0, help="repeat index (changes nothing but the label)"),
     Setting("data_root", str, "results/datasets"),

@@ -1,29 +1,70 @@
 #!/usr/bin/env bash
-# Create or update the project's virtualenv (.venv, or $VENV) from requirements/lock.txt.
-# Does nothing when the environment already matches the lock (a stamp holds the lock's hash).
-# The torch-scatter/torch-sparse source build runs in parallel (ninja) and lands in pip's
-# wheel cache, so a re-created environment reuses the built wheels.
+# Create or update one lane's virtualenv. A lane is a software stack the suite runs on:
+#   pair     torch 2.2.1 with DGL 2.1.0 and PyG (the only pair that puts both frameworks on the
+#            package index's torch); .venv, from requirements/pair/lock.txt. The default.
+#   current  the newest torch that PyG tests, PyG only; .venv-current, requirements/current/.
+#   own      the Python you name (PYTHON=...), with its packages visible: a torch it already has
+#            (a CUDA build on a GPU node) is reused, and only what is missing is installed.
+# Does nothing when the environment already matches its lock (a stamp holds the inputs' hash).
+# torch-scatter/torch-sparse compile against the lane's torch into a wheelhouse of that torch's
+# own: pip's wheel cache keys a source build by name and version only, and would hand a wheel
+# built for one torch to another ("undefined symbol" at import).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-VENV=${VENV:-.venv}
-PYTHON=${PYTHON:-python3.11}
-LOCK=requirements/lock.txt
+LANE=${LANE:-pair}
+case "$LANE" in
+    pair) VENV=${VENV:-.venv}; REQ=requirements/pair; PYTHON=${PYTHON:-python3.11} ;;
+    current) VENV=${VENV:-.venv-current}; REQ=requirements/current; PYTHON=${PYTHON:-python3.11} ;;
+    own) VENV=${VENV:-.venv-own}; REQ=requirements/current; PYTHON=${PYTHON:-python3} ;;
+    *) echo "setup: unknown LANE '$LANE'; allowed: pair, current, own" >&2; exit 2 ;;
+esac
+LOCK=$REQ/lock.txt
 STAMP="$VENV/.gnnscale-setup"
-want=$(cat "$LOCK" requirements/top.txt requirements/source-build.txt scripts/setup.sh | sha256sum | cut -d' ' -f1)
+want=$( (cat "$REQ/top.txt" "$REQ/source-build.txt" scripts/setup.sh scripts/lane_manifest.py; cat "$LOCK" 2>/dev/null || true; echo "$LANE $PYTHON") | sha256sum | cut -d' ' -f1)
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ]; then
     exit 0
 fi
 if ! command -v "$PYTHON" >/dev/null; then
-    echo "setup: $PYTHON not found; the suite needs Python 3.11 (set PYTHON=/path/to/python3.11)" >&2
+    echo "setup: $PYTHON not found; lane $LANE needs it (set PYTHON=/path/to/python)" >&2
     exit 1
 fi
 start=$(date +%s)
-[ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
-PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
-"${PIP[@]}" install -q "$(grep -i '^pip==' "$LOCK")"
-# Everything with a wheel first (the source builds need torch, ninja and wheel in place).
-"${PIP[@]}" install -q -c "$LOCK" -r requirements/top.txt
-MAX_JOBS=${MAX_JOBS:-$(nproc)} "${PIP[@]}" install -q --no-build-isolation -c "$LOCK" -r requirements/source-build.txt
+PY="$VENV/bin/python"
+PIP=("$PY" -m pip --disable-pip-version-check)
+names() { grep -v '^\s*#' "$1" | sed 's/\[.*//; s/\s*$//' | grep -v '^$'; }
+if [ "$LANE" = own ]; then
+    [ -x "$PY" ] || "$PYTHON" -m venv --system-site-packages "$VENV"
+    # What the Python already has is kept: pinned to its own version so pip leaves it alone.
+    CONSTRAINTS=$(mktemp)
+    trap 'rm -f "$CONSTRAINTS"' EXIT
+    "$PY" scripts/lane_manifest.py own-constraints "$LOCK" "$REQ/top.txt" "$REQ/source-build.txt" > "$CONSTRAINTS"
+    missing=$("$PY" scripts/lane_manifest.py missing "$REQ/top.txt")
+    [ -z "$missing" ] || "${PIP[@]}" install -q -c "$CONSTRAINTS" $missing
+else
+    [ -x "$PY" ] || "$PYTHON" -m venv "$VENV"
+    CONSTRAINTS=$LOCK
+    if [ ! -f "$LOCK" ]; then
+        echo "setup: $LOCK missing; installing the newest versions (pin them with: make lock LANE=$LANE)" >&2
+        CONSTRAINTS=/dev/null
+    fi
+    pip_pin=$(grep -i '^pip==' "$CONSTRAINTS" || true)
+    [ -z "$pip_pin" ] || "${PIP[@]}" install -q "$pip_pin"
+    # Everything with a wheel first (the source builds need torch, ninja and wheel in place).
+    "${PIP[@]}" install -q -c "$CONSTRAINTS" -r "$REQ/top.txt"
+fi
+missing_src=$("$PY" scripts/lane_manifest.py missing "$REQ/source-build.txt")
+if [ -n "$missing_src" ]; then
+    torch_tag=$("$PY" -c 'import sys, torch; print(f"torch-{torch.__version__}-py{sys.version_info[0]}{sys.version_info[1]}")')
+    WHEELHOUSE=${GNNSCALE_WHEELHOUSE:-${XDG_CACHE_HOME:-$HOME/.cache}/gnnscale/wheelhouse}/$torch_tag
+    mkdir -p "$WHEELHOUSE"
+    if ! "${PIP[@]}" install -q --no-index --find-links "$WHEELHOUSE" -c "$CONSTRAINTS" $missing_src 2>/dev/null; then
+        echo "setup: building $missing_src against $torch_tag (minutes; kept in $WHEELHOUSE)"
+        MAX_JOBS=${MAX_JOBS:-$(nproc)} "${PIP[@]}" wheel -q --no-cache-dir --no-build-isolation --no-deps \
+            -c "$CONSTRAINTS" -w "$WHEELHOUSE" $missing_src
+        "${PIP[@]}" install -q --no-index --find-links "$WHEELHOUSE" -c "$CONSTRAINTS" $missing_src
+    fi
+fi
 "${PIP[@]}" check
+"$PY" scripts/lane_manifest.py write "$LANE" "$LOCK" "$REQ/top.txt" "$REQ/source-build.txt" > "$VENV/gnnscale-lane.json"
 echo "$want" > "$STAMP"
-echo "setup: environment ready in $VENV ($(( $(date +%s) - start )) s)"
+echo "setup: lane $LANE ready in $VENV ($(( $(date +%s) - start )) s)"

@@ -77,8 +77,9 @@ def dry_run(cwd, *configfiles, args=(), snakefile=ROOT / "Snakefile", **extra_en
     "config,runs",
     [
         # timing grid: frameworks x models x devices x batch x workers x repeats; convergence:
-        # frameworks x models x repeats; study harness: frameworks x models x devices x repeats
-        ("config.yaml", 2 * 2 * 2 * 2 * 2 * 3 + 2 * 2 * 3 + 2 * 2 * 2 * 2),
+        # frameworks x models x repeats; study harness: frameworks x models x devices x repeats;
+        # the current lane: frameworks x models x repeats at one point
+        ("config.yaml", 2 * 2 * 2 * 2 * 2 * 3 + 2 * 2 * 3 + 2 * 2 * 2 * 2 + 2 * 2 * 3),
         ("paper.yaml", 2 * 2 * 3 * 3 * 2),  # Reddit need not be present for -n
         ("minimal.yaml", 2),
         ("study.yaml", 2 * 2 * 2 * 2 * 2),  # harnesses x frameworks x models x devices x repeats
@@ -150,9 +151,16 @@ def test_default_sweep_run_kinds(tmp_path):
     the full schedule, validated every epoch; study runs ("study-") the study's short schedule."""
     res = snakemake("-n", "-p", "--configfile", str(CONFIGS / "config.yaml"), cwd=tmp_path)
     commands = [c for c in (res.stdout + res.stderr).splitlines() if "runners.run" in c]
-    kinds = {"conv": [c for c in commands if "/conv-" in c], "study": [c for c in commands if "/study-" in c]}
-    timing = [c for c in commands if c not in kinds["conv"] + kinds["study"]]
+    kinds = {"conv": [c for c in commands if "/conv-" in c], "study": [c for c in commands if "/study-" in c],
+             "lane": [c for c in commands if "/current-" in c]}
+    timing = [c for c in commands if c not in kinds["conv"] + kinds["study"] + kinds["lane"]]
     assert len(timing) == 96 and len(kinds["conv"]) == 12 and len(kinds["study"]) == 16
+    # The current lane's timing runs: the same stop rule, its own Python, --lane current; the
+    # pair's runs name no lane (the runner records the Python's own), so adding lanes reran none.
+    assert len(kinds["lane"]) == 12
+    assert all("--until precise" in c and "--lane current" in c and ".venv-current/bin/python" in c
+               for c in kinds["lane"])
+    assert not any("--lane" in c for c in timing + kinds["conv"] + kinds["study"])
     assert all("--until precise" in c and "--eval-every end" in c and "--max-train-time" in c for c in timing)
     assert all("--until" not in c and "--eval-every 1" in c and "-b256-w0-" in c for c in kinds["conv"])
     assert {re.search(r"--epochs (\d+)", c)[1] for c in kinds["conv"]} == {"12", "40"}  # GraphSAGE, GAT

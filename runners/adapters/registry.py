@@ -43,6 +43,16 @@ class Framework:
     # (runners.memory): see MEMORY_TRAIT_KEYS.
     memory: dict = field(default_factory=dict)
 
+    @property
+    def module(self) -> str:
+        """What `import` names: the first entry of `packages` is the framework itself."""
+        return next(iter(self.packages))
+
+    @property
+    def distributions(self) -> tuple:
+        """The names the framework's own distribution may be installed under."""
+        return self.packages[self.module]
+
     def framework_fanouts(self, fanouts) -> list:
         """The suite's fan-outs (hop nearest the seeds first) in this framework's order."""
         return list(fanouts) if self.seeds_hop_first else list(reversed(fanouts))

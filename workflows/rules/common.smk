@@ -75,8 +75,9 @@ wildcard_constraints:
     workers=r"\d+",
     repeat=r"\d+",
     # "" for the fair harness's timing runs (the default, so their run ids stay as they
-    # were), "study-" for the seed study's harness, "conv-" for convergence runs (see KINDS).
-    hprefix=r"(study-|conv-)?",
+    # were), "study-" for the seed study's harness, "conv-" for convergence runs, the lane
+    # for timing runs in a lane beside the pair ("current-"; see KINDS).
+    hprefix=r"(study-|conv-|current-|own-)?",
 
 
 DATASET = config["dataset"]
@@ -86,7 +87,25 @@ RUN_ID = "{hprefix}{framework}-{model}-d{devices}-b{batch}-w{workers}-r{repeat}"
 # What a run is for, by its run-id prefix: timing runs (the grid; fair harness, stop rule of
 # config timing), convergence runs (config convergence; fixed schedule, validated every epoch)
 # and runs of the seed study's harness (fixed schedule).
-KINDS = {"": "timing", "conv-": "convergence", "study-": "study"}
+# Timing runs in a lane beside the pair carry the lane as their prefix (LANE_PREFIXES).
+LANE_PREFIXES = {"current-": "current", "own-": "own"}
+KINDS = {"": "timing", "conv-": "convergence", "study-": "study"} | {
+    p: "timing" for p in LANE_PREFIXES
+}
+
+
+def lane_of(wildcards):
+    """The lane a run id names: its prefix's, else the pair (every other kind runs there)."""
+    return LANE_PREFIXES.get(wildcards.hprefix, "pair")
+
+
+def lane_python(wildcards):
+    """The interpreter of the run's lane: the one running Snakemake (the pair's .venv) for
+    the pair, .venv-LANE/bin/python for the others (scripts/setup.sh builds them)."""
+    lane = lane_of(wildcards)
+    if lane == "pair":
+        return "python"
+    return os.path.join(workflow.basedir, f".venv-{lane}", "bin", "python")
 
 
 def harness_prefix(harness):
@@ -153,6 +172,23 @@ if config.get("study"):
         [_s["batch_size"]],
         [_s["workers"]],
         _s["repeats"],
+    )
+if config.get("lanes"):
+    _l = config["lanes"]
+    for _lane in _l["compare"]:
+        _py = os.path.join(workflow.basedir, f".venv-{_lane}", "bin", "python")
+        if not os.path.exists(_py):
+            raise ValueError(
+                f"config lanes.compare lists {_lane!r}, but its environment {_py} is missing: "
+                f"run `make setup LANE={_lane}` (`make lanes` builds pair and current), "
+                "or drop the lane from lanes.compare"
+            )
+    RUNS += points(
+        [f"{lane}-" for lane in _l["compare"]],
+        sorted(_l["devices"]),
+        [_l["batch_size"]],
+        [_l["workers"]],
+        _l["repeats"],
     )
 RUN_DIRS = [RUN_DIR.format(**run) for run in RUNS]
 RUN_RESULTS = [os.path.join(d, "result.json") for d in RUN_DIRS]
@@ -237,13 +273,17 @@ def run_settings(wildcards):
     Only configuration goes here: as a param it is a rerun trigger, so changing
     a setting reruns the affected runs, and nothing else does.
     """
-    return settings.sweep_flags(
+    flags = settings.sweep_flags(
         config,
         wildcards.model,
         kind_of(wildcards),
         int(wildcards.repeat),
         harness_of(wildcards),
     )
+    lane = lane_of(wildcards)
+    # The pair's runs pass no --lane (the runner records the lane of the Python either way),
+    # so that adding lanes reruns none of them.
+    return flags if lane == "pair" else f"{flags} --lane {lane}"
 
 
 def run_resources():
@@ -311,6 +351,7 @@ REPORT_TABLES = {
     "workers": "Timing",
     "batch": "Timing",
     "plan": "Timing",
+    "lanes": "Timing",
     "breakdown": "Timing",
     "throughput": "Timing",
     "accuracy": "Accuracy",

@@ -28,13 +28,15 @@ rule run:
         out=lambda wildcards, output: os.path.dirname(output.result),
         settings=run_settings,
         launch=launcher,
+        # The lane's interpreter (pair: the Snakemake venv's; others: .venv-LANE).
+        python=lane_python,
     message:
         "run {RUN_NUMBER:{output.result}}: {wildcards.hprefix}{wildcards.framework} {wildcards.model}"
         " devices={wildcards.devices} batch={wildcards.batch}"
         " workers={wildcards.workers} repeat={wildcards.repeat}"
         " dataset={wildcards.dataset}"
     shell:
-        "{params.launch}python -m runners.run"
+        "{params.launch}{params.python} -m runners.run"
         " --framework {wildcards.framework} --model {wildcards.model}"
         " --devices {wildcards.devices} --batch-size {wildcards.batch}"
         " --workers {wildcards.workers} --repeat {wildcards.repeat}"
