@@ -11,7 +11,6 @@ import importlib.metadata as md
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -115,9 +114,11 @@ def python_with_torch(tmp_path: Path) -> dict:
 
 def test_own_lane_reuses_the_pythons_torch(tmp_path):
     current_python()
-    base = shutil.which("python3.11")
-    if base is None:
-        pytest.skip("python3.11 not found")
+    # The Python this test's own virtualenv was made from (under `make test`, "python3.11" on
+    # PATH is the pair's venv, whose torch is not the one to reuse).
+    base = str(Path(sys.base_prefix) / "bin" / f"python{sys.version_info[0]}.{sys.version_info[1]}")
+    if not Path(base).exists():
+        pytest.skip(f"{base} not found")
     env = {**os.environ, **python_with_torch(tmp_path)}
     probe = subprocess.run([base, "-c", "import importlib.metadata as m, torch; print(m.version('torch'))"], env=env,
                            capture_output=True, text=True)
