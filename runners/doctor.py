@@ -39,7 +39,7 @@ def carried(env: dict) -> list:
     """Frameworks this lane is meant to run: those its requirement list names (pair: both;
     current: PyG), or in an own or unmanaged environment, those installed."""
     packages = env["lane"].get("packages") or {}
-    if env["lane"]["lane"] in ("pair", "current") and packages:
+    if env["lane"]["lane"] in envinfo.LOCKED_LANES and packages:
         return [n for n in FRAMEWORKS if set(registry.framework(n).distributions) & set(packages)]
     return [n for n in FRAMEWORKS if envinfo.package_version(*registry.framework(n).distributions)]
 

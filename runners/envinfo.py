@@ -166,6 +166,8 @@ def scheduler() -> dict:
 
 # Written by scripts/setup.sh into the environment it built (scripts/lane_manifest.py).
 LANE_MANIFEST = "gnnscale-lane.json"
+# Lanes installed from a lock that was tested to import every framework it lists.
+LOCKED_LANES = ("pair", "current")
 
 
 def lane() -> dict:
@@ -185,13 +187,14 @@ def framework_unavailable(name: str, env: dict) -> str | None:
     DGL's does on a torch newer than 2.4), naming the lane and the torch; None when it can.
 
     The import is tried in a subprocess (importing DGL changes process-wide settings), and only
-    outside the pair lane, whose lock is the one known to import both frameworks."""
+    outside the locked lanes, whose locks were tested to import what they carry: a run launch
+    there pays no extra interpreter start."""
     fw = registry.framework(name)
     where = f"lane {env['lane']['lane']}, torch {env['torch']}, Python {env['python']}"
     version = package_version(*fw.distributions)
     if version is None:
         return f"{fw.label} ({fw.distributions[-1]}) is not installed in this environment ({where})"
-    if env["lane"]["lane"] == "pair":
+    if env["lane"]["lane"] in LOCKED_LANES:
         return None
     res = subprocess.run([sys.executable, "-c", f"import {fw.module}"], capture_output=True, text=True,
                          timeout=300, cwd=REPO_ROOT)

@@ -2,7 +2,7 @@
 
 Run with the lane's own Python:
   missing REQFILE                     names in REQFILE not installed (space separated)
-  own-constraints LOCK TOP SRC        pip constraints for the `own` lane: every package the Python
+  own-constraints LOCK                pip constraints for the `own` lane: every package the Python
                                       already has, pinned to its version; the lock for the rest
   write LANE LOCK TOP SRC             the manifest (JSON) that every result records as env.lane
 """
@@ -63,7 +63,9 @@ def missing(req: str) -> list:
     return [n for n in requirement_names(req) if canonical(n) not in have]
 
 
-def own_constraints(lock: str, *reqs: str) -> list:
+def own_constraints(lock: str) -> list:
+    """Every visible distribution pinned to its version, then the lock's pins for the rest (the
+    torch family left out when torch is reused: the reused torch keeps its own)."""
     have = visible()
     lines = [f"{name}=={version}" for name, (version, _) in sorted(have.items())
              if re.fullmatch(r"[0-9][0-9A-Za-z.+!_-]*", version)]

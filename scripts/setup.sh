@@ -37,7 +37,7 @@ if [ "$LANE" = own ]; then
     # What the Python already has is kept: pinned to its own version so pip leaves it alone.
     CONSTRAINTS=$(mktemp)
     trap 'rm -f "$CONSTRAINTS"' EXIT
-    "$PY" scripts/lane_manifest.py own-constraints "$LOCK" "$REQ/top.txt" "$REQ/source-build.txt" > "$CONSTRAINTS"
+    "$PY" scripts/lane_manifest.py own-constraints "$LOCK" > "$CONSTRAINTS"
     missing=$("$PY" scripts/lane_manifest.py missing "$REQ/top.txt")
     [ -z "$missing" ] || "${PIP[@]}" install -q -c "$CONSTRAINTS" $missing
 else

@@ -99,13 +99,16 @@ def lane_of(wildcards):
     return LANE_PREFIXES.get(wildcards.hprefix, "pair")
 
 
+def lane_interpreter(lane):
+    """.venv-LANE/bin/python of a lane beside the pair (scripts/setup.sh builds it)."""
+    return os.path.join(workflow.basedir, f".venv-{lane}", "bin", "python")
+
+
 def lane_python(wildcards):
     """The interpreter of the run's lane: the one running Snakemake (the pair's .venv) for
-    the pair, .venv-LANE/bin/python for the others (scripts/setup.sh builds them)."""
+    the pair, the lane's own for the others."""
     lane = lane_of(wildcards)
-    if lane == "pair":
-        return "python"
-    return os.path.join(workflow.basedir, f".venv-{lane}", "bin", "python")
+    return "python" if lane == "pair" else lane_interpreter(lane)
 
 
 def harness_prefix(harness):
@@ -176,7 +179,7 @@ if config.get("study"):
 if config.get("lanes"):
     _l = config["lanes"]
     for _lane in _l["compare"]:
-        _py = os.path.join(workflow.basedir, f".venv-{_lane}", "bin", "python")
+        _py = lane_interpreter(_lane)
         if not os.path.exists(_py):
             raise ValueError(
                 f"config lanes.compare lists {_lane!r}, but its environment {_py} is missing: "
