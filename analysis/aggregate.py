@@ -15,7 +15,9 @@ result.json). Writes into --out-dir:
 - nvml.csv      every rank's nvml.csv (its own GPU) of GPU runs with run_id and rank;
 - failures.json diagnosis and condensed stacks of every run that did not end "ok";
 - invalid.csv   every result that could not be used, with the reason (never silently dropped),
-                including results the runner itself found to break the schema.
+                including results the runner itself found to break the schema;
+- history.csv   the earlier runs of every point, kept under its previous/ (runners.history);
+                only a point's current run enters the other tables.
 
 node{k}/result.json of a multi-node run (written by node k > 0) is not a run: its per-rank
 rows (epochs, steps, cpu) are added to node 0's run in the directory above.
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +36,7 @@ import pandas as pd
 
 from analysis import PHASES
 from analysis import deadlocks
-from runners import record
+from runners import envinfo, history, record
 
 CONFIG_COLUMNS = (
     "framework", "model", "devices", "nodes", "batch_size", "workers", "dataset", "epochs",
@@ -78,8 +81,11 @@ RUN_COLUMNS = (
        "oom_killed")
     + tuple(f"env_{k}" for k in ENV_COLUMNS)
     + ("scheduler", "scheduler_job", "scheduler_nodes")
-    + ("command", "run_dir", "result_path")
+    + ("command", "workflow_command", "previous_runs", "run_dir", "result_path")
 )
+# history.csv: the earlier runs of every point (runners.history keeps them under previous/).
+HISTORY_COLUMNS = ("run_id", "run_name", "run_dir", "previous_dir", "status", "started_at", "finished_at",
+                   "steady_epoch_time_s")
 # epochs.csv: every rank's epochs.csv rows with the epoch's validation accuracy.
 EPOCH_COLUMNS = ("run_id",) + record.EPOCH_COLUMNS + ("val_accuracy",)
 INVALID_COLUMNS = ("path", "run_id", "reason")
@@ -100,11 +106,13 @@ class Aggregate:
     nvml: pd.DataFrame
     invalid: pd.DataFrame
     failures: list = field(default_factory=list)
+    history: pd.DataFrame = field(default_factory=lambda: _frame([], HISTORY_COLUMNS))
 
     FILES = {"runs": RUN_COLUMNS, "epochs": EPOCH_COLUMNS,
              "steps": ("run_id", "rank") + RANK_FILES["steps"],
              "cpu": ("run_id", "rank") + RANK_FILES["cpu"],
-             "nvml": ("run_id", "rank") + NVML_COLUMNS, "invalid": INVALID_COLUMNS}
+             "nvml": ("run_id", "rank") + NVML_COLUMNS, "invalid": INVALID_COLUMNS,
+             "history": HISTORY_COLUMNS}
 
     def write(self, out_dir: Path) -> None:
         out_dir = Path(out_dir)
@@ -163,13 +171,16 @@ def find_results(paths) -> tuple[list, list]:
         if not p.is_dir():
             invalid.append({"path": str(p), "run_id": None, "reason": "no such run directory"})
             continue
-        hits = sorted(p.rglob("result.json"))
+        # Earlier runs (previous/) and runs in progress (staging) are not a point's current run.
+        hits = sorted(h for h in p.rglob("result.json") if not history.in_history(h.relative_to(p).parent))
         found += [h.resolve() for h in hits]
         with_result = {h.parent for h in hits}
-        candidates = [p] + [d for d in p.rglob("*") if d.is_dir()]
+        candidates = [p] + [d for d in p.rglob("*") if d.is_dir() and not history.in_history(d.relative_to(p))]
+        candidates += [d for d in p.rglob(".*.run-*") if history.is_staging(d) and d.is_dir()
+                       and history.current_result(history.point_dir(d)) is None]
         for d in candidates:
             if d not in with_result and _looks_like_run_dir(d):
-                invalid.append({"path": str(d), "run_id": d.name,
+                invalid.append({"path": str(d), "run_id": history.point_dir(d).name,
                                 "reason": "run directory without result.json (the run never "
                                           "finished writing its result)"})
         if not hits and not _looks_like_run_dir(p):
@@ -222,6 +233,32 @@ def _scalar(v):
     return v
 
 
+def commands(data: dict, run_dir: Path) -> dict:
+    """The commands that rerun a result's point: directly, with its lane's interpreter, and
+    through the workflow that made it (None for a run started by hand), and how many earlier
+    runs of the point are kept. Results from before the rerun commands named their
+    interpreter say `python`; that word becomes the lane's interpreter."""
+    command = data["command"]
+    argv = list(command["argv"])
+    lane = (data["env"].get("lane") or {}).get("lane") or data["config"].get("lane") or "pair"
+    if argv and argv[0] == "python" and envinfo.lane_interpreter(lane):
+        argv[0] = envinfo.lane_interpreter(lane)
+    return {"command": shlex.join(argv), "workflow_command": command.get("workflow"),
+            "previous_runs": len(history.history(run_dir))}
+
+
+def history_rows(run_dir: Path, run_id: str) -> list:
+    """history.csv's rows of one point: each earlier run kept under its previous/."""
+    rows = []
+    for d, data in history.history(run_dir):
+        data = data or {}
+        rows.append({"run_id": run_id, "run_name": run_dir.name, "run_dir": str(run_dir), "previous_dir": str(d),
+                     "status": data.get("status", "unfinished"), "started_at": data.get("started_at"),
+                     "finished_at": data.get("finished_at"),
+                     "steady_epoch_time_s": (data.get("summary") or {}).get("steady_epoch_time_s")})
+    return rows
+
+
 def run_row(data: dict, result_path: Path) -> dict:
     """One runs.csv row."""
     cfg, env = data["config"], data["env"]
@@ -264,7 +301,7 @@ def run_row(data: dict, result_path: Path) -> dict:
         "preflight_warnings": " | ".join((data.get("preflight") or {}).get("warnings") or []) or None,
         "diag_cause": diag.get("cause"), "diag_summary": diag.get("summary"),
         "diag_remedy": diag.get("remedy"), "detected_after_s": diag.get("detected_after_s"),
-        "command": data["command"]["shell"], "run_dir": str(result_path.parent),
+        **commands(data, result_path.parent), "run_dir": str(result_path.parent),
         "result_path": str(result_path),
     })
     # Modelled vs measured peak host memory (runners.memory); older results have neither.
@@ -339,7 +376,7 @@ def rank_csvs(run_dir: Path, run_id: str, name: str) -> list:
 def aggregate(paths) -> Aggregate:
     """Read, validate and flatten every result under `paths`."""
     files, invalid = find_results(paths)
-    runs, epochs, steps, cpu, nvml, failures = [], [], [], [], [], []
+    runs, epochs, steps, cpu, nvml, failures, past = [], [], [], [], [], [], []
     seen, node_results = {}, []
     for path in files:
         data, reason = read_result(path)
@@ -361,6 +398,7 @@ def aggregate(paths) -> Aggregate:
         seen[rid] = path
         run_dir = path.parent
         runs.append(run_row(data, path))
+        past += history_rows(run_dir, rid)
         epochs += epoch_rows(data)
         steps += rank_csvs(run_dir, rid, "steps")
         cpu += rank_csvs(run_dir, rid, "cpu")
@@ -389,7 +427,7 @@ def aggregate(paths) -> Aggregate:
         runs=_frame(runs, RUN_COLUMNS), epochs=_frame(epochs, EPOCH_COLUMNS),
         steps=concat(steps, Aggregate.FILES["steps"]), cpu=concat(cpu, Aggregate.FILES["cpu"]),
         nvml=concat(nvml, Aggregate.FILES["nvml"]), invalid=_frame(invalid, INVALID_COLUMNS),
-        failures=deadlocks.sort_failures(failures),
+        failures=deadlocks.sort_failures(failures), history=_frame(past, HISTORY_COLUMNS),
     )
 
 

@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from runners.probes import proc_stat, read_heartbeat
-from tests.helpers import REPO, run_env, runner_argv
+from tests.helpers import REPO, live_dir, run_env, runner_argv
 
 SCHEMA = json.loads((REPO / "runners" / "schemas" / "result.schema.json").read_text())
 WAIT_S = 300  # for a run to reach a point the test acts at (start-up on a busy 2-core machine)
@@ -90,7 +90,7 @@ def test_signal_to_the_launcher_keeps_what_was_measured(tmp_path, sig):
                                             extra=["--max-steps-per-epoch", "2"]))
     try:
         wait_for("two finished epochs on both ranks",
-                 lambda: min(rows(out / f"rank{r}" / "epochs.csv") for r in (0, 1)) >= 2, proc, log)
+                 lambda: min(rows(live_dir(out) / f"rank{r}" / "epochs.csv") for r in (0, 1)) >= 2, proc, log)
         t0 = time.time()
         os.kill(proc.pid, sig)  # what Snakemake (Ctrl-C) or SLURM (time limit) sends
         rc = proc.wait(timeout=60)
@@ -142,7 +142,8 @@ def test_interruption_keeps_the_steps_of_the_epoch_in_progress(tmp_path):
     proc, log = start(tmp_path, runner_argv(out, devices=2, batch_size=2, epochs=50, extra=["--eval-every", "0"]))
     try:
         wait_for("rank 0 at its 6th step", lambda: (
-            (hb := read_heartbeat(out / "heartbeats" / "rank0.hb")) is not None and hb["step"] >= 5), proc, log)
+            (hb := read_heartbeat(live_dir(out) / "heartbeats" / "rank0.hb")) is not None and hb["step"] >= 5), proc,
+            log)
         os.kill(proc.pid, signal.SIGTERM)
         rc = proc.wait(timeout=60)
     finally:
@@ -250,7 +251,7 @@ def test_rank_stopped_while_it_waits_for_its_loader_is_the_culprit(tmp_path):
         seen = {}
 
         def waiting_for_loader():
-            hb = read_heartbeat(out / "heartbeats" / "rank1.hb")
+            hb = read_heartbeat(live_dir(out) / "heartbeats" / "rank1.hb")
             if not hb or hb["phase"] != "loading":
                 seen.clear()
                 return None

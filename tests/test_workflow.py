@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.helpers import live_dir
+
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 SNAKEMAKE = str(BIN / "snakemake")
@@ -426,12 +428,13 @@ def test_slow_interrupted_run_is_recorded_and_redone(tmp_path, how):
     )
     try:
         deadline = time.time() + 300
-        while _rows(run_dir / "rank0" / "epochs.csv") < 2:
+        while _rows(live_dir(run_dir) / "rank0" / "epochs.csv") < 2:
             assert proc.poll() is None, logfile.read_text()[-3000:]
             assert time.time() < deadline, "the run did not start training in time"
             time.sleep(0.3)
-        pids = {int(f.stem) for f in (run_dir / "workers").glob("*.json")} | {
-            json.loads(f.read_text())["pid"] for f in run_dir.glob("rank*/rank.json")
+        live = live_dir(run_dir)
+        pids = {int(f.stem) for f in (live / "workers").glob("*.json")} | {
+            json.loads(f.read_text())["pid"] for f in live.glob("rank*/rank.json")
         }
         if how == "ctrl-c":  # the terminal signals the whole foreground group
             os.killpg(proc.pid, signal.SIGINT)

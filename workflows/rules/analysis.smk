@@ -12,6 +12,7 @@ rule aggregate:
         cpu="results/aggregate/cpu.csv",
         nvml="results/aggregate/nvml.csv",
         failures="results/aggregate/failures.json",
+        history="results/aggregate/history.csv",
     log:
         "results/logs/aggregate.log",
     conda:
