@@ -15,7 +15,9 @@ result.json). Writes into --out-dir:
 - nvml.csv      every rank's nvml.csv (its own GPU) of GPU runs with run_id and rank;
 - failures.json diagnosis and condensed stacks of every run that did not end "ok";
 - invalid.csv   every result that could not be used, with the reason (never silently dropped),
-                including results the runner itself found to break the schema.
+                including results the runner itself found to break the schema;
+- history.csv   the earlier runs of every point, kept under its previous/ (runners.history);
+                only a point's current run enters the other tables.
 
 node{k}/result.json of a multi-node run (written by node k > 0) is not a run: its per-rank
 rows (epochs, steps, cpu) are added to node 0's run in the directory above.
@@ -25,6 +27,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +37,7 @@ import pandas as pd
 
 from analysis import PHASES
 from analysis import deadlocks
-from runners import record
+from runners import envinfo, history, record
 
 CONFIG_COLUMNS = (
     "framework", "model", "devices", "nodes", "batch_size", "workers", "dataset", "epochs",
@@ -78,8 +82,11 @@ RUN_COLUMNS = (
        "oom_killed")
     + tuple(f"env_{k}" for k in ENV_COLUMNS)
     + ("scheduler", "scheduler_job", "scheduler_nodes")
-    + ("command", "run_dir", "result_path")
+    + ("command", "workflow_command", "previous_runs", "run_dir", "result_path")
 )
+# history.csv: the earlier runs of every point (runners.history keeps them under previous/).
+HISTORY_COLUMNS = ("run_id", "run_name", "run_dir", "previous_dir", "status", "started_at", "finished_at",
+                   "steady_epoch_time_s")
 # epochs.csv: every rank's epochs.csv rows with the epoch's validation accuracy.
 EPOCH_COLUMNS = ("run_id",) + record.EPOCH_COLUMNS + ("val_accuracy",)
 INVALID_COLUMNS = ("path", "run_id", "reason")
@@ -100,11 +107,13 @@ class Aggregate:
     nvml: pd.DataFrame
     invalid: pd.DataFrame
     failures: list = field(default_factory=list)
+    history: pd.DataFrame = field(default_factory=lambda: _frame([], HISTORY_COLUMNS))
 
     FILES = {"runs": RUN_COLUMNS, "epochs": EPOCH_COLUMNS,
              "steps": ("run_id", "rank") + RANK_FILES["steps"],
              "cpu": ("run_id", "rank") + RANK_FILES["cpu"],
-             "nvml": ("run_id", "rank") + NVML_COLUMNS, "invalid": INVALID_COLUMNS}
+             "nvml": ("run_id", "rank") + NVML_COLUMNS, "invalid": INVALID_COLUMNS,
+             "history": HISTORY_COLUMNS}
 
     def write(self, out_dir: Path) -> None:
         out_dir = Path(out_dir)
@@ -163,13 +172,16 @@ def find_results(paths) -> tuple[list, list]:
         if not p.is_dir():
             invalid.append({"path": str(p), "run_id": None, "reason": "no such run directory"})
             continue
-        hits = sorted(p.rglob("result.json"))
+        # Earlier runs (previous/) and runs in progress (staging) are not a point's current run.
+        hits = sorted(h for h in p.rglob("result.json") if not history.in_history(h.relative_to(p).parent))
         found += [h.resolve() for h in hits]
         with_result = {h.parent for h in hits}
-        candidates = [p] + [d for d in p.rglob("*") if d.is_dir()]
+        candidates = [p] + [d for d in p.rglob("*") if d.is_dir() and not history.in_history(d.relative_to(p))]
+        candidates += [d for d in p.rglob(".*.run-*") if history.is_staging(d) and d.is_dir()
+                       and history.current_result(history.point_dir(d)) is None]
         for d in candidates:
             if d not in with_result and _looks_like_run_dir(d):
-                invalid.append({"path": str(d), "run_id": d.name,
+                invalid.append({"path": str(d), "run_id": history.point_dir(d).name,
                                 "reason": "run directory without result.json (the run never "
                                           "finished writing its result)"})
         if not hits and not _looks_like_run_dir(p):
@@ -222,8 +234,36 @@ def _scalar(v):
     return v
 
 
-def run_row(data: dict, result_path: Path) -> dict:
-    """One runs.csv row."""
+def commands(data: dict, run_dir: Path, workflow: str | None = None) -> dict:
+    """The commands that rerun a result's point: directly, with its lane's interpreter, and
+    through the workflow (`workflow`, the snakemake command of the sweep, + --forcerun its
+    result; None for a run outside the working directory, or without one), and how many
+    earlier runs of the point are kept. Results from before the rerun commands named their
+    interpreter say `python`; that word becomes the lane's interpreter."""
+    argv = list(data["command"]["argv"])
+    lane = (data["env"].get("lane") or {}).get("lane") or data["config"].get("lane") or "pair"
+    if argv and argv[0] == "python" and envinfo.lane_interpreter(lane):
+        argv[0] = envinfo.lane_interpreter(lane)
+    target = os.path.relpath(Path(run_dir) / record.RESULT_FILE)
+    through = f"{workflow} --forcerun {shlex.quote(target)}" if workflow and not target.startswith("..") else None
+    return {"command": shlex.join(argv), "workflow_command": through,
+            "previous_runs": len(history.history(run_dir))}
+
+
+def history_rows(run_dir: Path, run_id: str) -> list:
+    """history.csv's rows of one point: each earlier run kept under its previous/."""
+    rows = []
+    for d, data in history.history(run_dir):
+        data = data or {}
+        rows.append({"run_id": run_id, "run_name": run_dir.name, "run_dir": str(run_dir), "previous_dir": str(d),
+                     "status": data.get("status", "unfinished"), "started_at": data.get("started_at"),
+                     "finished_at": data.get("finished_at"),
+                     "steady_epoch_time_s": (data.get("summary") or {}).get("steady_epoch_time_s")})
+    return rows
+
+
+def run_row(data: dict, result_path: Path, workflow: str | None = None) -> dict:
+    """One runs.csv row (`workflow`: see commands)."""
     cfg, env = data["config"], data["env"]
     summary = data.get("summary") or {}
     breakdown = summary.get("step_breakdown_s") or {}
@@ -264,7 +304,7 @@ def run_row(data: dict, result_path: Path) -> dict:
         "preflight_warnings": " | ".join((data.get("preflight") or {}).get("warnings") or []) or None,
         "diag_cause": diag.get("cause"), "diag_summary": diag.get("summary"),
         "diag_remedy": diag.get("remedy"), "detected_after_s": diag.get("detected_after_s"),
-        "command": data["command"]["shell"], "run_dir": str(result_path.parent),
+        **commands(data, result_path.parent, workflow), "run_dir": str(result_path.parent),
         "result_path": str(result_path),
     })
     # Modelled vs measured peak host memory (runners.memory); older results have neither.
@@ -336,10 +376,11 @@ def rank_csvs(run_dir: Path, run_id: str, name: str) -> list:
     return frames
 
 
-def aggregate(paths) -> Aggregate:
-    """Read, validate and flatten every result under `paths`."""
+def aggregate(paths, workflow: str | None = None) -> Aggregate:
+    """Read, validate and flatten every result under `paths` (`workflow`: the snakemake
+    command of the sweep, for the rerun commands; see commands)."""
     files, invalid = find_results(paths)
-    runs, epochs, steps, cpu, nvml, failures = [], [], [], [], [], []
+    runs, epochs, steps, cpu, nvml, failures, past = [], [], [], [], [], [], []
     seen, node_results = {}, []
     for path in files:
         data, reason = read_result(path)
@@ -360,7 +401,8 @@ def aggregate(paths) -> Aggregate:
             continue
         seen[rid] = path
         run_dir = path.parent
-        runs.append(run_row(data, path))
+        runs.append(run_row(data, path, workflow))
+        past += history_rows(run_dir, rid)
         epochs += epoch_rows(data)
         steps += rank_csvs(run_dir, rid, "steps")
         cpu += rank_csvs(run_dir, rid, "cpu")
@@ -389,17 +431,20 @@ def aggregate(paths) -> Aggregate:
         runs=_frame(runs, RUN_COLUMNS), epochs=_frame(epochs, EPOCH_COLUMNS),
         steps=concat(steps, Aggregate.FILES["steps"]), cpu=concat(cpu, Aggregate.FILES["cpu"]),
         nvml=concat(nvml, Aggregate.FILES["nvml"]), invalid=_frame(invalid, INVALID_COLUMNS),
-        failures=deadlocks.sort_failures(failures),
+        failures=deadlocks.sort_failures(failures), history=_frame(past, HISTORY_COLUMNS),
     )
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m analysis.aggregate", description=__doc__.split("\n")[0])
     p.add_argument("--out-dir", required=True, help="directory for runs.csv, epochs.csv, ...")
+    p.add_argument("--workflow", default=None, metavar="COMMAND",
+                   help="the snakemake command of the sweep; each run's rerun through it (+ --forcerun its "
+                        "result) goes into runs.csv")
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
                    help="run directories, or directories to search for result.json")
     args = p.parse_args(argv)
-    agg = aggregate(args.run_dirs)
+    agg = aggregate(args.run_dirs, args.workflow)
     agg.write(Path(args.out_dir))
     counts = agg.runs["status"].value_counts().to_dict()
     print(f"[analysis] {len(agg.runs)} runs ({', '.join(f'{k}: {v}' for k, v in counts.items()) or 'none'}), "

@@ -196,7 +196,8 @@ def runs_frame(runs: pd.DataFrame) -> pd.DataFrame:
             "steady_epoch_time_s": "steady epoch (s)", "warmup_epoch_time_s": "warm-up epoch (s)",
             "epochs_run": "epochs", "stop": "stopped by", "precision_reached": "95% CI ± (rel.)",
             "final_val_acc": "val acc", "converged": "converged", "time_to_target_s": "time to target (s)",
-            "scheduler_job": "job", "scheduler_nodes": "nodes", "command": "rerun command"}
+            "scheduler_job": "job", "scheduler_nodes": "nodes", "previous_runs": "earlier runs kept",
+            "workflow_command": "rerun through the workflow", "command": "rerun directly"}
     df = paper_order(runs, ["experiment", "model", "framework", "devices", "batch_size", "workers", "repeat"])
     df = df.assign(stop=df.apply(_stop_text, axis=1) if not df.empty else None)
     if "scheduler" in df and not df.empty:
@@ -250,8 +251,12 @@ def build_tables(agg: Aggregate, runs: pd.DataFrame) -> dict:
                                   "What each framework was given; a value that differs between the "
                                   "columns is a deliberate, recorded framework difference.")
     out["runs"] = frame_table(runs_frame(runs), "runs", "All runs",
-                              "Every valid run with the command that reruns it.",
-                              code_cols=("rerun command",), status_col="status", empty_text="No valid runs.")
+                              "Every valid run with the commands that rerun it from the project directory: "
+                              "through the workflow (Snakemake redoes the point and then the report) or directly "
+                              "(the run alone, with its lane's interpreter). A rerun never deletes a measured "
+                              "run: the one it replaces moves to the point's previous/ (results/aggregate/"
+                              "history.csv lists them).",
+                              code_cols=("rerun through the workflow", "rerun directly"), status_col="status", empty_text="No valid runs.")
     out["invalid"] = frame_table(agg.invalid.reindex(columns=["path", "run_id", "reason"]), "invalid",
                                  "Malformed results", "Results that could not be used, and why.",
                                  code_cols=("path",), empty_text="Every result file was valid.")

@@ -170,6 +170,15 @@ LANE_MANIFEST = "gnnscale-lane.json"
 LOCKED_LANES = ("pair", "current")
 
 
+def lane_interpreter(lane: str) -> str | None:
+    """The interpreter scripts/setup.sh makes for a lane, relative to the repository root
+    (.venv/bin/python for the pair, .venv-LANE/bin/python for the others); None for a Python
+    it did not build."""
+    if lane not in ("pair", "current", "own"):
+        return None
+    return os.path.join(".venv" if lane == "pair" else f".venv-{lane}", "bin", "python")
+
+
 def lane() -> dict:
     """The lane this Python is (pair, current, own) and where each of its packages came from:
     reused from the Python the lane was built on, or installed by the set-up. A Python that

@@ -140,19 +140,10 @@ def files_section(local_ranks: list) -> dict:
                       for r in local_ranks}}
 
 
-RUN_DIR_ENTRIES = ("result.json", "result.json.tmp", "config.json", "command.sh", "heartbeats", "logs",
-                   "stacks", "workers")
-
-
-def clear_run_dir(out: Path) -> None:
-    """Remove a previous run's files (only the ones a run writes), so nothing stale mixes in."""
-    import shutil
-
-    if not out.exists():
-        return
-    for entry in list(out.iterdir()):
-        if entry.name in RUN_DIR_ENTRIES or (entry.name.startswith("rank") and entry.name[4:].isdigit()):
-            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+# What one run writes into its directory besides rank{R}/ (runners.history files these away
+# as one run).
+RUN_DIR_ENTRIES = ("result.json", "result.json.tmp", "config.json", "config.json.tmp", "command.sh", "processes.json",
+                   "heartbeats", "logs", "stacks", "workers")
 
 
 # -- writing -------------------------------------------------------------------------------------
@@ -167,11 +158,16 @@ class RowAppender(CsvAppender):
         super().write([r.values() for r in rows])
 
 
-def write_atomic(path: Path, data: dict) -> None:
-    """`data` as JSON at `path`, replaced in one step (a reader never sees half a file)."""
+def write_text_atomic(path: Path, text: str) -> None:
+    """`text` at `path`, replaced in one step (a reader never sees half a file)."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=str))
+    tmp.write_text(text)
     os.replace(tmp, path)
+
+
+def write_atomic(path: Path, data: dict) -> None:
+    """`data` as JSON at `path`, replaced in one step."""
+    write_text_atomic(path, json.dumps(data, indent=1, default=str))
 
 
 def write_rank_info(out: Path, rank: int, info: dict) -> None:

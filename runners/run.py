@@ -23,17 +23,34 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runners import envinfo
-from runners.config import ConfigError, RunConfig, build_parser, config_from_args
-from runners.probes import DISK_FULL_MARK, disk_full
-from runners.record import (SCHEMA_VERSION, clear_run_dir, collect_measurements, files_section, result_path,
-                            summarise, write_result)
+
+def _wrong_python(exc: ImportError) -> str:
+    """One line for a Python that lacks the suite's own packages (not a project lane)."""
+    root = Path(__file__).resolve().parent.parent
+    return (f"error: this Python ({sys.executable}) cannot import {exc.name or exc}: it is not one of the "
+            f"project's lanes. Run the command with the lane's interpreter, from {root}: "
+            f".venv/bin/python -m runners.run ... (`make setup` builds it; .venv-current/bin/python for "
+            f"the current lane)")
+
+
+try:
+    from runners import envinfo, history
+    from runners.config import ConfigError, RunConfig, build_parser, config_from_args
+    from runners.probes import DISK_FULL_MARK, disk_full
+    from runners.record import (SCHEMA_VERSION, collect_measurements, files_section, result_path, summarise,
+                                write_result)
+except ImportError as _exc:  # pragma: no cover (a bare interpreter: exercised by tests in a subprocess)
+    if __name__ != "__main__":
+        raise
+    print(_wrong_python(_exc), file=sys.stderr)
+    sys.exit(2)
 
 
 def free_port() -> int:
@@ -217,9 +234,18 @@ def memory_section(out: Path, local_ranks: list, cfg: RunConfig, pre: dict, cgro
 
 # -- the steps of one run, in the order main() takes them --------------------------------------
 
+def rerun_interpreter() -> str:
+    """The interpreter a rerun command names: this one, relative to the repository root when it
+    lives there (.venv/bin/python, .venv-current/bin/python), else its absolute path. Never a
+    bare `python`: that is whatever a shell finds first on its PATH."""
+    exe = os.path.abspath(sys.executable)  # not resolved: a venv's python is a link out of it
+    root = os.path.abspath(envinfo.REPO_ROOT)
+    return os.path.relpath(exe, root) if exe.startswith(root + os.sep) else exe
+
+
 def rerun_command(argv: list) -> list:
-    """The command that reruns this configuration (from the repository root)."""
-    return ["python", "-m", "runners.run"] + list(argv)
+    """The command that reruns this configuration directly (from the repository root)."""
+    return [rerun_interpreter(), "-m", "runners.run"] + list(argv)
 
 
 def check_lane(wanted, lane: dict) -> str:
@@ -229,8 +255,20 @@ def check_lane(wanted, lane: dict) -> str:
     if wanted is not None and wanted != here:
         raise ConfigError(f"--lane {wanted}: this Python ({sys.executable}) is lane {here}; run the point "
                           f"with the {wanted} lane's Python (make setup LANE={wanted}, then "
-                          f"{'.venv' if wanted == 'pair' else '.venv-' + wanted}/bin/python -m runners.run ...)")
+                          f"{envinfo.lane_interpreter(wanted)} -m runners.run ...)")
     return here
+
+
+def check_out(out: Path) -> None:
+    """Refuse an --out whose directory cannot be written (a read-only or virtual filesystem, no
+    permission) before any work: a run writes beside it first (runners.history). ConfigError."""
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out.parent):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"--out {out}: cannot write into {out.parent} ({exc.strerror or exc}); choose a "
+                          "directory on a writable filesystem")
 
 
 def parse_and_check(argv: list) -> tuple:
@@ -243,7 +281,14 @@ def parse_and_check(argv: list) -> tuple:
     try:
         cfg = config_from_args(args, envinfo.visible_gpu_count(env), env["cpu_cores"])
         cfg.lane = check_lane(cfg.lane, env["lane"])
+        check_out(Path(cfg.out))
         unavailable = None if cfg.skip_reason else envinfo.framework_unavailable(cfg.framework, env)
+        if unavailable and cfg.lane == "unmanaged":
+            # `skipped` is for a lane that cannot carry the framework by design.
+            raise ConfigError(f"{unavailable}. This Python ({sys.executable}) is not one of the project's "
+                              f"lanes; nothing was run or recorded. Use the lane's interpreter from "
+                              f"{envinfo.REPO_ROOT}: {envinfo.lane_interpreter('pair')} -m runners.run ... "
+                              "(the pair lane carries both frameworks; `make setup` builds it)")
         if unavailable:
             cfg.skip_reason = unavailable
             return cfg, env, "framework_unavailable"
@@ -297,18 +342,17 @@ def prepare_dataset(cfg: RunConfig, env: dict) -> Dataset | None:
 
 
 def prepare_run_dir(cfg: RunConfig, out: Path, argv: list, graph_meta: dict) -> dict | None:
-    """Clear `out` of a previous run, check its free space, write config.json and command.sh.
-    Returns the output estimate, or None (after saying why) when the space cannot hold a run.
-    Raises OSError when a write fails."""
+    """Make the run's (fresh, staging) directory, check its free space, write config.json and
+    command.sh. Returns the output estimate, or None (after saying why) when the space cannot
+    hold a run. Raises OSError when a write fails."""
     from runners.memory import fmt_bytes
 
-    clear_run_dir(out)
     for sub in ("heartbeats", "logs", "stacks"):
         (out / sub).mkdir(parents=True, exist_ok=True)
     space = expected_output(cfg, graph_meta)
     space["free_bytes"] = shutil.disk_usage(out).free
     if space["free_bytes"] < space["least_bytes"]:
-        print(f"error: --out {out}: its filesystem has {fmt_bytes(space['free_bytes'])} free but a run needs "
+        print(f"error: --out {history.point_dir(out)}: its filesystem has {fmt_bytes(space['free_bytes'])} free but a run needs "
               f"about {fmt_bytes(space['least_bytes'])} to start and record its result (this one up to about "
               f"{fmt_bytes(space['expected_bytes'])}); free space or choose another --out", file=sys.stderr,
               flush=True)
@@ -391,7 +435,8 @@ def launch(cfg: RunConfig, out: Path, config_path: Path) -> Launch:
         if cfg.memory_limit_bytes:
             from runners.memory import MemoryCgroup, fmt_bytes
 
-            run.cgroup = MemoryCgroup.create(f"gnnscale-{out.name}-{os.getpid()}", cfg.memory_limit_bytes)
+            name = f"gnnscale-{history.point_dir(out).name}-{os.getpid()}"
+            run.cgroup = MemoryCgroup.create(name, cfg.memory_limit_bytes)
             preexec = run.cgroup.enter  # in the child before exec: torchrun's first byte is already capped
             print(f"[gnnscale] memory cap {fmt_bytes(cfg.memory_limit_bytes)}: cgroup {run.cgroup.path}", flush=True)
         run.proc = subprocess.Popen(launch_command(cfg, config_path), env=child_env, cwd=str(envinfo.REPO_ROOT),
@@ -468,10 +513,12 @@ def result_record(cfg: RunConfig, identity: dict, argv: list, status: str, times
     """result.json of any run (skipped, failed or ok): its identity, status, times
     (started_at, finished_at, wall_time_s) and rerun command, then `sections` in order."""
     started_at, finished_at, wall_time_s = times
-    rerun = rerun_command(argv)
-    return {"schema_version": SCHEMA_VERSION, "run_id": identity["run_id"], "run_name": Path(cfg.out).name,
+    rerun, point = rerun_command(argv), history.point_dir(Path(cfg.out))
+    return {"schema_version": SCHEMA_VERSION, "run_id": identity["run_id"], "run_name": point.name,
             "identity": identity, "status": status, "started_at": started_at, "finished_at": finished_at,
-            "wall_time_s": wall_time_s, "command": {"argv": rerun, "shell": shlex.join(rerun)}, **sections}
+            "wall_time_s": wall_time_s,
+            "command": {"argv": rerun, "shell": shlex.join(rerun)},
+            **sections}
 
 
 # Why a grid point can be skipped: (what the cause means, what to do about it).
@@ -488,10 +535,16 @@ SKIP_CAUSES = {
 def record_skipped(cfg: RunConfig, env: dict, argv: list, cause: str = "not_enough_devices") -> int:
     """A grid point this node or lane cannot run (more GPUs than it has, a framework its torch
     cannot import): a result that says so, so the sweep goes on and the report shows the point
-    as skipped, with the reason."""
+    as skipped, with the reason. A point that already has a result keeps it, untouched."""
     out = Path(cfg.out)
-    clear_run_dir(out)
-    out.mkdir(parents=True, exist_ok=True)
+    print(f"[gnnscale] SKIPPED {cfg.framework}/{cfg.model} devices={cfg.devices}: {cfg.skip_reason}", flush=True)
+    kept = history.current_result(out)
+    if kept is not None:
+        print(f"[gnnscale]   {out} keeps its recorded run ({kept}); nothing was changed", flush=True)
+        return 0
+    stage = history.staging_dir(out)
+    stage.mkdir(parents=True)
+    cfg.out = str(stage)
     stamp = now_iso()
     identity = cfg.identity(None)  # the dataset was never prepared: no hash to claim
     result = result_record(cfg, identity, argv, "skipped", (stamp, stamp, 0.0), {
@@ -504,8 +557,10 @@ def record_skipped(cfg: RunConfig, env: dict, argv: list, cause: str = "not_enou
         "probes": {"nvml": {"available": False, "reason": "the run was skipped"},
                    "cpu": {"available": False, "interval_s": cfg.cpu_sample_interval_s, "cost_s": []}},
     })
-    write_result(out, result)
-    print(f"[gnnscale] SKIPPED {cfg.framework}/{cfg.model} devices={cfg.devices}: {cfg.skip_reason}", flush=True)
+    write_result(stage, result)
+    history.promote(stage, out)
+    cfg.out = str(out)
+    print(f"[gnnscale]   result: {out / 'result.json'}", flush=True)
     return 0
 
 
@@ -556,16 +611,19 @@ def launched_result(cfg: RunConfig, argv: list, data: Dataset, env: dict, pre: d
     })
 
 
-def write_and_report(out: Path, result: dict, run: Launch) -> int:
-    """Write result.json and print its summary; the run's exit code (see the module's doc)."""
+def write_and_report(stage: Path, out: Path, result: dict, run: Launch) -> int:
+    """Write result.json into the staging directory, settle the run into `out` (runners.history:
+    it replaces the point's current run, or is filed under previous/ when it was interrupted
+    and the point has a result) and print its summary; the run's exit code (the module's doc)."""
     try:
-        write_result(out, result)
+        write_result(stage, result)
+        where, replaced = history.settle(stage, out, result["status"])
     except OSError as exc:
         if not disk_full(exc):
             raise
-        return report_disk_full(out, OSError(exc.errno, exc.strerror, str(result_path(out))))
+        return report_disk_full(stage, OSError(exc.errno, exc.strerror, str(result_path(stage))))
     try:
-        print_summary(result)
+        print_summary(result, where, replaced)
     except BrokenPipeError:  # nobody reads our output any more (a Ctrl-C'd `| tee`)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return EXIT_SIGNAL_BASE + run.interruption.signum if run.outcome.status == "interrupted" else 0
@@ -575,31 +633,38 @@ def main(argv=None) -> int:
     """Check, pre-flight, launch, supervise and record one run (exit codes: the module's doc)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     cfg, env, skip_cause = parse_and_check(argv)
+    out = Path(cfg.out)
+    for line in history.salvage(out):  # what a killed earlier run of this point left
+        print(f"[gnnscale] {line}", flush=True)
     if skip_cause:
         return record_skipped(cfg, env, argv, skip_cause)
     data = prepare_dataset(cfg, env)
     if data is None:
         return 2
-    out = Path(cfg.out)
+    # The run writes into a fresh directory; the point's current run stays until it is replaced.
+    stage = history.staging_dir(out)
+    cfg.out = str(stage)
     try:
-        space = prepare_run_dir(cfg, out, argv, data.meta)
+        space = prepare_run_dir(cfg, stage, argv, data.meta)
         if space is None:
+            shutil.rmtree(stage, ignore_errors=True)  # empty: refused before anything was written
             return 2
-        log = open(out / "logs" / "launcher.log", "w")
+        log = open(stage / "logs" / "launcher.log", "w")
     except OSError as exc:
         if not disk_full(exc):
             raise
-        return report_disk_full(out, exc)
+        return report_disk_full(stage, exc)
     pre = preflight_with_output(cfg, env, data.meta, space)
-    run = launch(cfg, out, out / "config.json")
-    failed = supervise(cfg, out, run, log)
+    run = launch(cfg, stage, stage / "config.json")
+    failed = supervise(cfg, stage, run, log)
     if failed is not None:
         return failed
     recheck_dataset(data, env)
-    return write_and_report(out, launched_result(cfg, argv, data, env, pre, run), run)
+    return write_and_report(stage, out, launched_result(cfg, argv, data, env, pre, run), run)
 
 
-def print_summary(result: dict) -> None:
+def print_summary(result: dict, where: Path, replaced: Path | None) -> None:
+    """The run's outcome in a few lines; where its result went, and where the run it replaced went."""
     c, s = result["config"], result["summary"]
     head = (f"[gnnscale] {result['status'].upper()} {c['framework']}/{c['model']} devices={c['devices']} "
             f"batch={c['batch_size']} workers={c['workers']} dataset={c['dataset']}")
@@ -620,8 +685,17 @@ def print_summary(result: dict) -> None:
                   f"training split", flush=True)
     if result["diagnosis"]:
         print(f"[gnnscale]   {result['diagnosis']['summary']}", flush=True)
-    print(f"[gnnscale]   result: {Path(result['config']['out']) / 'result.json'}", flush=True)
+    print(f"[gnnscale]   result: {Path(where) / 'result.json'}", flush=True)
+    if replaced is not None:
+        print(f"[gnnscale]   the run it replaced: {replaced}", flush=True)
+    elif Path(where).parent.name == history.PREVIOUS:
+        print(f"[gnnscale]   interrupted: filed under previous/; {Path(where).parent.parent} keeps its "
+              "recorded run", flush=True)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except ModuleNotFoundError as exc:  # a package the suite needs, missing from this Python
+        print(_wrong_python(exc), file=sys.stderr)
+        sys.exit(2)

@@ -26,6 +26,15 @@ def runner_argv(out, framework="pyg", model="sage", devices=2, workers=0, epochs
             "--data-root", str(DATA_ROOT), "--out", str(out), *extra]
 
 
+def live_dir(out) -> Path:
+    """Where a run of `out` writes while it runs: its newest staging directory (runners.history),
+    or `out` itself when there is none (the run has finished, or not begun)."""
+    from runners import history
+
+    found = history.stagings(Path(out))
+    return found[-1] if found else Path(out)
+
+
 def run_env() -> dict:
     return {**os.environ, "PYTHONPATH": str(REPO)}
 

@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from runners.probes import proc_stat, read_heartbeat
-from tests.helpers import REPO, run_env, runner_argv
+from tests.helpers import REPO, live_dir, run_env, runner_argv
 
 SCHEMA = json.loads((REPO / "runners" / "schemas" / "result.schema.json").read_text())
 WAIT_S = 300  # for a run to reach a point the test acts at (start-up on a busy 2-core machine)
@@ -90,7 +90,7 @@ def test_signal_to_the_launcher_keeps_what_was_measured(tmp_path, sig):
                                             extra=["--max-steps-per-epoch", "2"]))
     try:
         wait_for("two finished epochs on both ranks",
-                 lambda: min(rows(out / f"rank{r}" / "epochs.csv") for r in (0, 1)) >= 2, proc, log)
+                 lambda: min(rows(live_dir(out) / f"rank{r}" / "epochs.csv") for r in (0, 1)) >= 2, proc, log)
         t0 = time.time()
         os.kill(proc.pid, sig)  # what Snakemake (Ctrl-C) or SLURM (time limit) sends
         rc = proc.wait(timeout=60)
@@ -142,7 +142,8 @@ def test_interruption_keeps_the_steps_of_the_epoch_in_progress(tmp_path):
     proc, log = start(tmp_path, runner_argv(out, devices=2, batch_size=2, epochs=50, extra=["--eval-every", "0"]))
     try:
         wait_for("rank 0 at its 6th step", lambda: (
-            (hb := read_heartbeat(out / "heartbeats" / "rank0.hb")) is not None and hb["step"] >= 5), proc, log)
+            (hb := read_heartbeat(live_dir(out) / "heartbeats" / "rank0.hb")) is not None and hb["step"] >= 5), proc,
+            log)
         os.kill(proc.pid, signal.SIGTERM)
         rc = proc.wait(timeout=60)
     finally:
@@ -173,8 +174,9 @@ FILL_WHEN_TRAINING = r'''
 mount -t tmpfs -o size=16m tmpfs "$MNT" || exit 90
 "$@" > "$LOG" 2>&1 &
 run=$!
-# Once both ranks have finished two epochs, fill the filesystem to the last byte.
-until [ "$(cat "$MNT/run/rank0/epochs.csv" "$MNT/run/rank1/epochs.csv" 2>/dev/null | wc -l)" -ge 6 ]; do
+# Once both ranks have finished two epochs, fill the filesystem to the last byte. (The run
+# writes into its staging directory beside --out until it has a result: runners.history.)
+until [ "$(cat "$MNT"/.run.run-*/rank0/epochs.csv "$MNT"/.run.run-*/rank1/epochs.csv 2>/dev/null | wc -l)" -ge 6 ]; do
     kill -0 $run 2>/dev/null || break
     sleep 0.2
 done
@@ -182,7 +184,7 @@ dd if=/dev/zero of="$MNT/filler" bs=64k 2>/dev/null
 wait $run
 rc=$?
 rm -f "$MNT/filler"
-cp -r "$MNT/run" "$COPY"
+cp -r "$MNT"/.run.run-* "$COPY"
 exit $rc
 '''
 
@@ -203,7 +205,7 @@ def test_disk_filling_up_during_the_run_stops_it_with_one_line(tmp_path):
     assert "pre-flight warning: --out's filesystem" not in text  # it had room before the filler
     errors = [line for line in text.splitlines() if "No space left on device" in line]
     assert len(errors) == 1, text[-3000:]
-    assert re.match(rf"\[gnnscale\] error: No space left on device: could not write {re.escape(str(mnt / 'run'))}"
+    assert re.match(rf"\[gnnscale\] error: No space left on device: could not write {re.escape(str(mnt))}/\.run\.run-"
                     r"\S* \([\d.]+ (B|KiB) free of 16\.00 MiB on its filesystem\); stopped the run",
                     errors[0]), errors[0]
     assert "Traceback" not in text and "Exception ignored" not in text, text[-3000:]
@@ -250,7 +252,7 @@ def test_rank_stopped_while_it_waits_for_its_loader_is_the_culprit(tmp_path):
         seen = {}
 
         def waiting_for_loader():
-            hb = read_heartbeat(out / "heartbeats" / "rank1.hb")
+            hb = read_heartbeat(live_dir(out) / "heartbeats" / "rank1.hb")
             if not hb or hb["phase"] != "loading":
                 seen.clear()
                 return None

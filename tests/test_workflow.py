@@ -16,8 +16,11 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
+
+from tests.helpers import live_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -393,6 +396,26 @@ def test_slow_end_to_end_minimal_sweep(tmp_path):
     assert res.returncode == 0, res.stdout + res.stderr
     assert (proj / "report.html").stat().st_size > 0
 
+    # 7. The rerun command the result carries, run as printed: the run is redone and the
+    #    one it replaced is kept under previous/ (Snakemake must not remove it first).
+    old = json.loads(runs[0].read_text())
+    table = pd.read_csv(proj / "results/aggregate/runs.csv")
+    printed = table.set_index("result_path").loc[str(runs[0]), "workflow_command"]
+    assert printed == (
+        "snakemake --cores all --profile profiles/default --configfile config/minimal.yaml"
+        f" --forcerun {one}"
+    )
+    res = subprocess.run(
+        printed.replace("snakemake", SNAKEMAKE, 1) + f" -s {snakefile}",
+        shell=True, cwd=proj, env=env(), capture_output=True, text=True, timeout=600,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    new = json.loads(runs[0].read_text())
+    assert new["status"] == "ok" and new["started_at"] > old["started_at"]
+    (kept,) = (runs[0].parent / "previous").iterdir()
+    assert json.loads((kept / "result.json").read_text()) == old
+    assert (kept / "rank0" / "steps.csv").exists()
+
 
 def _rows(path):
     try:
@@ -426,12 +449,13 @@ def test_slow_interrupted_run_is_recorded_and_redone(tmp_path, how):
     )
     try:
         deadline = time.time() + 300
-        while _rows(run_dir / "rank0" / "epochs.csv") < 2:
+        while _rows(live_dir(run_dir) / "rank0" / "epochs.csv") < 2:
             assert proc.poll() is None, logfile.read_text()[-3000:]
             assert time.time() < deadline, "the run did not start training in time"
             time.sleep(0.3)
-        pids = {int(f.stem) for f in (run_dir / "workers").glob("*.json")} | {
-            json.loads(f.read_text())["pid"] for f in run_dir.glob("rank*/rank.json")
+        live = live_dir(run_dir)
+        pids = {int(f.stem) for f in (live / "workers").glob("*.json")} | {
+            json.loads(f.read_text())["pid"] for f in live.glob("rank*/rank.json")
         }
         if how == "ctrl-c":  # the terminal signals the whole foreground group
             os.killpg(proc.pid, signal.SIGINT)

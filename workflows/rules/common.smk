@@ -5,6 +5,7 @@ Everything here runs at parse time, so a bad config fails before any job starts.
 
 import itertools
 import os
+import shlex
 import sys
 
 from snakemake.exceptions import WorkflowError
@@ -287,6 +288,27 @@ def run_settings(wildcards):
     # The pair's runs pass no --lane (the runner records the lane of the Python either way),
     # so that adding lanes reruns none of them.
     return flags if lane == "pair" else f"{flags} --lane {lane}"
+
+
+def workflow_rerun():
+    """The snakemake command that reruns one point of this sweep, as the report prints it (the
+    aggregate appends `--forcerun` and the point's result): this invocation's profile and
+    config files, relative to the project directory. A param of the aggregate only: the
+    printed command is no reason to rerun a finished training run."""
+    # A SLURM job re-reads the workflow inside its allocation, where the command is formatted.
+    on_slurm = bool(os.environ.get("SLURM_JOB_ID"))
+    words = (
+        ["snakemake", "--workflow-profile", "profiles/slurm"]
+        if on_slurm
+        else ["snakemake", "--cores", "all", "--profile", "profiles/default"]
+    )
+    for path in workflow.overwrite_configfiles or []:
+        rel = os.path.relpath(os.path.abspath(path), workflow.basedir)
+        words += ["--configfile", path if rel.startswith("..") else rel]
+    return " ".join(shlex.quote(str(w)) for w in words)
+
+
+WORKFLOW_RERUN = workflow_rerun()
 
 
 def run_resources():

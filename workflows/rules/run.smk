@@ -12,7 +12,11 @@ rule run:
         # dataset's content hash instead.
         dataset=ancient("results/datasets/{dataset}/meta.json"),
     output:
-        result="results/runs/{dataset}/{hprefix}{framework}-{model}-d{devices}-b{batch}-w{workers}-r{repeat}/result.json",
+        # update: Snakemake neither removes a finished result before a forced rerun nor after a
+        # failed one (it restores it); the runner keeps the replaced run under previous/.
+        result=update(
+            "results/runs/{dataset}/{hprefix}{framework}-{model}-d{devices}-b{batch}-w{workers}-r{repeat}/result.json"
+        ),
     log:
         "results/logs/run/{dataset}/{hprefix}{framework}-{model}-d{devices}-b{batch}-w{workers}-r{repeat}.log",
     # Interleaved order: repeat r of every configuration before repeat r + 1 (common.smk).
