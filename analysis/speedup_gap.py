@@ -66,10 +66,17 @@ def timing_runs(runs: pd.DataFrame) -> pd.DataFrame:
     return runs[harness == "fair"]
 
 
+def _keyed(df: pd.DataFrame) -> pd.DataFrame:
+    """Numbers as numbers (CSV cells may be text or empty), rank and epoch as whole numbers so the
+    epochs and the steps join on them; rows without them dropped."""
+    df = df.apply(lambda c: c if c.name == "run_id" else pd.to_numeric(c, errors="coerce"))
+    df = df.dropna(subset=["run_id", "rank", "epoch"])
+    return df.astype({"rank": "int64", "epoch": "int64"})
+
+
 def slowest_epochs(epochs: pd.DataFrame) -> pd.DataFrame:
     """(run_id, epoch, rank, time_s) of the slowest rank of every steady epoch."""
-    e = epochs[["run_id", "epoch", "rank", "time_s"]].apply(
-        lambda c: pd.to_numeric(c, errors="coerce") if c.name != "run_id" else c).dropna()
+    e = _keyed(epochs.reindex(columns=["run_id", "epoch", "rank", "time_s"])).dropna()
     e = e[e["epoch"] >= WARMUP_EPOCHS]  # the warm-up carries one-off costs, outside the steady state
     if e.empty:
         return e
@@ -79,16 +86,13 @@ def slowest_epochs(epochs: pd.DataFrame) -> pd.DataFrame:
 def epoch_steps(slowest: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     """Per run and steady epoch: its time, the slowest rank's step count and summed phase times;
     `phased` is False where a step of it has no phase times."""
-    cols = ["run_id", "rank", "epoch", *PHASES]
-    s = steps.reindex(columns=cols).copy()
-    for c in cols[1:]:
-        s[c] = pd.to_numeric(s[c], errors="coerce")
+    s = _keyed(steps.reindex(columns=["run_id", "rank", "epoch", *PHASES]))
     s["phased"] = s[list(PHASES)].notna().all(axis=1)
     sums = s.groupby(["run_id", "rank", "epoch"]).agg(
         steps=("epoch", "size"), phased=("phased", "all"), **{p: (p, "sum") for p in PHASES}).reset_index()
     out = slowest.merge(sums, on=["run_id", "rank", "epoch"], how="left")
     out["steps"] = out["steps"].fillna(0)
-    out["phased"] = out["phased"].fillna(False).astype(bool) & (out["steps"] > 0)
+    out["phased"] = out["phased"].eq(True) & (out["steps"] > 0)
     return out
 
 
@@ -112,11 +116,11 @@ def point_profile(profiles: pd.DataFrame, run_ids) -> tuple:
     p = profiles[profiles["run_id"].isin(list(run_ids))]
     if p.empty:
         return None, "no steady epoch (a run needs at least 2 epochs: the first is the warm-up)"
+    if not (p["S"] > 0).all():
+        return None, "no step rows of the slowest rank in a steady epoch"
     if not p["phased"].all():
         return None, NO_PHASES
     m = p[["T", "S", *PHASES]].mean()
-    if not m["S"] > 0:
-        return None, "no step rows"
     return {"T": m["T"], "S": m["S"], **{ph: m[ph] / m["S"] for ph in PHASES}, "n": len(p)}, None
 
 
