@@ -220,9 +220,11 @@ def gap_sentence(r: dict) -> str:
     faster = (f"are {r['speedup']:.2f}× faster than {r['base_devices']:g}" if r["speedup"] >= 1
               else f"are slower than {r['base_devices']:g} ({r['speedup']:.2f}×)")
     lead = f"{who}: {_devices(r['devices'])} {faster}"
-    if not r["gap_s"] > 0:
-        return f"{lead}, at or beyond the ideal {r['ideal_speedup']:g}×: no speed-up is missing."
     ranked = sorted(PARTS, key=lambda p: -r[f"{p}_s"])
+    if not r["gap_s"] > 0:  # shares of no gap mean nothing; the parts in seconds still show why
+        per = ", ".join(f"{PART_LABELS[p]} {fmt_time(r[f'{p}_s'])}" for p in reversed(ranked))
+        return (f"{lead}, at or beyond the ideal {r['ideal_speedup']:g}×: no speed-up is missing "
+                f"(per epoch against the base: {per}).")
     taken = [f"{_share(r[f'{p}_share'])} is {PART_LABELS[p]}" for p in ranked if r[f"{p}_s"] >= 0]
     given = [f"{PART_LABELS[p]} gave back {_share(-r[f'{p}_share'])}" for p in reversed(ranked) if r[f"{p}_s"] < 0]
     text = f"{lead}, not {r['ideal_speedup']:g}×: of the {fmt_time(r['gap_s'])} missing per epoch, " + ", ".join(taken)
