@@ -11,7 +11,7 @@ from collections import Counter
 import pandas as pd
 
 from analysis import FRAMEWORK_ORDER, GRID_KEYS, framework_label, model_label
-from analysis import planning, tables
+from analysis import planning, speedup_gap, tables
 from analysis.comparisons import comparison_labels, framework_comparison, framework_pairs
 from analysis.formatting import config_text, fmt_pct, interval_text
 from analysis.grouping import paper_order, performance_runs, truthy
@@ -446,8 +446,9 @@ def paper_study_speedups(paper: pd.DataFrame) -> pd.DataFrame:
     return (p[1] / p[2]).rename("speedup_1_to_2").reset_index()
 
 
-def all_findings(runs, points, scaling, comparison, invalid, workers=None, batch=None, plan=None) -> list:
-    """Sentences computed from the data, grouped: [{title, items}] (overall, then per experiment)."""
+def all_findings(runs, points, scaling, comparison, invalid, workers=None, batch=None, plan=None, gap=None) -> list:
+    """Sentences computed from the data, grouped: [{title, items}] (overall, then per experiment);
+    `gap`: speedup_gap.gap_data, where the missing speed-up of each multi-device point went."""
     counts = Counter(runs["status"])
     n_exp = runs["experiment"].nunique()
     overall = [f"{len(runs)} valid run{'s' if len(runs) != 1 else ''} in {n_exp} experiment{'s' if n_exp != 1 else ''}: "
@@ -465,12 +466,13 @@ def all_findings(runs, points, scaling, comparison, invalid, workers=None, batch
                        f"({', '.join(busy['run_id'].head(5))}{', ...' if len(busy) > 5 else ''}).")
     groups = [{"title": "Overall", "items": overall}]
     empty = pd.DataFrame(columns=["experiment"])
-    workers, batch, plan = (x if x is not None else empty for x in (workers, batch, plan))
+    workers, batch, plan, gap = (x if x is not None else empty for x in (workers, batch, plan, gap))
     for exp in dict.fromkeys(points["experiment"]):
         p = points[points["experiment"] == exp]
         r = performance_runs(runs[runs["experiment"] == exp])
         items = speed_findings(r) + precision_findings(r, plan[plan["experiment"] == exp]) \
             + steady_state_findings(r) + scaling_findings(scaling[scaling["experiment"] == exp], r) \
+            + speedup_gap.gap_findings(gap[gap["experiment"] == exp]) \
             + axis_findings(workers[workers["experiment"] == exp], "workers",
                             "Loader workers, speed-up of the steady-state epoch", "Loader workers") \
             + axis_findings(batch[batch["experiment"] == exp], "batch_size",

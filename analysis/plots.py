@@ -18,7 +18,7 @@ from matplotlib.transforms import blended_transform_factory  # noqa: E402
 
 from analysis import (FRAMEWORK_COLOURS, FRAMEWORK_ORDER, MODEL_ORDER, PHASE_LABELS, PHASES,  # noqa: E402
                       STATUS_COLOURS, STATUSES, framework_label, model_label)
-from analysis import tables  # noqa: E402
+from analysis import speedup_gap, tables  # noqa: E402
 from analysis.formatting import fmt_si, worst_status  # noqa: E402
 from analysis.grouping import paper_order  # noqa: E402
 
@@ -382,4 +382,66 @@ def status_map(runs: pd.DataFrame):
     handles = [Patch(color=STATUS_COLOURS[s], label=s) for s in STATUS_CODES]
     _finish(fig, "Outcome of every configuration\n(worst over repeats)" if width < 8 else title + " (worst outcome over repeats)",
             handles, ncol=max(2, int(width / 1.1)))
+    return fig
+
+
+GAP_COLOURS = {"ideal": "#c6dbef", "extra_steps": "#a6761d", "loader_wait": PHASE_COLOURS["load_wait_s"],
+               "compute": PHASE_COLOURS["forward_s"], "allreduce_wait": PHASE_COLOURS["backward_s"],
+               "unexplained": "#f0f0f0"}
+
+
+def _gap_bar(ax, y: float, r: dict) -> None:
+    """One point's bar, a waterfall: the ideal time, then the parts that cost time stacked to its
+    right; the parts that gave time back run leftwards from there in a hatched strip below the bar,
+    so the strip ends at the measured time (the black tick)."""
+    ax.barh(y - 0.08, r["ideal_s"], color=GAP_COLOURS["ideal"], edgecolor="white", height=0.5)
+    right = r["ideal_s"]
+    for p in (p for p in speedup_gap.PARTS if r[f"{p}_s"] >= 0):
+        ax.barh(y - 0.08, r[f"{p}_s"], left=right, color=GAP_COLOURS[p], height=0.5, linewidth=0.4,
+                hatch="///" if p == "unexplained" else None, edgecolor="#777777" if p == "unexplained" else "white")
+        right += r[f"{p}_s"]
+    left = right
+    for p in (p for p in speedup_gap.PARTS if r[f"{p}_s"] < 0):
+        left += r[f"{p}_s"]
+        ax.barh(y + 0.3, -r[f"{p}_s"], left=left, color=GAP_COLOURS[p], height=0.2, hatch="xxx",
+                edgecolor="#777777", linewidth=0.4)
+    ax.plot([r["epoch_s"]] * 2, [y - 0.38, y + 0.42], color="black", linewidth=2)
+    ax.annotate(f"{r['speedup']:.2f}× of {r['ideal_speedup']:g}×", (max(right, r["epoch_s"]), y),
+                xytext=(4, 0), textcoords="offset points", va="center", fontsize=7.5)
+
+
+def gap_bars(gap: pd.DataFrame):
+    """Per multi-device point: the ideal epoch time (base / N) and the measured gap to it, split
+    into its parts (analysis.speedup_gap), one horizontal stacked bar per point."""
+    title = "Where the missing speed-up goes (seconds per epoch, slowest rank, steady epochs)"
+    ok = gap[gap["reason"].isna()] if not gap.empty else gap
+    if ok.empty:
+        why = "; ".join(dict.fromkeys(gap["reason"].dropna())) if not gap.empty else ""
+        return placeholder(title, "No multi-device point could be split" + (f": {why}" if why else
+                                  " (needs ok runs at two device counts of the same configuration)."))
+    exps = list(dict.fromkeys(ok["experiment"]))
+    sizes = [(ok["experiment"] == e).sum() for e in exps]
+    fig, axes = plt.subplots(len(exps), 1, figsize=(9.5, sum(0.5 * n + 0.9 for n in sizes) + 0.8), squeeze=False,
+                             gridspec_kw={"height_ratios": [n + 1 for n in sizes]}, layout="constrained")
+    for ax, exp in zip(axes[:, 0], exps):
+        rows = paper_order(ok[ok["experiment"] == exp], ["model", "framework", "batch_size", "workers", "devices"])
+        for y, r in enumerate(rows.to_dict("records")):
+            _gap_bar(ax, y, r)
+        ax.set_yticks(range(len(rows)))
+        ax.set_yticklabels([f"{framework_label(r.framework)} {model_label(r.model)}, b{r.batch_size} w{r.workers}\n"
+                            f"{r.base_devices:g} → {r.devices:g} devices" for r in rows.itertuples()], fontsize=7.5)
+        for lbl, r in zip(ax.get_yticklabels(), rows.itertuples()):
+            lbl.set_color(FRAMEWORK_COLOURS.get(r.framework, "k"))
+        ax.invert_yaxis()
+        ax.set_xlim(left=min(0, ax.get_xlim()[0]), right=ax.get_xlim()[1] * 1.12)  # room for the labels
+        ax.set_title(exp if len(exps) > 1 else "", fontsize=9, loc="left")
+        ax.set_xlabel("time per epoch (s)")
+        ax.grid(axis="y", visible=False)
+    handles = [Patch(facecolor=GAP_COLOURS["ideal"], label="ideal (base epoch / N)")]
+    handles += [Patch(facecolor=GAP_COLOURS[p], edgecolor="#777777" if p == "unexplained" else GAP_COLOURS[p],
+                      hatch="///" if p == "unexplained" else None, label=speedup_gap.PART_SHORT[p])
+                for p in speedup_gap.PARTS]
+    handles += [Patch(facecolor="white", edgecolor="#777777", hatch="xxx", label="gave time back (strip below)"),
+                Line2D([], [], color="black", linewidth=2, label="measured epoch")]
+    _finish(fig, title, handles, ncol=4)
     return fig

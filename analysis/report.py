@@ -27,7 +27,7 @@ import jinja2
 import pandas as pd
 
 from analysis import FRAMEWORK_ORDER, STATUS_COLOURS, framework_label, model_label
-from analysis import deadlocks, lanes, planning, plots, tables
+from analysis import deadlocks, lanes, planning, plots, speedup_gap, tables
 from analysis.aggregate import Aggregate
 from analysis.display import TableSet, frame_table
 from analysis.findings import all_findings, study_findings
@@ -36,9 +36,9 @@ from analysis.grouping import add_experiment, paper_order, performance_points, p
 from runners.adapters import registry
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
-TABLE_NAMES = ("table2", "paper_comparison", "study_work", "study_time", "scaling", "workers", "batch", "breakdown",
+TABLE_NAMES = ("table2", "paper_comparison", "study_work", "study_time", "scaling", "speedup_gap", "workers", "batch", "breakdown",
                "throughput", "accuracy", "plan", "lanes", "deadlocks", "environment", "fairness", "runs", "invalid")
-PLOT_NAMES = ("status_map", "runtime_vs_devices", "speedup", "breakdown", "throughput", "resources")
+PLOT_NAMES = ("status_map", "runtime_vs_devices", "speedup", "speedup_gap", "breakdown", "throughput", "resources")
 # Every file the report writes beside index.html (Snakemake declares these as outputs).
 ASSETS = tuple(f"{t}.{ext}" for t in TABLE_NAMES for ext in ("csv", "html")) + tuple(f"{p}.png" for p in PLOT_NAMES)
 
@@ -221,6 +221,7 @@ def build_tables(agg: Aggregate, runs: pd.DataFrame) -> dict:
     """name -> TableSet: the analysis tables, then plan, deadlocks, environment, fairness and run lists."""
     out = tables.all_tables(runs)
     out["lanes"] = lanes.lanes_table(runs)
+    out["speedup_gap"] = speedup_gap.gap_table(speedup_gap.gap_data(runs, agg.epochs, agg.steps))
     memory = tables.memory_model_table(runs)
     if not memory.empty:  # the pre-flight memory model against the measured peak
         out["memory_model"] = frame_table(
@@ -263,9 +264,12 @@ def build_tables(agg: Aggregate, runs: pd.DataFrame) -> dict:
     return out
 
 
-def build_figures(agg: Aggregate, runs: pd.DataFrame, points: pd.DataFrame, scaling: pd.DataFrame) -> dict:
-    """name -> (figure factory, caption). Factories so each figure is closed right after saving."""
+def build_figures(agg: Aggregate, runs: pd.DataFrame, points: pd.DataFrame, scaling: pd.DataFrame,
+                  gap: pd.DataFrame | None = None) -> dict:
+    """name -> (figure factory, caption). Factories so each figure is closed right after saving;
+    `gap`: speedup_gap.gap_data (computed here when not given)."""
     selected = plots.select_resource_runs(runs, agg.cpu, agg.nvml)
+    gap = speedup_gap.gap_data(runs, agg.epochs, agg.steps) if gap is None else gap
     return {
         "status_map": (lambda: plots.status_map(runs),
                        "Outcome of every configuration, including fault-injection demonstrations; the "
@@ -275,6 +279,11 @@ def build_figures(agg: Aggregate, runs: pd.DataFrame, points: pd.DataFrame, scal
                                "size, like the seed study's Figure 1. An X marks a configuration without an ok run."),
         "speedup": (lambda: plots.speedup_vs_devices(scaling),
                     "Speed-up over the fewest devices; the dashed line is ideal linear scaling."),
+        "speedup_gap": (lambda: plots.gap_bars(gap),
+                        "Per multi-device point: the ideal epoch time (the fewest devices' epoch time / N) and "
+                        "the measured gap to it split into extra steps, loader wait, compute contention, gradient "
+                        "all-reduce and waiting, and the unexplained rest; parts that gave time back run "
+                        "leftwards in the hatched strip, which ends at the measured epoch time."),
         "breakdown": (lambda: plots.breakdown_bars(points),
                       "Mean time per training step split into phases (backward includes the all-reduce)."),
         "throughput": (lambda: plots.throughput_vs_batch(points),
@@ -298,7 +307,7 @@ def render(agg: Aggregate, out: Path, assets: Path, source: str = "") -> Path:
     for t in tabs.values():
         t.write(assets)
     figures = {}
-    for name, (factory, caption) in build_figures(agg, runs, points, scaling).items():
+    for name, (factory, caption) in build_figures(agg, runs, points, scaling, tabs["speedup_gap"].data).items():
         fig = factory()
         path = assets / f"{name}.png"
         fig.savefig(path, dpi=100, bbox_inches="tight")
@@ -313,7 +322,8 @@ def render(agg: Aggregate, out: Path, assets: Path, source: str = "") -> Path:
         source=source, counts=Counter(runs["status"]), n_runs=len(runs), n_invalid=len(agg.invalid),
         status_colours=STATUS_COLOURS,
         findings=all_findings(runs, points, scaling, tabs["paper_comparison"].data, agg.invalid,
-                              workers=tabs["workers"].data, batch=tabs["batch"].data, plan=tabs["plan"].data),
+                              workers=tabs["workers"].data, batch=tabs["batch"].data, plan=tabs["plan"].data,
+                              gap=tabs["speedup_gap"].data),
         lane_findings=lanes.lanes_findings(tabs["lanes"].data),
         study_findings=study_findings(tabs["study_work"].data, tabs["study_time"].data, tables.load_paper(),
                                       performance_runs(runs)),
