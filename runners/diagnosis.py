@@ -112,6 +112,12 @@ CAUSES = {
         "compare the memory model in the pre-flight with the cap; use fewer loader workers per rank, "
         "smaller batches or fan-outs, fewer ranks per machine, or more memory",
     ),
+    "diverged": (
+        "the training loss became NaN or infinite: from that step on the model learns nothing and "
+        "the run's times describe arithmetic on NaN, not training",
+        "check the dataset's features for NaN or infinite values (python -m runners.datasets verify), "
+        "then lower the learning rate (--lr) or normalise the features",
+    ),
     "timeout": (
         "the run exceeded its overall time limit while still making progress",
         "raise --time-limit or reduce epochs/dataset size",
@@ -512,7 +518,7 @@ def classify_exit(out: Path, rc: int, local_ranks: list, shm_peak=None):
     """Status and diagnosis of a run whose torchrun exited by itself."""
     infos = {r: rank_info(out, r) or {} for r in local_ranks}
     if rc == 0 and all(i.get("finished") for i in infos.values()):
-        return "ok", None
+        return diagnose_divergence(infos) or ("ok", None)
     ev = exit_evidence(out, rc, local_ranks, shm_peak)
     ev["primary"], ev["first"] = cause_errors(ev["errors"])
     key, culprit, evidence = decide_exit(ev)
@@ -534,6 +540,24 @@ def classify_exit(out: Path, rc: int, local_ranks: list, shm_peak=None):
     return status, {"summary": summary, "cause": key, "cause_text": cause,
                     "remedy": remedy, "evidence": evidence, "ranks": ev["ranks"], "culprit_rank": culprit,
                     "error_excerpt": excerpt, "detected_after_s": None}
+
+
+def diagnose_divergence(infos: dict):
+    """("diverged", diagnosis) when a rank's loss stopped being a finite number (rank.json's
+    `diverged`: the first such step), else None."""
+    seen = sorted((i["diverged"]["epoch"], i["diverged"]["step"], r, i["diverged"]["loss"])
+                  for r, i in infos.items() if i.get("diverged"))
+    if not seen:
+        return None
+    epoch, step, rank, loss = seen[0]
+    cause, remedy = CAUSES["diverged"]
+    evidence = [f"rank {r}: loss {v} at epoch {e} step {s} (the first non-finite loss of that rank)"
+                for e, s, r, v in seen]
+    return "diverged", {"summary": f"diverged: loss {loss} at epoch {epoch} step {step} (rank {rank}); every "
+                                   "rank stopped at the end of that epoch",
+                        "cause": "diverged", "cause_text": cause, "remedy": remedy, "evidence": evidence,
+                        "ranks": [], "culprit_rank": rank, "detected_after_s": None,
+                        "first_nonfinite": {"epoch": epoch, "step": step, "rank": rank, "loss": loss}}
 
 
 # -- runs stopped by a signal to the launcher -----------------------------------------------

@@ -323,6 +323,48 @@ def parse_and_check(argv: list) -> tuple:
     return cfg, env, "not_enough_devices" if cfg.skip_reason else None
 
 
+# A process per core is what a timing wants; past this many the run measures the scheduler
+# (each process gets under 1/8 of a core between the collectives), and starting them alone
+# costs about 3 CPU-seconds of imports each (torch and a framework), serialised on the cores.
+MAX_PROCESSES_PER_CORE = 8
+
+
+def impossible(cfg: RunConfig, env: dict, graph_meta: dict) -> str | None:
+    """Why the pre-flight calls this run impossible on this machine, or None: a modelled peak
+    above its memory or the --memory-limit cap, or far more processes than cores."""
+    from runners import memory
+
+    procs, cores = cfg.devices * (1 + cfg.workers), env["cpu_cores"]
+    if cfg.device_type == "cpu" and procs > MAX_PROCESSES_PER_CORE * cores:
+        return (f"{cfg.devices} ranks x (1 + {cfg.workers} loader workers) = {procs} processes on {cores} cores, "
+                f"more than {MAX_PROCESSES_PER_CORE} per core: the run would measure the scheduler (start-up alone "
+                f"about {3 * procs / cores:.0f} s of imports); use fewer --devices or --workers")
+    peak = memory.model_peak(cfg, graph_meta)["total_bytes"]
+    cap, what = ((cfg.memory_limit_bytes, "the --memory-limit cap") if cfg.memory_limit_bytes
+                 else (env.get("memory_bytes"), "this machine's memory"))
+    if cap and peak > cap:
+        return (f"the modelled peak host memory {memory.fmt_bytes(peak)} exceeds {what} ({memory.fmt_bytes(cap)}): "
+                "the OOM killer would end the run; use fewer --devices, --workers or a smaller --batch-size")
+    return None
+
+
+def check_capacity(cfg: RunConfig, env: dict, argv: list, graph_meta: dict) -> int | None:
+    """Refuse an impossible run before anything is written (exit 2, one line), record it as
+    skipped in a sweep (--skip-unavailable), or launch it anyway with --force-launch (recorded);
+    None: go on."""
+    why = impossible(cfg, env, graph_meta)
+    if why is None:
+        return None
+    if cfg.force_launch:
+        print(f"[gnnscale] warning: launching anyway (--force-launch): {why}", flush=True)
+        return None
+    if cfg.skip_unavailable:
+        cfg.skip_reason = why
+        return record_skipped(cfg, env, argv, "over_capacity")
+    print(f"error: {why}; or add --force-launch to run it anyway", file=sys.stderr, flush=True)
+    return 2
+
+
 @dataclass
 class Dataset:
     """The run's dataset as checked before the launch."""
@@ -543,6 +585,8 @@ def result_record(cfg: RunConfig, identity: dict, argv: list, status: str, times
 SKIP_CAUSES = {
     "not_enough_devices": ("the grid point asks for more GPUs than this node has",
                            "run it on a node with enough GPUs, or drop it from the grid"),
+    "over_capacity": ("the pre-flight found the run impossible on this machine (memory or processes per core)",
+                      "run the point on a larger machine, or drop it from the grid (--force-launch runs it anyway)"),
     "framework_unavailable": ("the framework cannot be imported in this lane (not installed, or its "
                               "release does not load on this torch)",
                               "run the point in a lane that carries the framework (the pair lane carries "
@@ -659,6 +703,9 @@ def main(argv=None) -> int:
     data = prepare_dataset(cfg, env)
     if data is None:
         return 2
+    refused = check_capacity(cfg, env, argv, data.meta)
+    if refused is not None:
+        return refused
     # The run writes into a fresh directory; the point's current run stays until it is replaced.
     stage = history.staging_dir(out)
     cfg.out = str(stage)
