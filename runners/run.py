@@ -134,13 +134,12 @@ def shm_need(model: dict) -> int:
 def preflight(cfg: RunConfig, env: dict, graph_meta: dict) -> dict:
     """Shared-memory and open-files needs of loader workers and the modelled peak host memory
     of the whole process tree (runners.memory); warn, never refuse."""
-    from runners import memory
+    from runners import descriptors, memory
 
     warnings = []
     model = memory.model_peak(cfg, graph_meta)
     if cfg.workers > 0:
         need_shm = shm_need(model)
-        need_fds = 64 * cfg.workers * cfg.devices
         shm_free = env.get("shm_free_bytes")
         if shm_free is not None and need_shm > shm_free:
             size = memory.fmt_bytes(env.get("shm_bytes"))
@@ -151,14 +150,13 @@ def preflight(cfg: RunConfig, env: dict, graph_meta: dict) -> dict:
         elif env.get("shm_bytes") is not None and need_shm > env["shm_bytes"] * 0.5:
             warnings.append(f"/dev/shm is {env['shm_bytes'] / 2**20:.0f} MiB; workers may need about "
                             f"{need_shm / 2**20:.0f} MiB of it (upper estimate)")
-        if env["open_files_limit"] < need_fds:
-            warnings.append(f"open-files limit {env['open_files_limit']} is below an estimated {need_fds} "
-                            "descriptors for shared tensors; raise `ulimit -n`")
         result = {"shm_bytes": env.get("shm_bytes"), "shm_free_bytes": shm_free,
-                  "shm_needed_estimate_bytes": need_shm, "open_files_limit": env["open_files_limit"],
-                  "fds_needed_estimate": need_fds}
+                  "shm_needed_estimate_bytes": need_shm}
     else:
-        result = {"shm_bytes": env.get("shm_bytes"), "open_files_limit": env["open_files_limit"]}
+        result = {"shm_bytes": env.get("shm_bytes")}
+    result["open_files_limit"] = env["open_files_limit"]
+    result["open_files"] = descriptors.preflight_check(cfg, env["open_files_limit"])
+    warnings += [result["open_files"]["warning"]] if result["open_files"]["warning"] else []
     result["memory_model"] = model
     result["memory_model_bytes"] = model["total_bytes"]
     result["memory_limit_bytes"] = cfg.memory_limit_bytes or None
