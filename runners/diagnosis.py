@@ -120,6 +120,45 @@ CAUSES = {
 
 
 
+# -- summaries: many ranks in one line -------------------------------------------------------
+def rank_ranges(ranks) -> str:
+    """Rank numbers, runs of three or more as ranges: '0-5, 7, 9, 10'."""
+    ranks, parts, i = sorted(ranks), [], 0
+    while i < len(ranks):
+        j = i
+        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
+            j += 1
+        parts += [f"{ranks[i]}-{ranks[j]}"] if j - i >= 2 else [str(r) for r in ranks[i:j + 1]]
+        i = j + 1
+    return ", ".join(parts)
+
+
+def group_ranks(pairs, verb: str) -> str:
+    """Ranks grouped by what they did, in first-seen order: "rank 0 waited in 'loading', ranks 1
+    and 2 waited in 'forward', 60 ranks waited in 'backward' (ranks 3-62)".
+
+    `pairs`: (rank, label); `verb`: the predicate with {} for the label. Up to 3 ranks of a
+    group are named; beyond that a count and ranges, so a summary stays one line at 64 ranks."""
+    groups: dict = {}
+    for r, label in pairs:
+        groups.setdefault(label, []).append(r)
+    parts = []
+    for label, ranks in groups.items():
+        said = verb.format(label)
+        if len(ranks) == 1:
+            parts.append(f"rank {ranks[0]} {said}")
+        elif len(ranks) <= 3:
+            parts.append(f"ranks {', '.join(map(str, ranks[:-1]))} and {ranks[-1]} {said}")
+        else:
+            parts.append(f"{len(ranks)} ranks {said} (ranks {rank_ranges(ranks)})")
+    return ", ".join(parts)
+
+
+def progress_line(ranks: list) -> str:
+    """Where every rank got, grouped: "2 ranks at epoch 1 step 3 'forward' (...)"."""
+    return group_ranks([(x["rank"], f"epoch {x['epoch']} step {x['step']} '{x['phase']}'") for x in ranks], "at {}")
+
+
 # -- hangs and timeouts: which rank the others wait for ---------------------------------------
 CPU_IDLE_S = 0.05  # CPU seconds per second below which a process is not running at all
 CPU_BUSY_S = 0.25  # ... and above which it is clearly computing
@@ -180,8 +219,7 @@ def blame(ranks: list):
     keys = sorted(progress_key(x) for x in live)
     if keys[0] < keys[1]:
         x = min(live, key=progress_key)
-        ahead = ", ".join(f"rank {y['rank']} at epoch {y['epoch']} step {y['step']} '{y['phase']}'"
-                          for y in live if y is not x)
+        ahead = progress_line([y for y in live if y is not x])
         return x["rank"], [f"rank {x['rank']} is behind (epoch {x['epoch']} step {x['step']} "
                            f"'{x['phase']}') while {ahead}: the others wait for it"]
     rates = {x["rank"]: _cpu_rate(x) for x in live}
@@ -270,6 +308,18 @@ def decide_stop(ev: dict):
 
 
 
+def stop_summary(status: str, ranks: list, culprit, cause: str) -> str:
+    """The one line of a hang or a timeout: who waited where, and the cause."""
+    if status == "timeout":
+        return "time limit reached; rank progress: " + progress_line(ranks)
+    waiting = group_ranks([(x["rank"], x["phase"]) for x in ranks if x["rank"] != culprit], "waited in '{}'")
+    if culprit is None:
+        return f"hang: {waiting}; cause: {cause}"
+    where = next((x["phase"] for x in ranks if x["rank"] == culprit), "?")
+    return f"hang: rank {culprit} made no progress in phase '{where}'" + (
+        f" while {waiting}" if waiting else "") + f"; cause: {cause}"
+
+
 def diagnose_stop(out: Path, status: str, stalled, watch: dict, states: dict, stacks: dict,
                   threshold: float, now: float, launch_t: float) -> dict:
     """Explain a hang or a timeout from heartbeats, process states, CPU use and stacks."""
@@ -284,17 +334,7 @@ def diagnose_stop(out: Path, status: str, stalled, watch: dict, states: dict, st
     if stalled:
         evidence.append(f"rank {stalled[0]} passed the threshold first (idle {stalled[1]:.1f} s)")
     evidence.append(f"threshold {threshold:.1f} s; detected {now - launch_t:.1f} s after launch")
-    if status == "timeout":
-        summary = "time limit reached; rank progress: " + ", ".join(
-            f"r{x['rank']} e{x['epoch']} s{x['step']} {x['phase']}" for x in ranks)
-    elif culprit is None:
-        summary = ("hang: " + ", ".join(f"rank {x['rank']} waited in '{x['phase']}'" for x in ranks)
-                   + f"; cause: {cause.split(':')[0]}")
-    else:
-        where = next((x["phase"] for x in ranks if x["rank"] == culprit), "?")
-        summary = (f"hang: rank {culprit} made no progress in phase '{where}' while "
-                   + ", ".join(f"rank {x['rank']} waited in '{x['phase']}'" for x in ranks if x["rank"] != culprit)
-                   + f"; cause: {cause.split(':')[0]}")
+    summary = stop_summary(status, ranks, culprit, cause.split(":")[0])
     return {"summary": summary, "cause": key, "cause_text": cause, "remedy": remedy, "evidence": evidence,
             "ranks": ranks, "workers": ev["workers"], "culprit_rank": culprit, "stack_files": stacks,
             "threshold_s": round(threshold, 2)}
@@ -561,7 +601,7 @@ def diagnose_interruption(out: Path, sig: Interruption, watch: dict, after_s: fl
     evidence += [f"rank {x['rank']}: epoch {x['epoch']} step {x['step']} phase '{x['phase']}'" for x in ranks]
     summary = (f"interrupted: {sig.name} to the launcher {after_s:.1f} s after launch stopped the run; "
                f"{epochs} epoch(s) and {steps} step(s) were measured before it; rank progress: "
-               + ", ".join(f"r{x['rank']} e{x['epoch']} s{x['step']} {x['phase']}" for x in ranks))
+               + progress_line(ranks))
     if slurm.get("why"):
         summary += f"; SLURM job {slurm['SLURM_JOB_ID']}: {slurm['why']}"
     return {"summary": summary, "cause": "interrupted", "cause_text": cause, "remedy": remedy,
@@ -597,7 +637,7 @@ def apply_oom(outcome: Outcome, sup) -> Outcome:
     diag.update({"cause": "oom", "cause_text": cause, "remedy": remedy, "oom": found,
                  "evidence": found["evidence"] + list(diag.get("evidence") or [])})
     victims = ", ".join(f"{k['role']} (pid {k['pid']})" for k in found["killed"]) or "a process of the run"
-    left = ", ".join(f"rank {w['rank']} in '{w['phase']}'" for w in found["ranks_left_waiting"])
+    left = group_ranks([(w["rank"], w["phase"]) for w in found["ranks_left_waiting"]], "in '{}'")
     status = "killed" if outcome.status == "crashed" else outcome.status
     limit = (found["cgroup"] or {}).get("limit_bytes")
     from runners.memory import fmt_bytes

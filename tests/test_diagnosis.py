@@ -260,3 +260,38 @@ def test_a_rank_still_starting_is_held_to_the_startup_timeout_not_the_stall_limi
     stalled = [(0, 10.0, "backward"), (1, 1.0, "forward")]
     assert hang_candidate(stalled, now=10.5, launch_t=0.0, limit=8.0, startup_timeout=600.0)[0] == 1
     assert hang_candidate(stalled, now=8.5, launch_t=0.0, limit=8.0, startup_timeout=600.0) is None
+
+
+# -- summaries: many ranks in one line ----------------------------------------------------------
+def test_summary_of_a_hang_at_64_ranks_is_one_short_line():
+    from runners.diagnosis import stop_summary
+
+    ranks = [rank(0, 0, 2, "loading")] + [rank(r, 0, 2, "forward") for r in range(1, 64)]
+    line = stop_summary("hang", ranks, 0, "a loader worker stopped")
+    assert line == ("hang: rank 0 made no progress in phase 'loading' while 63 ranks waited in 'forward' "
+                    "(ranks 1-63); cause: a loader worker stopped")
+    # Nobody to blame: every group of ranks by its phase, in the order first seen.
+    ranks[5]["phase"] = ranks[9]["phase"] = "backward"
+    line = stop_summary("hang", ranks, None, "x")
+    assert line == ("hang: rank 0 waited in 'loading', 61 ranks waited in 'forward' (ranks 1-4, 6-8, 10-63), "
+                    "ranks 5 and 9 waited in 'backward'; cause: x")
+    timeout = stop_summary("timeout", [rank(r, 3, 7, "forward") for r in range(8)], None, "x")
+    assert timeout == "time limit reached; rank progress: 8 ranks at epoch 3 step 7 'forward' (ranks 0-7)"
+
+
+def test_up_to_three_ranks_are_named_and_runs_of_three_become_ranges():
+    from runners.diagnosis import group_ranks, rank_ranges
+
+    assert group_ranks([(1, "forward"), (2, "forward"), (3, "forward")], "waited in '{}'") == \
+        "ranks 1, 2 and 3 waited in 'forward'"
+    assert group_ranks([(2, "a"), (0, "a"), (1, "a"), (7, "a")], "in '{}'") == "4 ranks in 'a' (ranks 0-2, 7)"
+    assert rank_ranges([9, 0, 1, 2, 3, 4, 5, 7, 10]) == "0-5, 7, 9, 10"
+    assert group_ranks([], "in '{}'") == ""
+
+
+def test_rank_behind_names_the_ranks_ahead_grouped():
+    ranks = [rank(0, 0, 2, "forward", state="sleeping")] + [rank(r, 0, 3, "copy", state="running", cpu=1.0)
+                                                            for r in range(1, 32)]
+    culprit, why = blame(ranks)
+    assert culprit == 0
+    assert "while 31 ranks at epoch 0 step 3 'copy' (ranks 1-31): the others wait for it" in why[0]
