@@ -633,17 +633,19 @@ def apply_oom(outcome: Outcome, sup) -> Outcome:
             return pressured
     diag = dict(outcome.diagnosis or {"ranks": [], "evidence": []})
     cause, remedy = CAUSES["oom"]
-    diag["previous_cause"] = diag.get("cause")
+    diag["previous_cause"], diag["previous_status"] = diag.get("cause"), outcome.status
     diag.update({"cause": "oom", "cause_text": cause, "remedy": remedy, "oom": found,
                  "evidence": found["evidence"] + list(diag.get("evidence") or [])})
-    victims = ", ".join(f"{k['role']} (pid {k['pid']})" for k in found["killed"]) or "a process of the run"
+    killed = [f"{k['role']} (pid {k['pid']})" for k in found["killed"]]
+    victims = ", ".join(killed[:3]) + (f" and {len(killed) - 3} more" if len(killed) > 3 else "")
     left = group_ranks([(w["rank"], w["phase"]) for w in found["ranks_left_waiting"]], "in '{}'")
-    status = "killed" if outcome.status == "crashed" else outcome.status
+    # A kill is what happened, whatever it left behind (a hang, a crash, a time limit).
+    status = "killed"
     limit = (found["cgroup"] or {}).get("limit_bytes")
     from runners.memory import fmt_bytes
 
     cap = f" under the {fmt_bytes(limit)} memory cap" if limit else ""
-    diag["summary"] = (f"{status}: out of memory{cap}: the OOM killer killed {victims}"
+    diag["summary"] = (f"{status}: out of memory{cap}: the OOM killer killed {victims or 'a process of the run'}"
                        + (f"; left waiting: {left}" if left else "") + "; cause: memory exhaustion")
     outcome.status, outcome.diagnosis = status, diag
     return outcome
