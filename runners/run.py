@@ -246,24 +246,6 @@ def rerun_command(argv: list) -> list:
     return [rerun_interpreter(), "-m", "runners.run"] + list(argv)
 
 
-# Set by the workflow's run rule: the snakemake command (profile, config files) that made the run.
-WORKFLOW_ENV = "GNNSCALE_WORKFLOW"
-
-
-def workflow_command(out: str) -> str | None:
-    """The command that reruns the point through the workflow that made it (--forcerun its
-    result), or None for a run started by hand."""
-    prefix = os.environ.get(WORKFLOW_ENV)
-    if not prefix:
-        return None
-    target = Path(out) / "result.json"
-    try:
-        target = target.resolve().relative_to(envinfo.REPO_ROOT)
-    except ValueError:
-        pass
-    return f"{prefix} --forcerun {shlex.quote(str(target))}"
-
-
 def check_lane(wanted, lane: dict) -> str:
     """The lane the run is in: that of this Python (its scripts/setup.sh manifest). A run that
     names another lane is refused: it would record one stack and measure another."""
@@ -368,7 +350,7 @@ def prepare_run_dir(cfg: RunConfig, out: Path, argv: list, graph_meta: dict) -> 
     space = expected_output(cfg, graph_meta)
     space["free_bytes"] = shutil.disk_usage(out).free
     if space["free_bytes"] < space["least_bytes"]:
-        print(f"error: --out {out}: its filesystem has {fmt_bytes(space['free_bytes'])} free but a run needs "
+        print(f"error: --out {history.point_dir(out)}: its filesystem has {fmt_bytes(space['free_bytes'])} free but a run needs "
               f"about {fmt_bytes(space['least_bytes'])} to start and record its result (this one up to about "
               f"{fmt_bytes(space['expected_bytes'])}); free space or choose another --out", file=sys.stderr,
               flush=True)
@@ -533,7 +515,7 @@ def result_record(cfg: RunConfig, identity: dict, argv: list, status: str, times
     return {"schema_version": SCHEMA_VERSION, "run_id": identity["run_id"], "run_name": point.name,
             "identity": identity, "status": status, "started_at": started_at, "finished_at": finished_at,
             "wall_time_s": wall_time_s,
-            "command": {"argv": rerun, "shell": shlex.join(rerun), "workflow": workflow_command(point)},
+            "command": {"argv": rerun, "shell": shlex.join(rerun)},
             **sections}
 
 
@@ -663,6 +645,7 @@ def main(argv=None) -> int:
     try:
         space = prepare_run_dir(cfg, stage, argv, data.meta)
         if space is None:
+            shutil.rmtree(stage, ignore_errors=True)  # empty: refused before anything was written
             return 2
         log = open(stage / "logs" / "launcher.log", "w")
     except OSError as exc:

@@ -174,8 +174,9 @@ FILL_WHEN_TRAINING = r'''
 mount -t tmpfs -o size=16m tmpfs "$MNT" || exit 90
 "$@" > "$LOG" 2>&1 &
 run=$!
-# Once both ranks have finished two epochs, fill the filesystem to the last byte.
-until [ "$(cat "$MNT/run/rank0/epochs.csv" "$MNT/run/rank1/epochs.csv" 2>/dev/null | wc -l)" -ge 6 ]; do
+# Once both ranks have finished two epochs, fill the filesystem to the last byte. (The run
+# writes into its staging directory beside --out until it has a result: runners.history.)
+until [ "$(cat "$MNT"/.run.run-*/rank0/epochs.csv "$MNT"/.run.run-*/rank1/epochs.csv 2>/dev/null | wc -l)" -ge 6 ]; do
     kill -0 $run 2>/dev/null || break
     sleep 0.2
 done
@@ -183,7 +184,7 @@ dd if=/dev/zero of="$MNT/filler" bs=64k 2>/dev/null
 wait $run
 rc=$?
 rm -f "$MNT/filler"
-cp -r "$MNT/run" "$COPY"
+cp -r "$MNT"/.run.run-* "$COPY"
 exit $rc
 '''
 
@@ -204,7 +205,7 @@ def test_disk_filling_up_during_the_run_stops_it_with_one_line(tmp_path):
     assert "pre-flight warning: --out's filesystem" not in text  # it had room before the filler
     errors = [line for line in text.splitlines() if "No space left on device" in line]
     assert len(errors) == 1, text[-3000:]
-    assert re.match(rf"\[gnnscale\] error: No space left on device: could not write {re.escape(str(mnt / 'run'))}"
+    assert re.match(rf"\[gnnscale\] error: No space left on device: could not write {re.escape(str(mnt))}/\.run\.run-"
                     r"\S* \([\d.]+ (B|KiB) free of 16\.00 MiB on its filesystem\); stopped the run",
                     errors[0]), errors[0]
     assert "Traceback" not in text and "Exception ignored" not in text, text[-3000:]
