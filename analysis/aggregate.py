@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
 from dataclasses import dataclass, field
@@ -233,17 +234,19 @@ def _scalar(v):
     return v
 
 
-def commands(data: dict, run_dir: Path) -> dict:
+def commands(data: dict, run_dir: Path, workflow: str | None = None) -> dict:
     """The commands that rerun a result's point: directly, with its lane's interpreter, and
-    through the workflow that made it (None for a run started by hand), and how many earlier
-    runs of the point are kept. Results from before the rerun commands named their
+    through the workflow (`workflow`, the snakemake command of the sweep, + --forcerun its
+    result; None for a run outside the working directory, or without one), and how many
+    earlier runs of the point are kept. Results from before the rerun commands named their
     interpreter say `python`; that word becomes the lane's interpreter."""
-    command = data["command"]
-    argv = list(command["argv"])
+    argv = list(data["command"]["argv"])
     lane = (data["env"].get("lane") or {}).get("lane") or data["config"].get("lane") or "pair"
     if argv and argv[0] == "python" and envinfo.lane_interpreter(lane):
         argv[0] = envinfo.lane_interpreter(lane)
-    return {"command": shlex.join(argv), "workflow_command": command.get("workflow"),
+    target = os.path.relpath(Path(run_dir) / record.RESULT_FILE)
+    through = f"{workflow} --forcerun {shlex.quote(target)}" if workflow and not target.startswith("..") else None
+    return {"command": shlex.join(argv), "workflow_command": through,
             "previous_runs": len(history.history(run_dir))}
 
 
@@ -259,8 +262,8 @@ def history_rows(run_dir: Path, run_id: str) -> list:
     return rows
 
 
-def run_row(data: dict, result_path: Path) -> dict:
-    """One runs.csv row."""
+def run_row(data: dict, result_path: Path, workflow: str | None = None) -> dict:
+    """One runs.csv row (`workflow`: see commands)."""
     cfg, env = data["config"], data["env"]
     summary = data.get("summary") or {}
     breakdown = summary.get("step_breakdown_s") or {}
@@ -301,7 +304,7 @@ def run_row(data: dict, result_path: Path) -> dict:
         "preflight_warnings": " | ".join((data.get("preflight") or {}).get("warnings") or []) or None,
         "diag_cause": diag.get("cause"), "diag_summary": diag.get("summary"),
         "diag_remedy": diag.get("remedy"), "detected_after_s": diag.get("detected_after_s"),
-        **commands(data, result_path.parent), "run_dir": str(result_path.parent),
+        **commands(data, result_path.parent, workflow), "run_dir": str(result_path.parent),
         "result_path": str(result_path),
     })
     # Modelled vs measured peak host memory (runners.memory); older results have neither.
@@ -373,8 +376,9 @@ def rank_csvs(run_dir: Path, run_id: str, name: str) -> list:
     return frames
 
 
-def aggregate(paths) -> Aggregate:
-    """Read, validate and flatten every result under `paths`."""
+def aggregate(paths, workflow: str | None = None) -> Aggregate:
+    """Read, validate and flatten every result under `paths` (`workflow`: the snakemake
+    command of the sweep, for the rerun commands; see commands)."""
     files, invalid = find_results(paths)
     runs, epochs, steps, cpu, nvml, failures, past = [], [], [], [], [], [], []
     seen, node_results = {}, []
@@ -397,7 +401,7 @@ def aggregate(paths) -> Aggregate:
             continue
         seen[rid] = path
         run_dir = path.parent
-        runs.append(run_row(data, path))
+        runs.append(run_row(data, path, workflow))
         past += history_rows(run_dir, rid)
         epochs += epoch_rows(data)
         steps += rank_csvs(run_dir, rid, "steps")
@@ -434,10 +438,13 @@ def aggregate(paths) -> Aggregate:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m analysis.aggregate", description=__doc__.split("\n")[0])
     p.add_argument("--out-dir", required=True, help="directory for runs.csv, epochs.csv, ...")
+    p.add_argument("--workflow", default=None, metavar="COMMAND",
+                   help="the snakemake command of the sweep; each run's rerun through it (+ --forcerun its "
+                        "result) goes into runs.csv")
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
                    help="run directories, or directories to search for result.json")
     args = p.parse_args(argv)
-    agg = aggregate(args.run_dirs)
+    agg = aggregate(args.run_dirs, args.workflow)
     agg.write(Path(args.out_dir))
     counts = agg.runs["status"].value_counts().to_dict()
     print(f"[analysis] {len(agg.runs)} runs ({', '.join(f'{k}: {v}' for k, v in counts.items()) or 'none'}), "

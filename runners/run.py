@@ -134,13 +134,12 @@ def shm_need(model: dict) -> int:
 def preflight(cfg: RunConfig, env: dict, graph_meta: dict) -> dict:
     """Shared-memory and open-files needs of loader workers and the modelled peak host memory
     of the whole process tree (runners.memory); warn, never refuse."""
-    from runners import memory
+    from runners import descriptors, memory
 
     warnings = []
     model = memory.model_peak(cfg, graph_meta)
     if cfg.workers > 0:
         need_shm = shm_need(model)
-        need_fds = 64 * cfg.workers * cfg.devices
         shm_free = env.get("shm_free_bytes")
         if shm_free is not None and need_shm > shm_free:
             size = memory.fmt_bytes(env.get("shm_bytes"))
@@ -151,14 +150,13 @@ def preflight(cfg: RunConfig, env: dict, graph_meta: dict) -> dict:
         elif env.get("shm_bytes") is not None and need_shm > env["shm_bytes"] * 0.5:
             warnings.append(f"/dev/shm is {env['shm_bytes'] / 2**20:.0f} MiB; workers may need about "
                             f"{need_shm / 2**20:.0f} MiB of it (upper estimate)")
-        if env["open_files_limit"] < need_fds:
-            warnings.append(f"open-files limit {env['open_files_limit']} is below an estimated {need_fds} "
-                            "descriptors for shared tensors; raise `ulimit -n`")
         result = {"shm_bytes": env.get("shm_bytes"), "shm_free_bytes": shm_free,
-                  "shm_needed_estimate_bytes": need_shm, "open_files_limit": env["open_files_limit"],
-                  "fds_needed_estimate": need_fds}
+                  "shm_needed_estimate_bytes": need_shm}
     else:
-        result = {"shm_bytes": env.get("shm_bytes"), "open_files_limit": env["open_files_limit"]}
+        result = {"shm_bytes": env.get("shm_bytes")}
+    result["open_files_limit"] = env["open_files_limit"]
+    result["open_files"] = descriptors.preflight_check(cfg, env["open_files_limit"])
+    warnings += [result["open_files"]["warning"]] if result["open_files"]["warning"] else []
     result["memory_model"] = model
     result["memory_model_bytes"] = model["total_bytes"]
     result["memory_limit_bytes"] = cfg.memory_limit_bytes or None
@@ -246,24 +244,6 @@ def rerun_interpreter() -> str:
 def rerun_command(argv: list) -> list:
     """The command that reruns this configuration directly (from the repository root)."""
     return [rerun_interpreter(), "-m", "runners.run"] + list(argv)
-
-
-# Set by the workflow's run rule: the snakemake command (profile, config files) that made the run.
-WORKFLOW_ENV = "GNNSCALE_WORKFLOW"
-
-
-def workflow_command(out: str) -> str | None:
-    """The command that reruns the point through the workflow that made it (--forcerun its
-    result), or None for a run started by hand."""
-    prefix = os.environ.get(WORKFLOW_ENV)
-    if not prefix:
-        return None
-    target = Path(out) / "result.json"
-    try:
-        target = target.resolve().relative_to(envinfo.REPO_ROOT)
-    except ValueError:
-        pass
-    return f"{prefix} --forcerun {shlex.quote(str(target))}"
 
 
 def check_lane(wanted, lane: dict) -> str:
@@ -412,7 +392,7 @@ def prepare_run_dir(cfg: RunConfig, out: Path, argv: list, graph_meta: dict) -> 
     space = expected_output(cfg, graph_meta)
     space["free_bytes"] = shutil.disk_usage(out).free
     if space["free_bytes"] < space["least_bytes"]:
-        print(f"error: --out {out}: its filesystem has {fmt_bytes(space['free_bytes'])} free but a run needs "
+        print(f"error: --out {history.point_dir(out)}: its filesystem has {fmt_bytes(space['free_bytes'])} free but a run needs "
               f"about {fmt_bytes(space['least_bytes'])} to start and record its result (this one up to about "
               f"{fmt_bytes(space['expected_bytes'])}); free space or choose another --out", file=sys.stderr,
               flush=True)
@@ -577,7 +557,7 @@ def result_record(cfg: RunConfig, identity: dict, argv: list, status: str, times
     return {"schema_version": SCHEMA_VERSION, "run_id": identity["run_id"], "run_name": point.name,
             "identity": identity, "status": status, "started_at": started_at, "finished_at": finished_at,
             "wall_time_s": wall_time_s,
-            "command": {"argv": rerun, "shell": shlex.join(rerun), "workflow": workflow_command(point)},
+            "command": {"argv": rerun, "shell": shlex.join(rerun)},
             **sections}
 
 
@@ -712,6 +692,7 @@ def main(argv=None) -> int:
     try:
         space = prepare_run_dir(cfg, stage, argv, data.meta)
         if space is None:
+            shutil.rmtree(stage, ignore_errors=True)  # empty: refused before anything was written
             return 2
         log = open(stage / "logs" / "launcher.log", "w")
     except OSError as exc:

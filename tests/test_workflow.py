@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -394,6 +395,26 @@ def test_slow_end_to_end_minimal_sweep(tmp_path):
     )
     assert res.returncode == 0, res.stdout + res.stderr
     assert (proj / "report.html").stat().st_size > 0
+
+    # 7. The rerun command the result carries, run as printed: the run is redone and the
+    #    one it replaced is kept under previous/ (Snakemake must not remove it first).
+    old = json.loads(runs[0].read_text())
+    table = pd.read_csv(proj / "results/aggregate/runs.csv")
+    printed = table.set_index("result_path").loc[str(runs[0]), "workflow_command"]
+    assert printed == (
+        "snakemake --cores all --profile profiles/default --configfile config/minimal.yaml"
+        f" --forcerun {one}"
+    )
+    res = subprocess.run(
+        printed.replace("snakemake", SNAKEMAKE, 1) + f" -s {snakefile}",
+        shell=True, cwd=proj, env=env(), capture_output=True, text=True, timeout=600,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    new = json.loads(runs[0].read_text())
+    assert new["status"] == "ok" and new["started_at"] > old["started_at"]
+    (kept,) = (runs[0].parent / "previous").iterdir()
+    assert json.loads((kept / "result.json").read_text()) == old
+    assert (kept / "rank0" / "steps.csv").exists()
 
 
 def _rows(path):

@@ -19,8 +19,10 @@ rule aggregate:
         "../../environment.yml"
     params:
         run_dirs=lambda wildcards, input: [os.path.dirname(f) for f in input.runs],
+        # the report prints it (with --forcerun) beside every run's direct command
+        workflow=WORKFLOW_RERUN,
     shell:
-        "python -m analysis.aggregate --out-dir results/aggregate"
+        "python -m analysis.aggregate --out-dir results/aggregate --workflow {params.workflow:q}"
         " {params.run_dirs} > {log} 2>&1"
 
 

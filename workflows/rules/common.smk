@@ -292,13 +292,16 @@ def run_settings(wildcards):
 
 def workflow_rerun():
     """The snakemake command that reruns one point of this sweep, as the report prints it (the
-    runner appends `--forcerun` and the point's result): this invocation's profile and config
-    files, relative to the project directory. Not a param: the printed command is no reason
-    to rerun a finished point."""
+    aggregate appends `--forcerun` and the point's result): this invocation's profile and
+    config files, relative to the project directory. A param of the aggregate only: the
+    printed command is no reason to rerun a finished training run."""
     # A SLURM job re-reads the workflow inside its allocation, where the command is formatted.
     on_slurm = bool(os.environ.get("SLURM_JOB_ID"))
-    words = (["snakemake", "--workflow-profile", "profiles/slurm"] if on_slurm
-             else ["snakemake", "--cores", "all", "--profile", "profiles/default"])
+    words = (
+        ["snakemake", "--workflow-profile", "profiles/slurm"]
+        if on_slurm
+        else ["snakemake", "--cores", "all", "--profile", "profiles/default"]
+    )
     for path in workflow.overwrite_configfiles or []:
         rel = os.path.relpath(os.path.abspath(path), workflow.basedir)
         words += ["--configfile", path if rel.startswith("..") else rel]

@@ -40,7 +40,7 @@ rule run:
         " workers={wildcards.workers} repeat={wildcards.repeat}"
         " dataset={wildcards.dataset}"
     shell:
-        "{params.launch}GNNSCALE_WORKFLOW={WORKFLOW_RERUN:q} {params.python} -m runners.run"
+        "{params.launch}{params.python} -m runners.run"
         " --framework {wildcards.framework} --model {wildcards.model}"
         " --devices {wildcards.devices} --batch-size {wildcards.batch}"
         " --workers {wildcards.workers} --repeat {wildcards.repeat}"
