@@ -468,7 +468,7 @@ def launch(cfg: RunConfig, out: Path, config_path: Path) -> Launch:
                  now_iso(), time.time(), None)
     child_env["GNNSCALE_LAUNCH_TIME"] = repr(run.launch_t)
     print(f"[gnnscale] launching {cfg.framework}/{cfg.model} devices={cfg.devices} batch={cfg.batch_size} "
-          f"workers={cfg.workers} dataset={cfg.dataset} epochs={cfg.epochs} -> {out}", flush=True)
+          f"workers={cfg.workers} dataset={cfg.dataset} epochs={cfg.epochs} -> {history.point_dir(out)}", flush=True)
     run.interruption = Interruption().install()  # from here on a signal stops the run, keeping the result
     try:
         preexec = None
