@@ -118,11 +118,12 @@ def _cgroup_reason():
 def test_too_small_memory_cap_is_diagnosed_as_oom(tmp_path):
     # A wide model (hidden 4096) holds ~0.7 GB of anonymous memory per rank once training starts
     # (gradients and Adam's moments appear at the first step), against ~1.3 GB for the whole tree
-    # at start-up: a 1800M cap lets start-up through and kills a process in the first step.
+    # at start-up: a 1800M cap lets start-up through and kills a process in the first step. The
+    # pre-flight models more than the cap and would refuse the run: --force-launch.
     out = tmp_path / "oom"
     stall = 20
     res = run_config(out, framework="dgl", devices=2, workers=1, epochs=1, batch_size=64,
-                     extra=["--hidden", "4096", "--eval-every", "0", "--memory-limit", "1800M",
+                     extra=["--hidden", "4096", "--eval-every", "0", "--memory-limit", "1800M", "--force-launch",
                             "--stall-floor", str(stall)], timeout=300)
     assert res.returncode == 0, res.stdout[-3000:]
     result = json.loads((out / "result.json").read_text())
