@@ -209,9 +209,13 @@ SETTINGS = (
             config_key="stall_floor_s", help="never declare a hang before this many seconds without progress"),
     Setting("stall_factor", float, 20.0, check=at_least(1), group=_WATCHDOG, config_key="stall_factor",
             help="hang = no progress for factor x the slowest step seen (at least the floor)"),
-    Setting("skip_unavailable", bool, False, field=False,
+    Setting("skip_unavailable", bool, False,
             help="record a 'skipped' result instead of failing when this node has fewer GPUs than --devices "
             "(what a sweep wants; on the command line the error is clearer)"),
+    Setting("force_launch", bool, False,
+            help="launch a run the pre-flight calls impossible (a modelled peak above the machine's memory or "
+                 "the --memory-limit cap, or more than "
+                 "8 processes per core); recorded in the result"),
     Setting("self_loops", bool, True, flag="--no-self-loops", config_key="sampling.self_loops",
             help="GAT without self-attention edges (default: both frameworks add them)"),
     Setting("replace", bool, False, config_key="sampling.replace", help="sample neighbours with replacement"),
