@@ -372,6 +372,8 @@ def sweep_stop_values(config: dict, kind: str, model: dict) -> dict:
     if kind == "study" and (config.get("study") or {}).get("epochs"):
         epochs = config["study"]["epochs"]
     timing = config["timing"]
+    if kind == "deadlock":  # the hang comes in the first epoch; nothing to validate
+        return {"epochs": 1, "eval_every": 0}
     if kind != "timing" or timing["until"] == "epochs":
         every = config["eval_every"] if kind != "timing" else timing["eval_every"]
         return {"epochs": epochs, "eval_every": every}
@@ -379,8 +381,8 @@ def sweep_stop_values(config: dict, kind: str, model: dict) -> dict:
 
 
 def sweep_values(config: dict, model: str, kind: str, repeat: int, harness: str) -> dict:
-    """Every setting a sweep config gives one run of `model` (kind: timing, convergence or
-    study; see workflows/rules/common.smk), by setting name."""
+    """Every setting a sweep config gives one run of `model` (kind: timing, convergence, study
+    or deadlock; see workflows/rules/common.smk), by setting name."""
     settings = model_settings(config, model)
     values = {s.name: config_value(config, s.config_key) for s in SETTINGS if s.config_key}
     values.update(sweep_stop_values(config, kind, settings))
@@ -391,6 +393,8 @@ def sweep_values(config: dict, model: str, kind: str, repeat: int, harness: str)
     # A grid point with more GPUs than the node has is recorded as skipped (with the reason)
     # instead of failing the job, so the sweep still ends in a report.
     values.update(skip_unavailable=True, harness=harness)
+    if kind == "deadlock":  # the naive split that hangs, and a watchdog that says so soon
+        values.update(uneven_batches=True, stall_floor_s=config["deadlocks"]["stall_floor_s"])
     if values["nodes"] == 1:
         del values["master_port"]  # a single node picks a free port itself
     return values
