@@ -421,11 +421,12 @@ def test_slow_end_to_end_minimal_sweep(tmp_path):
     assert res.returncode == 0, res.stdout + res.stderr
     new = json.loads(runs[0].read_text())
     assert new["status"] == "ok" and new["started_at"] > old["started_at"]
-    # (previous/ may also hold the run the Ctrl-C in step 1 interrupted, replaced in step 2)
+    # (previous/ may also hold what the Ctrl-C in step 1 left of the run it stopped)
     kept = [
         d
         for d in (runs[0].parent / "previous").iterdir()
-        if json.loads((d / "result.json").read_text()) == old
+        if (d / "result.json").exists()
+        and json.loads((d / "result.json").read_text()) == old
     ]
     assert len(kept) == 1 and (kept[0] / "rank0" / "steps.csv").exists(), kept
 
