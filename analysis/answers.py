@@ -20,7 +20,7 @@ from analysis import FRAMEWORK_ORDER, PHASE_LABELS, PHASES, framework_label, mod
 from analysis import speedup_gap, tables
 from analysis.comparisons import comparison_labels, framework_comparison, framework_pairs
 from analysis.formatting import fmt_pct
-from analysis.grouping import paper_order, performance_runs, truthy
+from analysis.grouping import add_experiment, paper_order, performance_points, performance_runs, truthy
 from analysis.stats import NO_CLEAR
 
 BUSY_WARN_PERCENT = 25  # CPU use by other work before a run's launch that makes its timing suspect
@@ -97,8 +97,12 @@ def _model_speed(g: pd.DataFrame, pair, exp) -> list:
     ahead = {b: int((g["estimate"] > 1).sum()), a: int((g["estimate"] < 1).sum())}
     model = model_label(g["model"].iloc[0])
     if ahead[a] == ahead[b]:
-        return [(f"{model}: neither framework is ahead ({lb} in {ahead[b]}, {la} in {ahead[a]} of {len(g)} "
-                 "configurations). ", None)]
+        lo, hi = g.loc[g["estimate"].idxmin()], g.loc[g["estimate"].idxmax()]
+        ids = ["#" + tables.speed_anchor(exp, a, b, r["model"], r["devices"], r["batch_size"], r["workers"])
+               for r in (lo, hi)]
+        return [(f"{model}: neither framework is ahead; {la} / {lb} epoch time runs from ", None),
+                (f"{lo['estimate']:.2f}×", ids[0]), (" to ", None), (f"{hi['estimate']:.2f}×", ids[1]),
+                (f"{_no_interval([lo, hi])} ({lb} ahead in {ahead[b]}, {la} in {ahead[a]} of {len(g)}). ", None)]
     win, lose = (b, a) if ahead[b] > ahead[a] else (a, b)
     # Said as "the slower one takes N× as long": the ratio inverted when the first framework wins.
     g = g.assign(slow=g["estimate"] if win == b else 1 / g["estimate"],
@@ -156,7 +160,7 @@ def _gap_parts(gap: pd.DataFrame, fws: list) -> list:
                     f"most to {speedup_gap.PART_SHORT[top]} (", None))
         for i, fw in enumerate(who):
             r = found[fw][1]
-            out += [(("" if i == 0 else ", ") + f"{framework_label(fw)} ", None),
+            out += [(("" if i == 0 else ", ") + (f"{framework_label(fw)} " if len(who) > 1 else ""), None),
                     (f"{100 * r[f'{top}_share']:.0f}%", "#" + speedup_gap.gap_anchor(r))]
         out.append((" of the missing time). ", None))
     return out
@@ -405,3 +409,15 @@ def all_answers(runs, points, speed, scaling, gap, workers, batch, failures) -> 
     return {"experiment": exp, "answers": answers, "caveats": caveats(runs, points, scaling, exp),
             "n_runs": int((runs["experiment"] == exp).sum()) if exp is not None else 0}
 
+
+
+def from_aggregate(agg) -> dict:
+    """all_answers of an analysis.aggregate.Aggregate, its tables built here (the report builds
+    them once for the page; this is for a look at the answers alone)."""
+    runs = add_experiment(agg.runs)
+    points = performance_points(runs)
+    tabs = tables.all_tables(runs)
+    scaling = tables.scaling_data(points, runs)
+    gap = speedup_gap.gap_data(runs, agg.epochs, agg.steps)
+    return all_answers(runs, points, tabs["speed"].data, scaling, gap, tabs["workers"].data, tabs["batch"].data,
+                       agg.failures)

@@ -66,32 +66,36 @@ PROBE = """<script>
 
 LAYOUT_ID = "__report_layout__"
 # Injected like PROBE: after `load`, folds every <details> and measures at the window's width.
-# A text node counts as on the first screen when one of its laid-out boxes starts above H (given,
-# not the window's inner height: headless Chromium takes its own toolbar off that); folded or
-# hidden text has no box.
+# A text node counts as on the first screen when the browser shows it and one of its boxes starts
+# above H (given, not the window's inner height: headless Chromium takes its own toolbar off that).
 LAYOUT_PROBE = """<script>
 (function () {
   window.addEventListener('load', function () {
     Array.prototype.forEach.call(document.querySelectorAll('details[open]'), function (d) { d.open = false; });
     var h = __SCREEN_H__, texts = [], links = [];
+    // A folded <details> keeps its content laid out but hidden (content-visibility), so boxes alone
+    // do not tell: ask the browser whether the element is shown.
+    var shown = function (e) { return !e.checkVisibility || e.checkVisibility({visibilityProperty: true}); };
     var walk = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
     for (var n = walk.nextNode(); n; n = walk.nextNode()) {
       var t = n.textContent.replace(/\\s+/g, ' ');
-      if (!t.trim() || /^(STYLE|SCRIPT)$/.test(n.parentNode.nodeName)) continue;
+      if (!t.trim() || /^(STYLE|SCRIPT)$/.test(n.parentNode.nodeName) || !shown(n.parentElement)) continue;
       var r = document.createRange(); r.selectNodeContents(n);
       var boxes = Array.prototype.filter.call(r.getClientRects(), function (b) { return b.width > 0 && b.top < h; });
       if (boxes.length) texts.push(t);
     }
     Array.prototype.forEach.call(document.querySelectorAll('a[href]'), function (a) {
       var b = a.getBoundingClientRect();
-      if (b.width > 0 && b.top < h && !a.closest('nav')) links.push({text: a.textContent.trim(), href: a.getAttribute('href')});
+      if (b.width > 0 && b.top < h && !a.closest('nav') && shown(a)) links.push({text: a.textContent.trim(), href: a.getAttribute('href')});
     });
     var ids = Array.prototype.map.call(document.querySelectorAll('[id]'), function (e) { return e.id; });
+    var heights = {};
+    Array.prototype.forEach.call(document.querySelectorAll('section[id]'), function (e) { heights[e.id] = e.offsetHeight; });
     var pre = document.createElement('pre');
     pre.id = '__LAYOUT_ID__';
     pre.textContent = JSON.stringify({width: window.innerWidth, height: h,
       page_height: Math.max(document.documentElement.scrollHeight, document.body.scrollHeight),
-      first_screen_text: texts.join(' ').replace(/\\s+/g, ' ').trim(), first_screen_links: links, ids: ids,
+      first_screen_text: texts.join(' ').replace(/\\s+/g, ' ').trim(), first_screen_links: links, ids: ids, section_heights: heights,
       details: document.querySelectorAll('details').length});
     pre.style.display = 'none';
     document.body.appendChild(pre);
@@ -137,7 +141,8 @@ def layout(report: Path, window_size: str = "1400,900", chromium: str | None = N
            timeout: float = 120.0) -> dict:
     """The page laid out at `window_size` (W,H) with every <details> folded: page_height (px),
     first_screen_text (what lies above H), first_screen_links [{text, href}] (outside the side
-    navigation), ids (every element id, for checking where links go), details (how many)."""
+    navigation), ids (every element id, for checking where links go), section_heights (id -> px),
+    details (how many)."""
     exe = find_chromium(chromium)
     if exe is None:
         return {"chromium": None, "problems": ["chromium is not installed"]}
