@@ -1,8 +1,12 @@
-"""The HTML report: findings in words, tables, plots, deadlock report, environment and fairness.
+"""The HTML report: answers first, then one section per question of the study, the findings,
+the deadlock report, environment and fairness.
 
 This module assembles and renders: it builds the environment, fairness, plan and run-list
-frames, writes every table and plot as an asset and renders the page from them; the sentences
-come from analysis.findings, the tables from analysis.tables.
+frames, writes every table and plot as an asset and renders the page from them; the answers on
+the first screen come from analysis.answers, the findings from analysis.findings, the tables from
+analysis.tables. On the page every table is folded under <details>, and a figure with nothing to
+compare (one point, a baseline alone) is left out with one line saying why; its asset is
+written all the same.
 
     python -m analysis.report --aggregate results/aggregate --out results/report/index.html \
         [--assets results/report]
