@@ -10,11 +10,12 @@ from __future__ import annotations
 from runners import record  # light: no torch or pandas
 from runners.adapters import registry  # light: no torch, PyG or DGL
 
-STATUSES = ("ok", "hang", "timeout", "crashed", "killed", "interrupted", "error", "skipped")
+STATUSES = ("ok", "diverged", "hang", "timeout", "crashed", "killed", "interrupted", "error", "skipped")
 
 # Colours of the status map and of status cells; "not run" is a grid point with no result.
 STATUS_COLOURS = {
     "ok": "#2ca25f",
+    "diverged": "#c51b8a",  # the loss became NaN/inf: trained, but measured nothing
     "hang": "#fd8d3c",
     "timeout": "#756bb1",
     "crashed": "#de2d26",
@@ -26,7 +27,7 @@ STATUS_COLOURS = {
 }
 
 # Most severe first: a cell with mixed repeats is coloured by its worst outcome.
-STATUS_SEVERITY = ("error", "crashed", "killed", "timeout", "hang", "interrupted", "skipped", "ok")
+STATUS_SEVERITY = ("error", "crashed", "killed", "timeout", "hang", "diverged", "interrupted", "skipped", "ok")
 
 # Frameworks and models, their order, labels and colours: from the one registry.
 FRAMEWORK_ORDER = registry.FRAMEWORK_NAMES

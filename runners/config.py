@@ -37,7 +37,8 @@ RESOLVED_FIELDS = (("fanouts_framework", list, []), ("device_type", str, "cpu"),
 # Fields that say where a run writes or how its processes meet, not what it measures: left
 # out of a run's identity (every node of a multi-node run has the same identity). Every
 # other field, present or added later, is part of it.
-NOT_IN_IDENTITY = ("out", "data_root", "master_addr", "master_port", "node_rank")
+# How a run is launched, not what it measures.
+NOT_IN_IDENTITY = ("out", "data_root", "master_addr", "master_port", "node_rank", "force_launch", "skip_unavailable")
 
 
 def _setting_fields(cls):

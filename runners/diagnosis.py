@@ -83,8 +83,14 @@ CAUSES = {
         "limit if it was reached",
     ),
     "fd_limit": (
-        "too many open file descriptors for shared tensors",
-        "raise `ulimit -n` or use torch.multiprocessing.set_sharing_strategy('file_system')",
+        "too many open files: loader workers pass every tensor of a batch to their rank as a file "
+        "descriptor (torch.multiprocessing's 'file_descriptor' sharing strategy), and a rank or worker "
+        "reached its open-files limit (`ulimit -n`), so a batch was lost (its rank waits for it) or "
+        "its transfer failed",
+        "raise the open-files limit in the shell that starts the run (`ulimit -n`; the pre-flight "
+        "estimates what a rank needs), or have the workers pass batches through files in /dev/shm "
+        "instead: torch.multiprocessing.set_sharing_strategy('file_system') in the rank and worker "
+        "processes; or use fewer loader workers (--workers)",
     ),
     "collective_timeout": (
         "a collective waited longer than PyTorch's own process-group timeout: a hang that PyTorch "
@@ -112,12 +118,57 @@ CAUSES = {
         "compare the memory model in the pre-flight with the cap; use fewer loader workers per rank, "
         "smaller batches or fan-outs, fewer ranks per machine, or more memory",
     ),
+    "diverged": (
+        "the training loss became NaN or infinite: from that step on the model learns nothing and "
+        "the run's times describe arithmetic on NaN, not training",
+        "check the dataset's features for NaN or infinite values (python -m runners.datasets verify), "
+        "then lower the learning rate (--lr) or normalise the features",
+    ),
     "timeout": (
         "the run exceeded its overall time limit while still making progress",
         "raise --time-limit or reduce epochs/dataset size",
     ),
 }
 
+
+
+# -- summaries: many ranks in one line -------------------------------------------------------
+def rank_ranges(ranks) -> str:
+    """Rank numbers, runs of three or more as ranges: '0-5, 7, 9, 10'."""
+    ranks, parts, i = sorted(ranks), [], 0
+    while i < len(ranks):
+        j = i
+        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
+            j += 1
+        parts += [f"{ranks[i]}-{ranks[j]}"] if j - i >= 2 else [str(r) for r in ranks[i:j + 1]]
+        i = j + 1
+    return ", ".join(parts)
+
+
+def group_ranks(pairs, verb: str) -> str:
+    """Ranks grouped by what they did, in first-seen order: "rank 0 waited in 'loading', ranks 1
+    and 2 waited in 'forward', 60 ranks waited in 'backward' (ranks 3-62)".
+
+    `pairs`: (rank, label); `verb`: the predicate with {} for the label. Up to 3 ranks of a
+    group are named; beyond that a count and ranges, so a summary stays one line at 64 ranks."""
+    groups: dict = {}
+    for r, label in pairs:
+        groups.setdefault(label, []).append(r)
+    parts = []
+    for label, ranks in groups.items():
+        said = verb.format(label)
+        if len(ranks) == 1:
+            parts.append(f"rank {ranks[0]} {said}")
+        elif len(ranks) <= 3:
+            parts.append(f"ranks {', '.join(map(str, ranks[:-1]))} and {ranks[-1]} {said}")
+        else:
+            parts.append(f"{len(ranks)} ranks {said} (ranks {rank_ranges(ranks)})")
+    return ", ".join(parts)
+
+
+def progress_line(ranks: list) -> str:
+    """Where every rank got, grouped: "2 ranks at epoch 1 step 3 'forward' (...)"."""
+    return group_ranks([(x["rank"], f"epoch {x['epoch']} step {x['step']} '{x['phase']}'") for x in ranks], "at {}")
 
 
 # -- hangs and timeouts: which rank the others wait for ---------------------------------------
@@ -156,6 +207,8 @@ def _describe(x: dict) -> str:
     parts = [f"process state '{x.get('state')}'"]
     if x.get("cpu_delta_s") is not None:
         parts.append(f"CPU time +{x['cpu_delta_s']:.2f} s in {x.get('cpu_interval_s', 0):.1f} s")
+    if x.get("fds") is not None:
+        parts.append(f"{x['fds']} open files (limit {x.get('fd_limit')})")
     if x.get("stack_top"):
         parts.append(f"stack top: {x['stack_top'][0]}")
     return ", ".join(parts)
@@ -180,8 +233,7 @@ def blame(ranks: list):
     keys = sorted(progress_key(x) for x in live)
     if keys[0] < keys[1]:
         x = min(live, key=progress_key)
-        ahead = ", ".join(f"rank {y['rank']} at epoch {y['epoch']} step {y['step']} '{y['phase']}'"
-                          for y in live if y is not x)
+        ahead = progress_line([y for y in live if y is not x])
         return x["rank"], [f"rank {x['rank']} is behind (epoch {x['epoch']} step {x['step']} "
                            f"'{x['phase']}') while {ahead}: the others wait for it"]
     rates = {x["rank"]: _cpu_rate(x) for x in live}
@@ -196,6 +248,120 @@ def blame(ranks: list):
 def _worker_stuck(w: dict) -> bool:
     bad = ("stopped", "tracing-stop", "zombie", "gone", "disk-sleep")
     return w["status"] in bad and w.get("status_before", w["status"]) in bad
+
+
+# -- open files: a process out of descriptors ----------------------------------------------
+# Python's and PyTorch's words for it: EMFILE from a worker sharing a tensor (shm_open, the
+# resource sharer's socket), recvmsg's truncated descriptor passing in a rank, the loader's hint.
+FD_ERROR = re.compile(r"[^\n]*(?:Too many open files|EMFILE|received 0 items of ancdata)[^\n]*")
+SHM_NAME_PID = re.compile(r"torch_(\d+)_\d+")  # PyTorch names a shared tensor's file after its creator
+FD_FULL = 0.95  # a process holding this share of its limit has no room for the next batch
+
+
+def _rank_of(role) -> int | None:
+    m = re.match(r"rank(\d+)", role or "")
+    return int(m.group(1)) if m else None
+
+
+def _fd_log_lines(ev) -> list:
+    """(ranks, evidence) of torchrun's log lines that name descriptor exhaustion, one per kind of
+    line (a worker can print the same error thousands of times); the ranks are those whose
+    processes the lines name (a shared tensor's file carries its creator's pid)."""
+    kinds: dict = {}
+    for m in FD_ERROR.finditer(ev.get("log") or ""):
+        line = m.group(0).strip()
+        kind = kinds.setdefault(re.sub(r"\d+", "N", line), {"line": line, "n": 0, "roles": []})
+        kind["n"] += 1
+        pid = SHM_NAME_PID.search(line)
+        role = (ev.get("roles") or {}).get(int(pid.group(1))) if pid else None
+        if role and role not in kind["roles"]:
+            kind["roles"].append(role)
+    found = []
+    for k in list(kinds.values())[:3]:
+        where = f" ({', '.join(k['roles'])})" if k["roles"] else ""
+        found.append(([_rank_of(r) for r in k["roles"]], f"torchrun's log{where}: '{k['line'][:200]}'"
+                      + (f" ({k['n']} lines)" if k["n"] > 1 else "")))
+    return found
+
+
+def _fd_at_limit(ev) -> list:
+    """([rank], evidence) of processes holding nearly all the descriptors their limit allows."""
+    found = []
+    for x in list(ev.get("ranks") or []) + list(ev.get("workers") or []):
+        fds, limit = x.get("fds"), x.get("fd_limit")
+        if fds is not None and limit and limit > 0 and fds >= FD_FULL * limit:
+            role = x.get("role") or f"rank{x['rank']}"
+            found.append(([_rank_of(role)], f"{role} (pid {x.get('pid')}) held {fds} open descriptors at "
+                                            f"detection, its limit {limit}"))
+    return found
+
+
+def fd_exhaustion(ev) -> tuple:
+    """(ranks implicated in order, evidence) that a process of the run ran out of descriptors:
+    error records, torchrun's log and descriptor counts; empty evidence when nothing says so."""
+    found = []
+    for e in sorted((ev.get("errors") or {}).values(), key=lambda e: e.get("time") or 0):
+        m = FD_ERROR.search(_error_text(e))
+        if m:
+            found.append(([e["rank"]], f"rank {e['rank']}: '{m.group(0).strip()[:200]}'"))
+    found += _fd_log_lines(ev) + _fd_at_limit(ev)
+    if not found:
+        return [], []
+    ranks = list(dict.fromkeys(r for rs, _ in found for r in rs if r is not None))
+    return ranks, [text for _, text in found] + _fd_limit_lines(ev.get("fd"))
+
+
+def _fd_limit_lines(fd) -> list:
+    if not fd or not fd.get("soft_limit"):
+        return []
+    need = f"; a rank needs about {fd['needed_per_process']} with its loader workers (pre-flight estimate)" \
+        if fd.get("needed_per_process") else ""
+    return [f"open-files limit of the run's processes (`ulimit -n`): {fd['soft_limit']} (hard limit "
+            f"{fd.get('hard_limit')}){need}"]
+
+
+def fd_remedy(fd) -> str:
+    """The fd_limit remedy with the limit found and the estimate needed, where known."""
+    from runners.descriptors import suggested_limit
+
+    generic = CAUSES["fd_limit"][1]
+    if not fd or not fd.get("needed_per_process"):
+        return generic
+    need, soft, hard = fd["needed_per_process"], fd["soft_limit"], fd.get("hard_limit")
+    ceiling = f"; without root the hard limit {hard} is the ceiling" if hard is not None and 0 < hard < 2 * need else ""
+    return (f"raise the open-files limit in the shell that starts the run: `ulimit -n` is {soft} here and a rank "
+            f"needs about {need} descriptors with its loader workers, so run `ulimit -n "
+            f"{suggested_limit(need, hard)}` first{ceiling}; or have the workers pass batches through files in "
+            "/dev/shm instead: torch.multiprocessing.set_sharing_strategy('file_system') in the rank and worker "
+            "processes; or use fewer loader workers (--workers)")
+
+
+def cause_label(key: str, ev: dict) -> str:
+    """The cause as a summary line names it (with the limit and the need for fd_limit)."""
+    label = CAUSES[key][0].split(":")[0]
+    fd = ev.get("fd") or {}
+    if key == "fd_limit" and fd.get("soft_limit"):
+        need = f", a rank needs about {fd['needed_per_process']}" if fd.get("needed_per_process") else ""
+        label += f" (`ulimit -n` {fd['soft_limit']}{need})"
+    return label
+
+
+def remedy_for(key: str, ev: dict) -> str:
+    return fd_remedy(ev.get("fd")) if key == "fd_limit" else CAUSES[key][1]
+
+
+def _sole(ranks) -> int | None:
+    ranks = set(ranks)
+    return ranks.pop() if len(ranks) == 1 else None
+
+
+def _rule_fd_limit(ev):
+    ranks, evidence = fd_exhaustion(ev)
+    if evidence:
+        # A rank waiting for its own loader may have lost a batch too, though no line names it:
+        # a culprit only when the evidence and the waiting point at one rank.
+        loading = [x["rank"] for x in ev["ranks"] if x.get("phase") == "loading"]
+        return "fd_limit", _sole(ranks + loading), evidence
 
 
 def _rule_timeout(ev):
@@ -251,8 +417,10 @@ def _rule_mismatch(ev):
 
 
 # Evidence-based priority list: the first rule whose evidence holds names the cause.
-STOP_RULES = [_rule_timeout, _rule_startup, _rule_uneven, _rule_frozen_rank, _rule_shm, _rule_stalled_worker,
-              _rule_stalled_rank, _rule_mismatch]
+# Descriptor exhaustion leaves direct evidence (its error text, a process at its limit), and the
+# patterns the later rules read (start-up, a rank behind, all in a collective) are its consequences.
+STOP_RULES = [_rule_timeout, _rule_fd_limit, _rule_startup, _rule_uneven, _rule_frozen_rank, _rule_shm,
+              _rule_stalled_worker, _rule_stalled_rank, _rule_mismatch]
 
 
 def decide_stop(ev: dict):
@@ -270,12 +438,24 @@ def decide_stop(ev: dict):
 
 
 
+def stop_summary(status: str, ranks: list, culprit, cause: str) -> str:
+    """The one line of a hang or a timeout: who waited where, and the cause."""
+    if status == "timeout":
+        return "time limit reached; rank progress: " + progress_line(ranks)
+    waiting = group_ranks([(x["rank"], x["phase"]) for x in ranks if x["rank"] != culprit], "waited in '{}'")
+    if culprit is None:
+        return f"hang: {waiting}; cause: {cause}"
+    where = next((x["phase"] for x in ranks if x["rank"] == culprit), "?")
+    return f"hang: rank {culprit} made no progress in phase '{where}'" + (
+        f" while {waiting}" if waiting else "") + f"; cause: {cause}"
+
+
 def diagnose_stop(out: Path, status: str, stalled, watch: dict, states: dict, stacks: dict,
                   threshold: float, now: float, launch_t: float) -> dict:
     """Explain a hang or a timeout from heartbeats, process states, CPU use and stacks."""
     ev = stop_evidence(out, status, watch, states, stacks, now)
     key, culprit, evidence = decide_stop(ev)
-    cause, remedy = CAUSES[key]
+    cause, remedy = CAUSES[key][0], remedy_for(key, ev)
     ranks = ev["ranks"]
     evidence = list(evidence)
     for x in ranks:
@@ -284,17 +464,7 @@ def diagnose_stop(out: Path, status: str, stalled, watch: dict, states: dict, st
     if stalled:
         evidence.append(f"rank {stalled[0]} passed the threshold first (idle {stalled[1]:.1f} s)")
     evidence.append(f"threshold {threshold:.1f} s; detected {now - launch_t:.1f} s after launch")
-    if status == "timeout":
-        summary = "time limit reached; rank progress: " + ", ".join(
-            f"r{x['rank']} e{x['epoch']} s{x['step']} {x['phase']}" for x in ranks)
-    elif culprit is None:
-        summary = ("hang: " + ", ".join(f"rank {x['rank']} waited in '{x['phase']}'" for x in ranks)
-                   + f"; cause: {cause.split(':')[0]}")
-    else:
-        where = next((x["phase"] for x in ranks if x["rank"] == culprit), "?")
-        summary = (f"hang: rank {culprit} made no progress in phase '{where}' while "
-                   + ", ".join(f"rank {x['rank']} waited in '{x['phase']}'" for x in ranks if x["rank"] != culprit)
-                   + f"; cause: {cause.split(':')[0]}")
+    summary = stop_summary(status, ranks, culprit, cause_label(key, ev))
     return {"summary": summary, "cause": key, "cause_text": cause, "remedy": remedy, "evidence": evidence,
             "ranks": ranks, "workers": ev["workers"], "culprit_rank": culprit, "stack_files": stacks,
             "threshold_s": round(threshold, 2)}
@@ -360,6 +530,12 @@ def worker_deaths(ev: dict) -> list:
 
 def _exit_uneven(ev):
     return _rule_uneven(ev)
+
+
+def _exit_fd_limit(ev):
+    ranks, evidence = fd_exhaustion(ev)
+    if evidence:  # a culprit only when no other rank failed by itself
+        return "fd_limit", _sole(ranks + [e["rank"] for e in ev.get("primary") or []]), evidence
 
 
 def _exit_collective_timeout(ev):
@@ -449,8 +625,6 @@ def _exit_error_text(ev):
         return "shm_exhausted", first["rank"], []
     if re.search(r"/dev/shm|Bus error", text):
         return "shm_exhausted", first["rank"], []
-    if "Too many open files" in text:
-        return "fd_limit", first["rank"], []
 
 
 def _exit_crash(ev):
@@ -494,8 +668,8 @@ def _exit_unexplained(ev):
 
 
 # Evidence-based priority list: the first rule whose evidence holds names the cause.
-EXIT_RULES = [_exit_uneven, _exit_collective_timeout, _exit_shm, _exit_dead_worker, _exit_error_text,
-              _exit_crash, _exit_signal, _exit_dead_rank, _exit_unexplained]
+EXIT_RULES = [_exit_uneven, _exit_fd_limit, _exit_collective_timeout, _exit_shm, _exit_dead_worker,
+              _exit_error_text, _exit_crash, _exit_signal, _exit_dead_rank, _exit_unexplained]
 EXIT_STATUS = {"killed": "killed", "collective_timeout": "hang"}  # any other cause: 'crashed'
 
 
@@ -512,7 +686,7 @@ def classify_exit(out: Path, rc: int, local_ranks: list, shm_peak=None):
     """Status and diagnosis of a run whose torchrun exited by itself."""
     infos = {r: rank_info(out, r) or {} for r in local_ranks}
     if rc == 0 and all(i.get("finished") for i in infos.values()):
-        return "ok", None
+        return diagnose_divergence(infos) or ("ok", None)
     ev = exit_evidence(out, rc, local_ranks, shm_peak)
     ev["primary"], ev["first"] = cause_errors(ev["errors"])
     key, culprit, evidence = decide_exit(ev)
@@ -529,11 +703,30 @@ def classify_exit(out: Path, rc: int, local_ranks: list, shm_peak=None):
         excerpt = ev["log"][-1500:]
     for r, c in sorted(ev["codes"].items()):
         evidence.append(f"torchrun: rank {r} exit code {c}")
-    cause, remedy = CAUSES[key]
-    summary = f"{status}: rank {culprit}: {cause.split(':')[0]} ({evidence[0][:200]})"
+    cause, remedy = CAUSES[key][0], remedy_for(key, ev)
+    who = f"rank {culprit}: " if culprit is not None else ""
+    summary = f"{status}: {who}{cause_label(key, ev)} ({evidence[0][:200]})"
     return status, {"summary": summary, "cause": key, "cause_text": cause,
                     "remedy": remedy, "evidence": evidence, "ranks": ev["ranks"], "culprit_rank": culprit,
                     "error_excerpt": excerpt, "detected_after_s": None}
+
+
+def diagnose_divergence(infos: dict):
+    """("diverged", diagnosis) when a rank's loss stopped being a finite number (rank.json's
+    `diverged`: the first such step), else None."""
+    seen = sorted((i["diverged"]["epoch"], i["diverged"]["step"], r, i["diverged"]["loss"])
+                  for r, i in infos.items() if i.get("diverged"))
+    if not seen:
+        return None
+    epoch, step, rank, loss = seen[0]
+    cause, remedy = CAUSES["diverged"]
+    evidence = [f"rank {r}: loss {v} at epoch {e} step {s} (the first non-finite loss of that rank)"
+                for e, s, r, v in seen]
+    return "diverged", {"summary": f"diverged: loss {loss} at epoch {epoch} step {step} (rank {rank}); every "
+                                   "rank stopped at the end of that epoch",
+                        "cause": "diverged", "cause_text": cause, "remedy": remedy, "evidence": evidence,
+                        "ranks": [], "culprit_rank": rank, "detected_after_s": None,
+                        "first_nonfinite": {"epoch": epoch, "step": step, "rank": rank, "loss": loss}}
 
 
 # -- runs stopped by a signal to the launcher -----------------------------------------------
@@ -561,7 +754,7 @@ def diagnose_interruption(out: Path, sig: Interruption, watch: dict, after_s: fl
     evidence += [f"rank {x['rank']}: epoch {x['epoch']} step {x['step']} phase '{x['phase']}'" for x in ranks]
     summary = (f"interrupted: {sig.name} to the launcher {after_s:.1f} s after launch stopped the run; "
                f"{epochs} epoch(s) and {steps} step(s) were measured before it; rank progress: "
-               + ", ".join(f"r{x['rank']} e{x['epoch']} s{x['step']} {x['phase']}" for x in ranks))
+               + progress_line(ranks))
     if slurm.get("why"):
         summary += f"; SLURM job {slurm['SLURM_JOB_ID']}: {slurm['why']}"
     return {"summary": summary, "cause": "interrupted", "cause_text": cause, "remedy": remedy,
@@ -593,17 +786,19 @@ def apply_oom(outcome: Outcome, sup) -> Outcome:
             return pressured
     diag = dict(outcome.diagnosis or {"ranks": [], "evidence": []})
     cause, remedy = CAUSES["oom"]
-    diag["previous_cause"] = diag.get("cause")
+    diag["previous_cause"], diag["previous_status"] = diag.get("cause"), outcome.status
     diag.update({"cause": "oom", "cause_text": cause, "remedy": remedy, "oom": found,
                  "evidence": found["evidence"] + list(diag.get("evidence") or [])})
-    victims = ", ".join(f"{k['role']} (pid {k['pid']})" for k in found["killed"]) or "a process of the run"
-    left = ", ".join(f"rank {w['rank']} in '{w['phase']}'" for w in found["ranks_left_waiting"])
-    status = "killed" if outcome.status == "crashed" else outcome.status
+    killed = [f"{k['role']} (pid {k['pid']})" for k in found["killed"]]
+    victims = ", ".join(killed[:3]) + (f" and {len(killed) - 3} more" if len(killed) > 3 else "")
+    left = group_ranks([(w["rank"], w["phase"]) for w in found["ranks_left_waiting"]], "in '{}'")
+    # A kill is what happened, whatever it left behind (a hang, a crash, a time limit).
+    status = "killed"
     limit = (found["cgroup"] or {}).get("limit_bytes")
     from runners.memory import fmt_bytes
 
     cap = f" under the {fmt_bytes(limit)} memory cap" if limit else ""
-    diag["summary"] = (f"{status}: out of memory{cap}: the OOM killer killed {victims}"
+    diag["summary"] = (f"{status}: out of memory{cap}: the OOM killer killed {victims or 'a process of the run'}"
                        + (f"; left waiting: {left}" if left else "") + "; cause: memory exhaustion")
     outcome.status, outcome.diagnosis = status, diag
     return outcome

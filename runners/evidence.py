@@ -40,12 +40,36 @@ def recorded_rows(out: Path, rank: int, table: str) -> int:
     return record.count_rows(out, rank, table)
 
 
+LOG_READ_BYTES = 8 * 2**20  # of each end of torchrun's log: a worker failing in a loop writes MBs a second
+
+
 def launcher_log(out: Path) -> str:
-    """torchrun's output as the launcher logged it ('' where there is none)."""
+    """torchrun's output as the launcher logged it, its first and last LOG_READ_BYTES when it is
+    longer ('' where there is none)."""
     try:
-        return (out / "logs" / "launcher.log").read_text(errors="replace")
+        with open(out / "logs" / "launcher.log", "rb") as fh:
+            head = fh.read(LOG_READ_BYTES + 1)
+            if len(head) <= LOG_READ_BYTES:
+                return head.decode(errors="replace")
+            fh.seek(max(LOG_READ_BYTES, fh.seek(0, os.SEEK_END) - LOG_READ_BYTES))
+            tail = fh.read()
+        return (head[:LOG_READ_BYTES] + b"\n[... log cut ...]\n" + tail).decode(errors="replace")
     except OSError:
         return ""
+
+
+def fd_facts(out: Path) -> dict:
+    """The run's open-files limits (its processes inherit the launcher's) and the pre-flight's
+    estimate of what a rank needs (runners.descriptors, from the run's config.json)."""
+    from runners import descriptors
+    from runners.config import RunConfig
+
+    soft, hard = descriptors.limits()
+    try:
+        need = descriptors.fd_need(RunConfig.load(out / "config.json"))["per_process"]
+    except (OSError, ValueError, KeyError, TypeError):
+        need = None
+    return {"soft_limit": soft, "hard_limit": hard, "needed_per_process": need}
 
 
 SIGNAL_RE = re.compile(r"rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", re.S)
@@ -128,6 +152,8 @@ def process_states(procs, interval: float = 0.0) -> dict:
     Two samples `interval` apart: a process is 'stopped' or in 'disk-sleep' at both, and its
     CPU time advanced by `cpu_delta_s` in between (0 for a frozen process).
     """
+    from runners import descriptors
+
     procs = list(procs)
     first = {}
     for p in procs:
@@ -141,7 +167,7 @@ def process_states(procs, interval: float = 0.0) -> dict:
     for p in procs:
         try:
             status, cpu = p.status(), sum(p.cpu_times()[:2])
-            states[p.pid] = {"status": status, "name": p.name(), "ppid": p.ppid()}
+            states[p.pid] = {"status": status, "name": p.name(), "ppid": p.ppid(), **descriptors.in_use(p.pid)}
             if p.pid in first:
                 states[p.pid]["status_before"] = first[p.pid][0]
                 states[p.pid]["cpu_delta_s"] = round(cpu - first[p.pid][1], 3)
@@ -228,16 +254,22 @@ def stop_evidence(out: Path, status: str, watch: dict, states: dict, stacks: dic
                       "idle_s": round(now - w.last_change, 2), "stack_top": frames,
                       "state": st.get("status"), "state_before": st.get("status_before"),
                       "cpu_delta_s": st.get("cpu_delta_s"), "cpu_interval_s": st.get("interval_s"),
+                      "fds": st.get("fds"), "fd_limit": st.get("fd_limit"),
                       "steps_per_epoch": (infos.get(r) or {}).get("steps_per_epoch")})
+    roles = process_roles(out, watch)
     workers = []
-    for pid, role in process_roles(out, watch).items():
+    for pid, role in roles.items():
         if "-worker" in role:
             st = states.get(pid, {})
             workers.append({"role": role, "pid": pid, "status": st.get("status", "gone"),
                             "status_before": st.get("status_before", st.get("status", "gone")),
-                            "cpu_delta_s": st.get("cpu_delta_s"), "stack_file": stacks.get(role)})
+                            "cpu_delta_s": st.get("cpu_delta_s"), "fds": st.get("fds"), "fd_limit": st.get("fd_limit"),
+                            "stack_file": stacks.get(role)})
     counts = next((i.get("steps_per_rank") for i in infos.values() if i and i.get("steps_per_rank")), None)
-    return {"status": status, "ranks": ranks, "workers": workers, "counts": counts, "shm": shm_usage()}
+    # A rank that failed (or a worker that printed an error) may say why the others wait.
+    errors = {r: e for r in watch if (e := record.read_json(out / f"rank{r}" / "error.json"))}
+    return {"status": status, "ranks": ranks, "workers": workers, "counts": counts, "shm": shm_usage(),
+            "errors": errors, "log": launcher_log(out), "roles": roles, "fd": fd_facts(out)}
 
 
 def exit_evidence(out: Path, rc: int, local_ranks: list, shm_peak=None) -> dict:
@@ -259,8 +291,8 @@ def exit_evidence(out: Path, rc: int, local_ranks: list, shm_peak=None) -> dict:
                       "error": f"{e['type']}: {e['message'][:300]}" if e else None,
                       "epoch": last.get("epoch"), "step": last.get("step"),
                       "last_phase": (e.get("phase") if e else hb.get("phase")), "pid": infos[r].get("pid", hb.get("pid"))})
-    return {"rc": rc, "ranks": ranks, "errors": errors, "log": log,
-            "codes": codes, "ledger": record.read_json(out / "processes.json") or [],
+    return {"rc": rc, "ranks": ranks, "errors": errors, "log": log, "roles": process_roles(out),
+            "fd": fd_facts(out), "codes": codes, "ledger": record.read_json(out / "processes.json") or [],
             "counts": next((i.get("steps_per_rank") for i in infos.values() if i.get("steps_per_rank")), None),
             "shm_peak": shm_peak, "disk": disk_usage(out)}
 

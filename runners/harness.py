@@ -13,6 +13,7 @@ import argparse
 import datetime
 import faulthandler
 import json
+import math
 import os
 import random
 import signal
@@ -322,11 +323,19 @@ class Rank:
         epoch's mean loss."""
         for r in rows:
             r.settle_loss()  # the losses stay on the device until here: no sync per step
+        self.note_divergence(epoch, rows)
         self.step_csv.write(rows)
         row = EpochRow.of_steps(epoch, self.rank, rows, epoch_s, phases_valid)
         self.epoch_csv.write([row])
         self.drain_probes()
         return row.loss
+
+    def note_divergence(self, epoch: int, rows: list) -> None:
+        """Keep the first step whose loss is not a finite number in rank.json: from there on
+        the run trains on NaN and its times measure nothing."""
+        bad = next((r for r in rows if not math.isfinite(r.loss)), None)
+        if bad is not None and not self.info.get("diverged"):
+            self.info["diverged"] = {"epoch": epoch, "step": bad.step, "loss": repr(bad.loss)}
 
     def finish(self, train_time: float) -> None:
         """Every rank's training time to every rank (a multi-node run's slowest rank is known on
@@ -384,20 +393,27 @@ class Rank:
             epoch = len(slowest)
             epoch_s = self.train_epoch(t, epoch)
             train_time += epoch_s
-            slowest.append(self.slowest_epoch(t, epoch_s))
+            epoch_slowest, diverged = self.slowest_epoch(t, epoch_s)
+            slowest.append(epoch_slowest)
+            if diverged:  # on some rank: every rank knows it from the same all-reduce, and stops
+                reason = "diverged"
+                break
             reason = stopping.decide(slowest, rule)
             self.validate(t, epoch, last=reason is not None)
         self.info["stop"] = {"reason": reason, "epochs": len(slowest), **rule.to_json()}
         return train_time
 
-    def slowest_epoch(self, t: "Training", epoch_s: float) -> float:
-        """The slowest rank's time of this epoch, known to every rank (outside the timed region)."""
+    def slowest_epoch(self, t: "Training", epoch_s: float) -> tuple:
+        """The slowest rank's time of this epoch and whether any rank's loss diverged, known to
+        every rank (one all-reduce, outside the timed region)."""
         import torch.distributed as dist
 
         self.hb.beat("epoch-sync")
-        x = t.torch.tensor([epoch_s], dtype=t.torch.float64, device=t.device)  # NCCL: device tensors only
+        x = t.torch.tensor([epoch_s, 1.0 if self.info.get("diverged") else 0.0], dtype=t.torch.float64,
+                           device=t.device)  # NCCL: device tensors only
         dist.all_reduce(x, op=dist.ReduceOp.MAX)
-        return float(x.item())
+        slowest, diverged = x.tolist()
+        return slowest, diverged > 0
 
     def validate(self, t: "Training", epoch: int, last: bool) -> None:
         """Validation accuracy (untimed) when due: every eval_every epochs and after the last

@@ -134,13 +134,12 @@ def shm_need(model: dict) -> int:
 def preflight(cfg: RunConfig, env: dict, graph_meta: dict) -> dict:
     """Shared-memory and open-files needs of loader workers and the modelled peak host memory
     of the whole process tree (runners.memory); warn, never refuse."""
-    from runners import memory
+    from runners import descriptors, memory
 
     warnings = []
     model = memory.model_peak(cfg, graph_meta)
     if cfg.workers > 0:
         need_shm = shm_need(model)
-        need_fds = 64 * cfg.workers * cfg.devices
         shm_free = env.get("shm_free_bytes")
         if shm_free is not None and need_shm > shm_free:
             size = memory.fmt_bytes(env.get("shm_bytes"))
@@ -151,14 +150,13 @@ def preflight(cfg: RunConfig, env: dict, graph_meta: dict) -> dict:
         elif env.get("shm_bytes") is not None and need_shm > env["shm_bytes"] * 0.5:
             warnings.append(f"/dev/shm is {env['shm_bytes'] / 2**20:.0f} MiB; workers may need about "
                             f"{need_shm / 2**20:.0f} MiB of it (upper estimate)")
-        if env["open_files_limit"] < need_fds:
-            warnings.append(f"open-files limit {env['open_files_limit']} is below an estimated {need_fds} "
-                            "descriptors for shared tensors; raise `ulimit -n`")
         result = {"shm_bytes": env.get("shm_bytes"), "shm_free_bytes": shm_free,
-                  "shm_needed_estimate_bytes": need_shm, "open_files_limit": env["open_files_limit"],
-                  "fds_needed_estimate": need_fds}
+                  "shm_needed_estimate_bytes": need_shm}
     else:
-        result = {"shm_bytes": env.get("shm_bytes"), "open_files_limit": env["open_files_limit"]}
+        result = {"shm_bytes": env.get("shm_bytes")}
+    result["open_files_limit"] = env["open_files_limit"]
+    result["open_files"] = descriptors.preflight_check(cfg, env["open_files_limit"])
+    warnings += [result["open_files"]["warning"]] if result["open_files"]["warning"] else []
     result["memory_model"] = model
     result["memory_model_bytes"] = model["total_bytes"]
     result["memory_limit_bytes"] = cfg.memory_limit_bytes or None
@@ -305,6 +303,48 @@ def parse_and_check(argv: list) -> tuple:
     return cfg, env, "not_enough_devices" if cfg.skip_reason else None
 
 
+# A process per core is what a timing wants; past this many the run measures the scheduler
+# (each process gets under 1/8 of a core between the collectives), and starting them alone
+# costs about 3 CPU-seconds of imports each (torch and a framework), serialised on the cores.
+MAX_PROCESSES_PER_CORE = 8
+
+
+def impossible(cfg: RunConfig, env: dict, graph_meta: dict) -> str | None:
+    """Why the pre-flight calls this run impossible on this machine, or None: a modelled peak
+    above its memory or the --memory-limit cap, or far more processes than cores."""
+    from runners import memory
+
+    procs, cores = cfg.devices * (1 + cfg.workers), env["cpu_cores"]
+    if cfg.device_type == "cpu" and procs > MAX_PROCESSES_PER_CORE * cores:
+        return (f"{cfg.devices} ranks x (1 + {cfg.workers} loader workers) = {procs} processes on {cores} cores, "
+                f"more than {MAX_PROCESSES_PER_CORE} per core: the run would measure the scheduler (start-up alone "
+                f"about {3 * procs / cores:.0f} s of imports); use fewer --devices or --workers")
+    peak = memory.model_peak(cfg, graph_meta)["total_bytes"]
+    cap, what = ((cfg.memory_limit_bytes, "the --memory-limit cap") if cfg.memory_limit_bytes
+                 else (env.get("memory_bytes"), "this machine's memory"))
+    if cap and peak > cap:
+        return (f"the modelled peak host memory {memory.fmt_bytes(peak)} exceeds {what} ({memory.fmt_bytes(cap)}): "
+                "the OOM killer would end the run; use fewer --devices, --workers or a smaller --batch-size")
+    return None
+
+
+def check_capacity(cfg: RunConfig, env: dict, argv: list, graph_meta: dict) -> int | None:
+    """Refuse an impossible run before anything is written (exit 2, one line), record it as
+    skipped in a sweep (--skip-unavailable), or launch it anyway with --force-launch (recorded);
+    None: go on."""
+    why = impossible(cfg, env, graph_meta)
+    if why is None:
+        return None
+    if cfg.force_launch:
+        print(f"[gnnscale] warning: launching anyway (--force-launch): {why}", flush=True)
+        return None
+    if cfg.skip_unavailable:
+        cfg.skip_reason = why
+        return record_skipped(cfg, env, argv, "over_capacity")
+    print(f"error: {why}; or add --force-launch to run it anyway", file=sys.stderr, flush=True)
+    return 2
+
+
 @dataclass
 class Dataset:
     """The run's dataset as checked before the launch."""
@@ -428,7 +468,7 @@ def launch(cfg: RunConfig, out: Path, config_path: Path) -> Launch:
                  now_iso(), time.time(), None)
     child_env["GNNSCALE_LAUNCH_TIME"] = repr(run.launch_t)
     print(f"[gnnscale] launching {cfg.framework}/{cfg.model} devices={cfg.devices} batch={cfg.batch_size} "
-          f"workers={cfg.workers} dataset={cfg.dataset} epochs={cfg.epochs} -> {out}", flush=True)
+          f"workers={cfg.workers} dataset={cfg.dataset} epochs={cfg.epochs} -> {history.point_dir(out)}", flush=True)
     run.interruption = Interruption().install()  # from here on a signal stops the run, keeping the result
     try:
         preexec = None
@@ -525,6 +565,8 @@ def result_record(cfg: RunConfig, identity: dict, argv: list, status: str, times
 SKIP_CAUSES = {
     "not_enough_devices": ("the grid point asks for more GPUs than this node has",
                            "run it on a node with enough GPUs, or drop it from the grid"),
+    "over_capacity": ("the pre-flight found the run impossible on this machine (memory or processes per core)",
+                      "run the point on a larger machine, or drop it from the grid (--force-launch runs it anyway)"),
     "framework_unavailable": ("the framework cannot be imported in this lane (not installed, or its "
                               "release does not load on this torch)",
                               "run the point in a lane that carries the framework (the pair lane carries "
@@ -641,6 +683,9 @@ def main(argv=None) -> int:
     data = prepare_dataset(cfg, env)
     if data is None:
         return 2
+    refused = check_capacity(cfg, env, argv, data.meta)
+    if refused is not None:
+        return refused
     # The run writes into a fresh directory; the point's current run stays until it is replaced.
     stage = history.staging_dir(out)
     cfg.out = str(stage)

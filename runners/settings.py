@@ -209,9 +209,13 @@ SETTINGS = (
             config_key="stall_floor_s", help="never declare a hang before this many seconds without progress"),
     Setting("stall_factor", float, 20.0, check=at_least(1), group=_WATCHDOG, config_key="stall_factor",
             help="hang = no progress for factor x the slowest step seen (at least the floor)"),
-    Setting("skip_unavailable", bool, False, field=False,
+    Setting("skip_unavailable", bool, False,
             help="record a 'skipped' result instead of failing when this node has fewer GPUs than --devices "
             "(what a sweep wants; on the command line the error is clearer)"),
+    Setting("force_launch", bool, False,
+            help="launch a run the pre-flight calls impossible (a modelled peak above the machine's memory or "
+                 "the --memory-limit cap, or more than "
+                 "8 processes per core); recorded in the result"),
     Setting("self_loops", bool, True, flag="--no-self-loops", config_key="sampling.self_loops",
             help="GAT without self-attention edges (default: both frameworks add them)"),
     Setting("replace", bool, False, config_key="sampling.replace", help="sample neighbours with replacement"),
@@ -368,6 +372,8 @@ def sweep_stop_values(config: dict, kind: str, model: dict) -> dict:
     if kind == "study" and (config.get("study") or {}).get("epochs"):
         epochs = config["study"]["epochs"]
     timing = config["timing"]
+    if kind == "deadlock":  # the hang comes in the first epoch; nothing to validate
+        return {"epochs": 1, "eval_every": 0}
     if kind != "timing" or timing["until"] == "epochs":
         every = config["eval_every"] if kind != "timing" else timing["eval_every"]
         return {"epochs": epochs, "eval_every": every}
@@ -375,8 +381,8 @@ def sweep_stop_values(config: dict, kind: str, model: dict) -> dict:
 
 
 def sweep_values(config: dict, model: str, kind: str, repeat: int, harness: str) -> dict:
-    """Every setting a sweep config gives one run of `model` (kind: timing, convergence or
-    study; see workflows/rules/common.smk), by setting name."""
+    """Every setting a sweep config gives one run of `model` (kind: timing, convergence, study
+    or deadlock; see workflows/rules/common.smk), by setting name."""
     settings = model_settings(config, model)
     values = {s.name: config_value(config, s.config_key) for s in SETTINGS if s.config_key}
     values.update(sweep_stop_values(config, kind, settings))
@@ -387,6 +393,8 @@ def sweep_values(config: dict, model: str, kind: str, repeat: int, harness: str)
     # A grid point with more GPUs than the node has is recorded as skipped (with the reason)
     # instead of failing the job, so the sweep still ends in a report.
     values.update(skip_unavailable=True, harness=harness)
+    if kind == "deadlock":  # the naive split that hangs, and a watchdog that says so soon
+        values.update(uneven_batches=True, stall_floor_s=config["deadlocks"]["stall_floor_s"])
     if values["nodes"] == 1:
         del values["master_port"]  # a single node picks a free port itself
     return values

@@ -1,9 +1,9 @@
 """Real result directories for the analysis tests, made once per test session.
 
 A small real grid on the tiny dataset (CPU, gloo): PyG and DGL GraphSAGE on 1 and 2
-processes, plus two real failures: an uneven split (`--uneven-batches`, a genuine DDP
-failure that belongs to the performance grid) and an injected stalled rank (a hang, with
-stacks). Runs go two at a time (the machine has 2 cores); the directories, the aggregate
+processes, plus real failures: an uneven split for each framework (`--uneven-batches`, a
+genuine DDP hang, what the default sweep's deadlock demonstrations run) and an injected
+stalled rank (a hang, with stacks). Runs go two at a time (the machine has 2 cores); the directories, the aggregate
 and the report are cached for every test module of the session.
 """
 
@@ -26,6 +26,8 @@ GRID = {
     "dgl-sage-d1": ["--framework", "dgl", "--model", "sage", "--devices", "1", "--workers", "0"],
     "dgl-sage-d2": ["--framework", "dgl", "--model", "sage", "--devices", "2", "--workers", "0"],
     "pyg-sage-d2-uneven": ["--framework", "pyg", "--model", "sage", "--devices", "2", "--workers", "0",
+                           "--uneven-batches", "--stall-floor", "3"],
+    "dgl-sage-d2-uneven": ["--framework", "dgl", "--model", "sage", "--devices", "2", "--workers", "0",
                            "--uneven-batches", "--stall-floor", "3"],
     "pyg-sage-d2-stall": ["--framework", "pyg", "--model", "sage", "--devices", "2", "--workers", "0",
                           "--inject", "stall-rank", "--allow-fault-injection", "--stall-floor", "3"],

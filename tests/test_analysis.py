@@ -63,9 +63,11 @@ def test_grid_produced_the_expected_statuses(results):
     assert {rid: r["status"] for rid, r in results.items()} == {
         **{rid: "ok" for rid in _runs.OK_RUNS},
         "pyg-sage-d2-uneven": results["pyg-sage-d2-uneven"]["status"],
+        "dgl-sage-d2-uneven": results["dgl-sage-d2-uneven"]["status"],
         "pyg-sage-d2-stall": "hang",
     }
     assert results["pyg-sage-d2-uneven"]["status"] in ("hang", "crashed")
+    assert results["dgl-sage-d2-uneven"]["status"] in ("hang", "crashed")
 
 
 def test_runs_csv_has_one_row_per_run_with_result_values(agg, results):
@@ -286,7 +288,7 @@ def test_report_findings_environment_and_rerun_commands(page, results):
 def test_deadlock_section(page, results):
     section = re.search(r'<section id="deadlocks">(.*?)</section>', page.read_text(), re.S).group(1)
     text = text_of(section)
-    for rid in ("pyg-sage-d2-stall", "pyg-sage-d2-uneven"):
+    for rid in ("pyg-sage-d2-stall", "pyg-sage-d2-uneven", "dgl-sage-d2-uneven"):
         d = results[rid]["diagnosis"]
         assert d["summary"] in text and d["remedy"] in text and d["cause"] in text
         assert results[rid]["command"]["shell"] in text

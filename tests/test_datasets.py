@@ -625,3 +625,53 @@ def test_import_is_light():
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
                          text=True, env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+# ----------------------------------------------------------------------------- non-finite features
+
+def _poison_features(path: Path, cells) -> None:
+    """NaN/inf written into features.npy with meta.json's hashes made consistent again, as a
+    user's own converted graph would be: only the values are wrong."""
+    feats = np.load(path / "features.npy").copy()
+    for (row, col), value in cells:
+        feats[row, col] = value
+    np.save(path / "features.npy", feats)
+    meta = json.loads((path / "meta.json").read_text())
+    meta["files"]["features.npy"]["sha256"] = D.format.array_sha256(feats)
+    meta["content_hash"] = D.format.combine_hash(meta["files"])
+    (path / "meta.json").write_text(json.dumps(meta))
+
+
+def test_verification_refuses_nan_features_naming_file_and_count(tiny_copy):
+    root, path = tiny_copy
+    D.verify_files(path)  # a record that trusts the good bytes: the check must not rely on it
+    _poison_features(path, [((7, 0), np.nan), ((7, 1), np.nan), ((11, 3), np.inf)])
+    msg = error_of(D.verify_files, path)
+    assert str(path / "features.npy") in msg
+    assert "2 NaN and 1 infinite values in 2 of 2000 nodes (the first at node 7)" in msg
+
+
+def test_writing_or_converting_nan_features_is_refused(tmp_path):
+    arrays = D.generate(D.SYNTHETIC["tiny"])
+    arrays["features"][3, 2] = np.nan
+    msg = error_of(D.format.write_dataset, tmp_path, "bad", arrays, {"kind": "test"}, {})
+    assert "1 NaN and 0 infinite values" in msg and not (tmp_path / "bad").exists()
+    _fake_reddit(tmp_path / "raw" / "reddit")
+    data = dict(np.load(tmp_path / "raw" / "reddit" / "reddit_data.npz"))
+    data["feature"] = data["feature"].astype(np.float32)
+    data["feature"][0, 0] = np.inf
+    np.savez(tmp_path / "raw" / "reddit" / "reddit_data.npz", **data)
+    msg = error_of(D.prepare, "reddit", tmp_path)
+    assert str(tmp_path / "raw" / "reddit" / "reddit_data.npz") in msg and "1 infinite" in msg
+
+
+def test_runner_refuses_nan_features_before_launch(tiny_copy, tmp_path):
+    from tests.helpers import run_config
+
+    root, path = tiny_copy
+    _poison_features(path, [((0, 0), np.nan)])
+    out = tmp_path / "run"
+    proc = run_config(out, framework="pyg", devices=1, epochs=1, extra=["--data-root", str(root)], timeout=120)
+    assert proc.returncode == 2, proc.stdout[-3000:]
+    assert "features hold 1 NaN" in proc.stdout and "Traceback" not in proc.stdout
+    assert not out.exists() and not list(tmp_path.glob(".run.run-*"))  # nothing launched or written

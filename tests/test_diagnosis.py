@@ -260,3 +260,105 @@ def test_a_rank_still_starting_is_held_to_the_startup_timeout_not_the_stall_limi
     stalled = [(0, 10.0, "backward"), (1, 1.0, "forward")]
     assert hang_candidate(stalled, now=10.5, launch_t=0.0, limit=8.0, startup_timeout=600.0)[0] == 1
     assert hang_candidate(stalled, now=8.5, launch_t=0.0, limit=8.0, startup_timeout=600.0) is None
+
+
+# -- summaries: many ranks in one line ----------------------------------------------------------
+def test_summary_of_a_hang_at_64_ranks_is_one_short_line():
+    from runners.diagnosis import stop_summary
+
+    ranks = [rank(0, 0, 2, "loading")] + [rank(r, 0, 2, "forward") for r in range(1, 64)]
+    line = stop_summary("hang", ranks, 0, "a loader worker stopped")
+    assert line == ("hang: rank 0 made no progress in phase 'loading' while 63 ranks waited in 'forward' "
+                    "(ranks 1-63); cause: a loader worker stopped")
+    # Nobody to blame: every group of ranks by its phase, in the order first seen.
+    ranks[5]["phase"] = ranks[9]["phase"] = "backward"
+    line = stop_summary("hang", ranks, None, "x")
+    assert line == ("hang: rank 0 waited in 'loading', 61 ranks waited in 'forward' (ranks 1-4, 6-8, 10-63), "
+                    "ranks 5 and 9 waited in 'backward'; cause: x")
+    timeout = stop_summary("timeout", [rank(r, 3, 7, "forward") for r in range(8)], None, "x")
+    assert timeout == "time limit reached; rank progress: 8 ranks at epoch 3 step 7 'forward' (ranks 0-7)"
+
+
+def test_up_to_three_ranks_are_named_and_runs_of_three_become_ranges():
+    from runners.diagnosis import group_ranks, rank_ranges
+
+    assert group_ranks([(1, "forward"), (2, "forward"), (3, "forward")], "waited in '{}'") == \
+        "ranks 1, 2 and 3 waited in 'forward'"
+    assert group_ranks([(2, "a"), (0, "a"), (1, "a"), (7, "a")], "in '{}'") == "4 ranks in 'a' (ranks 0-2, 7)"
+    assert rank_ranges([9, 0, 1, 2, 3, 4, 5, 7, 10]) == "0-5, 7, 9, 10"
+    assert group_ranks([], "in '{}'") == ""
+
+
+def test_rank_behind_names_the_ranks_ahead_grouped():
+    ranks = [rank(0, 0, 2, "forward", state="sleeping")] + [rank(r, 0, 3, "copy", state="running", cpu=1.0)
+                                                            for r in range(1, 32)]
+    culprit, why = blame(ranks)
+    assert culprit == 0
+    assert "while 31 ranks at epoch 0 step 3 'copy' (ranks 1-31): the others wait for it" in why[0]
+
+
+# -- open files: a process out of descriptors -------------------------------------------------------
+SHM_EMFILE = ("RuntimeError: unable to open shared memory object </torch_7203_387396866_7> in read-write mode: "
+              "Too many open files (24)")
+FD = {"soft_limit": 48, "hard_limit": 48, "needed_per_process": 72}
+
+
+def test_descriptor_exhaustion_outranks_the_collective_and_worker_rules():
+    # As `ulimit -n 48` left PyG 2 x 2: every rank waits for its loader, nothing frozen or behind.
+    both_loading = [rank(0, 0, 0, "loading"), rank(1, 0, 0, "loading")]
+    assert decide_stop(stop_ev(both_loading))[:2] == ("collective_mismatch", None)
+    ev = dict(stop_ev(both_loading), log="Traceback ...\n" + SHM_EMFILE + "\n", roles={7203: "rank1-worker1"}, fd=FD)
+    key, culprit, why = decide_stop(ev)
+    # Both ranks wait for their own loaders: the log names rank 1's worker, but not a culprit.
+    assert (key, culprit) == ("fd_limit", None)
+    assert why[0] == f"torchrun's log (rank1-worker1): '{SHM_EMFILE}'"
+    assert why[-1] == ("open-files limit of the run's processes (`ulimit -n`): 48 (hard limit 48); a rank needs "
+                       "about 72 with its loader workers (pre-flight estimate)")
+    # Rank 0 waits in the all-reduce for rank 1, whose loader lost a batch: rank 1 is the culprit,
+    # where the stalled-worker rule would have named the worker alone.
+    one_loading = [rank(0, 0, 0, "backward"), rank(1, 0, 0, "loading")]
+    assert decide_stop(stop_ev(one_loading))[0] == "stalled_worker"
+    assert decide_stop(dict(ev, ranks=one_loading))[:2] == ("fd_limit", 1)
+
+
+def test_a_process_at_its_descriptor_limit_is_evidence_without_any_error_text():
+    worker = {"role": "rank0-worker1", "pid": 42, "status": "sleeping", "status_before": "sleeping",
+              "fds": 47, "fd_limit": 48}
+    ranks = [rank(0, 0, 0, "loading"), rank(1, 0, 0, "backward")]
+    key, culprit, why = decide_stop(dict(stop_ev(ranks, [worker]), fd=FD))
+    assert (key, culprit) == ("fd_limit", 0)
+    assert why[0] == "rank0-worker1 (pid 42) held 47 open descriptors at detection, its limit 48"
+    assert decide_stop(stop_ev(ranks, [dict(worker, fds=30)]))[0] == "stalled_worker"
+
+
+def test_a_flood_of_the_same_error_is_one_line_of_evidence():
+    from runners.diagnosis import fd_exhaustion
+
+    log = "OSError: [Errno 24] Too many open files\n" * 5000  # a DGL worker's resource sharer, looping
+    ranks, why = fd_exhaustion({"ranks": [], "log": log})
+    assert ranks == [] and why == ["torchrun's log: 'OSError: [Errno 24] Too many open files' (5000 lines)"]
+
+
+def test_crash_after_descriptor_exhaustion_is_fd_limit_not_a_crash():
+    # `ulimit -n 56`: rank 0's loader lost its worker (EOFError), the workers' errors are in the log.
+    ev = exit_ev(errors=[error(0, 100.0, "EOFError", ""), error(1, 101.0, "RuntimeError", PEER)],
+                 log="OSError: [Errno 24] Too many open files\n")
+    assert decide_exit(exit_ev(errors=[error(0, 100.0, "EOFError", "")]))[:2] == ("crash", 0)
+    assert decide_exit(ev)[:2] == ("fd_limit", 0)
+    # The rank's own record of a truncated descriptor transfer names it.
+    ev = exit_ev(errors=[error(1, 100.0, "RuntimeError", "received 0 items of ancdata")])
+    key, culprit, why = decide_exit(ev)
+    assert (key, culprit) == ("fd_limit", 1) and why == ["rank 1: 'RuntimeError: received 0 items of ancdata'"]
+    assert EXIT_STATUS.get(key, "crashed") == "crashed"
+
+
+def test_fd_limit_remedy_names_ulimit_the_limit_found_and_the_need():
+    from runners.diagnosis import CAUSES, cause_label, fd_remedy
+
+    remedy = fd_remedy(FD)
+    assert "`ulimit -n` is 48 here and a rank needs about 72 descriptors" in remedy
+    assert "`ulimit -n 1024`" in remedy and "the hard limit 48 is the ceiling" in remedy
+    assert "set_sharing_strategy('file_system')" in remedy
+    assert "`ulimit -n`" in CAUSES["fd_limit"][1] and "'file_system'" in CAUSES["fd_limit"][1]
+    assert fd_remedy(None) == CAUSES["fd_limit"][1]
+    assert cause_label("fd_limit", {"fd": FD}) == "too many open files (`ulimit -n` 48, a rank needs about 72)"

@@ -32,14 +32,40 @@ def test_doctor_text_names_the_sampler_backend():
 def test_preflight_warns_about_small_shm_and_fd_limit():
     cfg = RunConfig(framework="pyg", model="sage", devices=4, batch_size=2048, workers=8, dataset="small",
                     epochs=1, out="/tmp/x", fanouts=[10, 10, 10])
-    env = {"shm_bytes": 64 * 2**20, "open_files_limit": 256}
+    env = {"shm_bytes": 64 * 2**20, "open_files_limit": 128}
     pre = preflight(cfg, env, {"num_nodes": 232_965, "num_features": 602})
     assert len(pre["warnings"]) == 2
-    assert "/dev/shm is 64 MiB" in pre["warnings"][0] and "open-files limit 256" in pre["warnings"][1]
+    assert "/dev/shm is 64 MiB" in pre["warnings"][0]
+    assert pre["warnings"][1].startswith("open-files limit (`ulimit -n`) 128 is below the about ")
+    assert "`ulimit -n 1024`" in pre["warnings"][1]
+    check = pre["open_files"]
+    assert check["soft_limit"] == 128 and 128 < check["needed_per_process_estimate"] < 256
+    assert check["needed_per_process_estimate"] == sum(check["terms"].values())
+    # The limit holds per process: 4 ranks x 8 workers need 256 descriptors in no single process.
+    assert not preflight(cfg, dict(env, open_files_limit=256), {"num_nodes": 232_965, "num_features": 602}
+                         )["open_files"]["warning"]
     ok = preflight(RunConfig(framework="pyg", model="sage", devices=1, batch_size=64, workers=1, dataset="tiny",
                              epochs=1, out="/tmp/x"), {"shm_bytes": 24 * 2**30, "open_files_limit": 20000},
                    {"num_nodes": 2000, "num_features": 32})
     assert ok["warnings"] == []
+
+
+# The least `ulimit -n` measured to fail and to run (tiny, fan-outs 6,5,4, batch 128, 2 epochs):
+# (framework, ranks, workers, failed at, ran at).
+MEASURED_FD_LIMITS = [("pyg", 1, 1, 56, 64), ("pyg", 2, 2, 56, 80), ("pyg", 2, 4, 80, 96),
+                      ("dgl", 1, 1, 80, 96), ("dgl", 2, 2, 96, 112)]
+
+
+def test_descriptor_estimate_lies_between_the_limits_that_failed_and_ran():
+    from runners.descriptors import fd_need
+
+    for framework, devices, workers, failed, ran in MEASURED_FD_LIMITS:
+        cfg = RunConfig(framework=framework, model="sage", devices=devices, batch_size=128, workers=workers,
+                        dataset="tiny", epochs=2, out="/tmp/x")
+        assert failed < fd_need(cfg)["per_process"] <= ran, (framework, devices, workers)
+    no_workers = RunConfig(framework="pyg", model="sage", devices=2, batch_size=128, workers=0, dataset="tiny",
+                           epochs=2, out="/tmp/x")
+    assert fd_need(no_workers)["per_process"] is None
 
 
 def test_preflight_warns_when_the_shared_memory_need_exceeds_what_is_free():

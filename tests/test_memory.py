@@ -2,6 +2,7 @@
 
 import json
 import re
+from pathlib import Path
 
 import jsonschema
 import psutil
@@ -9,6 +10,7 @@ import pytest
 
 from runners import memory, run
 from runners.config import ConfigError, RunConfig, build_parser, config_from_args
+from runners.supervisor import RankWatch
 from tests.helpers import REPO, run_config
 
 META = {"num_nodes": 232_965, "num_edges": 114_615_892, "num_features": 602, "num_classes": 41,
@@ -116,17 +118,18 @@ def _cgroup_reason():
 def test_too_small_memory_cap_is_diagnosed_as_oom(tmp_path):
     # A wide model (hidden 4096) holds ~0.7 GB of anonymous memory per rank once training starts
     # (gradients and Adam's moments appear at the first step), against ~1.3 GB for the whole tree
-    # at start-up: a 1800M cap lets start-up through and kills a process in the first step.
+    # at start-up: a 1800M cap lets start-up through and kills a process in the first step. The
+    # pre-flight models more than the cap and would refuse the run: --force-launch.
     out = tmp_path / "oom"
     stall = 20
     res = run_config(out, framework="dgl", devices=2, workers=1, epochs=1, batch_size=64,
-                     extra=["--hidden", "4096", "--eval-every", "0", "--memory-limit", "1800M",
+                     extra=["--hidden", "4096", "--eval-every", "0", "--memory-limit", "1800M", "--force-launch",
                             "--stall-floor", str(stall)], timeout=300)
     assert res.returncode == 0, res.stdout[-3000:]
     result = json.loads((out / "result.json").read_text())
     jsonschema.validate(result, json.loads((REPO / "runners" / "schemas" / "result.schema.json").read_text()))
     diag = result["diagnosis"]
-    assert result["status"] in ("killed", "hang"), diag
+    assert result["status"] == "killed", diag  # never "hang": the kill is what happened
     assert diag["cause"] == "oom", diag
     killed = diag["oom"]["killed"]
     assert killed and all(re.match(r"rank\d+(-worker\d+)?$", k["role"]) for k in killed), killed
@@ -154,7 +157,7 @@ def test_too_small_memory_cap_is_diagnosed_as_oom(tmp_path):
     assert len(table) == 1 and set(table.iloc[0]["oom_killed"].split(", ")) == {k["role"] for k in killed}
     left = []
     for p in psutil.process_iter(["cmdline"]):
-        if str(out) in " ".join(p.info["cmdline"] or []):
+        if str(out.parent) in " ".join(p.info["cmdline"] or []):  # the run's staging directory too
             left.append(p.pid)
     assert left == []
 
@@ -195,3 +198,54 @@ def test_a_hang_at_the_memory_cap_is_named_memory_pressure(tmp_path):
     # below the cap at detection: the hang keeps its own diagnosis
     out = apply_oom(Outcome("hang", dict(hang)), _Sup(tmp_path, _stats(500, 500), _stats(960, 20)))
     assert out.diagnosis["cause"] == "stalled_worker"
+
+
+class _Cgroup:
+    """The memory cgroup's record as a capped run leaves it: one OOM kill counted."""
+
+    path = Path("/sys/fs/cgroup/memory/gnnscale-test-none")
+
+    def stats(self):
+        return dict(_stats(990, 500), oom_kill=1)
+
+
+def _killed_run(tmp_path, ranks=2, oom_seen=True):
+    """A supervisor's record of a capped run whose rank 0 loader worker the OOM killer took."""
+    (tmp_path / "rank0").mkdir()
+    (tmp_path / "rank0" / "error.json").write_text(json.dumps({
+        "message": "DataLoader worker (pid(s) 4242) exited unexpectedly", "worker_failure": None}))
+    phases = {0: "loading", **{r: "backward" for r in range(1, ranks)}}
+    sup = _Sup(tmp_path, _stats(990, 500), _stats(960, 20),
+               oom_seen={"t": 3.0, "oom_kill": 1, "phases": phases} if oom_seen else None)
+    sup.watch = {r: RankWatch(r) for r in range(ranks)}
+    sup.cgroup = _Cgroup()
+    return sup
+
+
+def test_an_oom_kill_is_status_killed_whatever_the_run_showed_after_it(tmp_path):
+    from runners.diagnosis import apply_oom
+    from runners.supervisor import Outcome
+
+    hang = {"summary": "hang: ...; cause: every rank is blocked in a collective", "cause": "collective_mismatch",
+            "ranks": [], "evidence": []}
+    for status in ("hang", "crashed", "timeout"):
+        run_dir = tmp_path / status
+        run_dir.mkdir()
+        out = apply_oom(Outcome(status, dict(hang)), _killed_run(run_dir, ranks=8))
+        assert out.status == "killed", status
+        d = out.diagnosis
+        assert (d["cause"], d["previous_status"], d["previous_cause"]) == ("oom", status, "collective_mismatch")
+        assert d["summary"] == ("killed: out of memory under the 1000 B memory cap: the OOM killer killed "
+                                "rank0-worker (pid 4242); left waiting: 7 ranks in 'backward' (ranks 1-7); "
+                                "cause: memory exhaustion"), d["summary"]
+
+
+def test_kills_after_a_hang_at_the_cap_stay_memory_pressure(tmp_path):
+    from runners.diagnosis import apply_oom
+    from runners.supervisor import Outcome
+
+    hang = {"summary": "hang: rank 0 made no progress; cause: a loader worker stopped", "cause": "stalled_worker",
+            "ranks": [], "evidence": []}
+    out = apply_oom(Outcome("hang", dict(hang)), _killed_run(tmp_path, oom_seen=False))
+    assert out.status == "hang" and out.diagnosis["cause"] == "memory_pressure"
+    assert out.diagnosis["oom"]["killed"][0]["pid"] == 4242

@@ -279,3 +279,37 @@ def test_rank_stopped_while_it_waits_for_its_loader_is_the_culprit(tmp_path):
     assert next(w for w in d["workers"] if w["pid"] == worker)["status"] != "stopped", d["workers"]
     assert "hang: rank 1 made no progress in phase 'loading'" in d["summary"]
     assert not [p for p in run_pids(out) if alive(p)]
+
+
+# -- 5. too low an open-files limit ------------------------------------------------------------------
+FD_LIMIT = 48  # below the ~50 descriptors a PyG rank or worker holds before its first batch
+
+
+def lowered_fd_limit() -> str | None:
+    """Why a shell cannot lower its open-files limit here (None: it can)."""
+    res = subprocess.run(["bash", "-c", f"ulimit -n {FD_LIMIT} && ulimit -n"], capture_output=True, text=True)
+    ok = res.returncode == 0 and res.stdout.strip() == str(FD_LIMIT)
+    return None if ok else f"`ulimit -n {FD_LIMIT}` did not take: {(res.stderr or res.stdout).strip()[:200]}"
+
+
+@pytest.mark.skipif(lowered_fd_limit() is not None, reason=str(lowered_fd_limit()))
+def test_open_files_limit_is_diagnosed_as_such_with_its_remedy(tmp_path):
+    out = tmp_path / "run"
+    # The issue's case: PyG, 2 ranks x 2 workers, under `ulimit -n 48`, once a hang diagnosed
+    # as a collective mismatch; the workers' batches pass as descriptors and run out of them.
+    argv = runner_argv(out, devices=2, workers=2, epochs=2, extra=["--stall-floor", "5"])
+    res = subprocess.run(["bash", "-c", f'ulimit -n {FD_LIMIT} && exec "$@"', "bash", *argv], cwd=REPO,
+                         env=run_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=WAIT_S)
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert f"pre-flight warning: open-files limit (`ulimit -n`) {FD_LIMIT} is below" in res.stdout
+    result = json.loads((out / "result.json").read_text())
+    jsonschema.validate(result, SCHEMA)
+    d = result["diagnosis"]
+    assert result["status"] in ("hang", "crashed"), d  # which one depends on where a batch was lost
+    assert d["cause"] == "fd_limit", d
+    assert f"`ulimit -n` is {FD_LIMIT} here" in d["remedy"] and "set_sharing_strategy('file_system')" in d["remedy"]
+    assert f"too many open files (`ulimit -n` {FD_LIMIT}, a rank needs about " in d["summary"], d["summary"]
+    assert any("Too many open files" in e for e in d["evidence"]), d["evidence"]
+    check = result["preflight"]["open_files"]
+    assert check["soft_limit"] == FD_LIMIT < check["needed_per_process_estimate"] and check["warning"]
+    assert not [p for p in run_pids(out) if alive(p)]

@@ -82,7 +82,7 @@ def dry_run(cwd, *configfiles, args=(), snakefile=ROOT / "Snakefile", **extra_en
         # timing grid: frameworks x models x devices x batch x workers x repeats; convergence:
         # frameworks x models x repeats; study harness: frameworks x models x devices x repeats;
         # the current lane: frameworks x models x repeats at one point
-        ("config.yaml", 2 * 2 * 2 * 2 * 2 * 3 + 2 * 2 * 3 + 2 * 2 * 2 * 2 + 2 * 2 * 3),
+        ("config.yaml", 2 * 2 * 2 * 2 * 2 * 3 + 2 * 2 * 3 + 2 * 2 * 2 * 2 + 2 * 2 * 3 + 2),
         ("paper.yaml", 2 * 2 * 3 * 3 * 2),  # Reddit need not be present for -n
         ("minimal.yaml", 2),
         ("study.yaml", 2 * 2 * 2 * 2 * 2),  # harnesses x frameworks x models x devices x repeats
@@ -155,8 +155,8 @@ def test_default_sweep_run_kinds(tmp_path):
     res = snakemake("-n", "-p", "--configfile", str(CONFIGS / "config.yaml"), cwd=tmp_path)
     commands = [c for c in (res.stdout + res.stderr).splitlines() if "runners.run" in c]
     kinds = {"conv": [c for c in commands if "/conv-" in c], "study": [c for c in commands if "/study-" in c],
-             "lane": [c for c in commands if "/current-" in c]}
-    timing = [c for c in commands if c not in kinds["conv"] + kinds["study"] + kinds["lane"]]
+             "lane": [c for c in commands if "/current-" in c], "hang": [c for c in commands if "/hang-" in c]}
+    timing = [c for c in commands if c not in kinds["conv"] + kinds["study"] + kinds["lane"] + kinds["hang"]]
     assert len(timing) == 96 and len(kinds["conv"]) == 12 and len(kinds["study"]) == 16
     # The current lane's timing runs: the same stop rule, its own Python, --lane current; the
     # pair's runs name no lane (the runner records the Python's own), so adding lanes reran none.
@@ -168,6 +168,11 @@ def test_default_sweep_run_kinds(tmp_path):
     assert all("--until" not in c and "--eval-every 1" in c and "-b256-w0-" in c for c in kinds["conv"])
     assert {re.search(r"--epochs (\d+)", c)[1] for c in kinds["conv"]} == {"12", "40"}  # GraphSAGE, GAT
     assert all("--harness study" in c and "--epochs 3 " in c for c in kinds["study"])
+    # The deadlock demonstrations: one per framework, the naive split, a short stall floor.
+    assert sorted(re.search(r"--framework (\w+)", c)[1] for c in kinds["hang"]) == ["dgl", "pyg"]
+    assert all("--uneven-batches" in c and "--stall-floor 5 " in c and "--epochs 1 " in c and "-d2-b1024-" in c
+               for c in kinds["hang"])
+    assert not any("--uneven-batches" in c for c in timing + kinds["conv"] + kinds["study"] + kinds["lane"])
 
 
 def test_run_message_numbers_runs(tmp_path):

@@ -143,8 +143,12 @@ def dgl_environment(device_type: str, env: dict) -> tuple:
 #   DGL: agent 338 MiB, ranks 393/396, workers 125-128; PyG: agent 212, ranks 295/296, workers
 #   111-112 (the tiny dataset adds < 1 MB). PSS splits pages shared by several processes
 #   (torch's libraries) between them, so the agent's share depends on what else runs. See docs/memory.md.
+# - shared_tensors_per_batch: tensors of one batch a worker hands to its rank, each an open
+#   descriptor in the rank while the batch lives (runners.descriptors): the deleted /dev/shm
+#   files in /proc/PID/fd of a rank and a worker with one batch and without, measured here on
+#   2026-11-24 (tiny, fan-outs 6,5,4, batch 128): PyG 7, DGL 18 (its blocks carry more tensors).
 MEMORY_TRAIT_KEYS = ("copies_adjacency_with_workers", "adjacency_copy_reason", "workers_gather_features",
-                     "edge_bytes", "all_nodes_every_layer", "baseline_bytes")
+                     "edge_bytes", "all_nodes_every_layer", "baseline_bytes", "shared_tensors_per_batch")
 
 FRAMEWORKS = {
     f.name: f for f in (
@@ -159,14 +163,16 @@ FRAMEWORKS = {
                                                    "once per rank with workers",
                           "workers_gather_features": True,
                           "edge_bytes": 24, "all_nodes_every_layer": True,
-                          "baseline_bytes": {"agent": 212 * 2**20, "rank": 296 * 2**20, "worker": 112 * 2**20}}),
+                          "baseline_bytes": {"agent": 212 * 2**20, "rank": 296 * 2**20, "worker": 112 * 2**20},
+                          "shared_tensors_per_batch": 7}),
         Framework("dgl", "DGL", "#ef8636", "runners.adapters.dgl", seeds_hop_first=False,
                   packages={"dgl": ("dgl",)}, env_facts={"dgl_cuda": dgl_has_cuda},
                   env_vars=("DGLBACKEND", "DGL_PREFETCHER_TIMEOUT"), check_environment=dgl_environment,
                   memory={"copies_adjacency_with_workers": False, "adjacency_copy_reason": None,
                           "workers_gather_features": False,
                           "edge_bytes": 75, "all_nodes_every_layer": False,
-                          "baseline_bytes": {"agent": 338 * 2**20, "rank": 395 * 2**20, "worker": 126 * 2**20}}),
+                          "baseline_bytes": {"agent": 338 * 2**20, "rank": 395 * 2**20, "worker": 126 * 2**20},
+                          "shared_tensors_per_batch": 18}),
     )
 }
 

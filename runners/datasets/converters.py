@@ -13,7 +13,7 @@ import numpy as np
 
 log = logging.getLogger("gnnscale.datasets")
 
-from runners.datasets.format import DatasetError  # noqa: E402
+from runners.datasets.format import DatasetError, check_finite  # noqa: E402
 from runners.datasets.generators import csc_from_edges  # noqa: E402
 
 # --------------------------------------------------------------------------------------
@@ -124,6 +124,7 @@ def convert_reddit(raw_dir: Path) -> tuple:
     if features.ndim != 2 or len(features) != n or len(node_types) != n:
         raise DatasetError(f"{data_path}: shape mismatch: feature {features.shape}, label "
                            f"({n},), node_types ({len(node_types)},) must have the same rows")
+    check_finite(data_path, features)
 
     fmt = _npz_member(graph, "format", graph_path).item()
     fmt = fmt.decode() if isinstance(fmt, bytes) else str(fmt)
@@ -175,6 +176,7 @@ def convert_ogbn_products(raw_dir: Path) -> tuple:
     if features.shape[0] != n:
         raise DatasetError(f"{p['node-feat']}: has {features.shape[0]} rows but "
                            f"{p['num-node-list'].name} says {n} nodes")
+    check_finite(p["node-feat"], features)
     raw_labels = _read_csv(p["node-label"]).reshape(-1)
     if len(raw_labels) != n:
         raise DatasetError(f"{p['node-label']}: has {len(raw_labels)} rows but "

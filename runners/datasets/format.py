@@ -54,6 +54,34 @@ class DatasetError(ValueError):
 # Hashing, writing, reading
 # --------------------------------------------------------------------------------------
 
+def nonfinite(features: np.ndarray, chunk_rows: int = 1 << 16) -> dict | None:
+    """NaN and infinite values in a feature matrix, read in row chunks (a memory map stays
+    a memory map): None when every value is finite, else their counts and the first node."""
+    nan = inf = rows = 0
+    first = None
+    for lo in range(0, len(features), chunk_rows):
+        block = np.asarray(features[lo:lo + chunk_rows])
+        bad = ~np.isfinite(block)
+        if not bad.any():
+            continue
+        n_nan = int(np.isnan(block).sum())
+        nan, inf = nan + n_nan, inf + int(bad.sum()) - n_nan
+        bad_rows = np.flatnonzero(bad.any(axis=1))
+        rows += len(bad_rows)
+        first = lo + int(bad_rows[0]) if first is None else first
+    return None if first is None else {"nan": nan, "inf": inf, "rows": rows, "first_node": first}
+
+
+def check_finite(where, features: np.ndarray) -> None:
+    """Refuse features with NaN or infinite values (a model trained on them measures nothing:
+    its loss is NaN from the first step). `where` names the file they came from."""
+    found = nonfinite(features)
+    if found:
+        raise DatasetError(f"{where}: features hold {found['nan']} NaN and {found['inf']} infinite values in "
+                           f"{found['rows']} of {len(features)} nodes (the first at node {found['first_node']}); "
+                           "every feature must be a finite number: fill or drop them at the source")
+
+
 def array_sha256(arr: np.ndarray) -> str:
     """sha256 of the raw C-order bytes; memory-mapped arrays are read in bounded chunks."""
     h = hashlib.sha256()
@@ -93,6 +121,8 @@ def write_dataset(root, name: str, arrays: dict, source: dict, stats: dict,
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     final = root / name
+    check_finite(f"dataset {name!r} ({source.get('origin') or source.get('kind') or 'source'})",
+                 arrays["features"])
     tmp = root / f".{name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
     try:
@@ -398,8 +428,10 @@ def _check_hashes(path: Path, meta: dict, arrays: dict, use_cache: bool) -> dict
         want = meta["files"][fname].get("sha256")
         before = _stat_key(path / fname)
         prev = old.get(fname)
+        # Features are checked for NaN/inf with the same read; a record from before that check
+        # (no "finite") is not trusted.
         if (isinstance(prev, dict) and prev.get("sha256") == want
-                and {k: prev.get(k) for k in before} == before):
+                and {k: prev.get(k) for k in before} == before and (key != "features" or prev.get("finite"))):
             record[fname] = prev
             cached.append(fname)
             continue
@@ -409,12 +441,14 @@ def _check_hashes(path: Path, meta: dict, arrays: dict, use_cache: bool) -> dict
             raise DatasetError(f"{path / fname}: hash mismatch: contents changed since they were "
                                f"written (sha256 {digest[:16]}..., meta.json {str(want)[:16]}...); "
                                f"prepare the dataset again (prepare --force)")
+        if key == "features":
+            check_finite(path / fname, arrays[key])
         after = _stat_key(path / fname)
         if after != before:
             raise DatasetError(f"{path / fname}: changed while it was being verified; "
                                "is another process writing the dataset?")
         if time.time_ns() - before["mtime_ns"] >= _RACY_S * 1e9:
-            record[fname] = {**before, "sha256": digest}
+            record[fname] = {**before, "sha256": digest, **({"finite": True} if key == "features" else {})}
     # A full verification refreshes the record too, so the next run need not re-hash.
     written = _write_record(path, meta, record) if hashed else path / VERIFIED_FILE
     return {"content_hash": meta["content_hash"], "hashed": hashed, "cached": cached,

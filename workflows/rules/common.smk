@@ -76,9 +76,10 @@ wildcard_constraints:
     workers=r"\d+",
     repeat=r"\d+",
     # "" for the fair harness's timing runs (the default, so their run ids stay as they
-    # were), "study-" for the seed study's harness, "conv-" for convergence runs, the lane
-    # for timing runs in a lane beside the pair ("current-"; see KINDS).
-    hprefix=r"(study-|conv-|current-|own-)?",
+    # were), "study-" for the seed study's harness, "conv-" for convergence runs, "hang-" for
+    # the deadlock demonstrations, the lane for timing runs in a lane beside the pair
+    # ("current-"; see KINDS).
+    hprefix=r"(study-|conv-|hang-|current-|own-)?",
 
 
 DATASET = config["dataset"]
@@ -90,9 +91,12 @@ RUN_ID = "{hprefix}{framework}-{model}-d{devices}-b{batch}-w{workers}-r{repeat}"
 # and runs of the seed study's harness (fixed schedule).
 # Timing runs in a lane beside the pair carry the lane as their prefix (LANE_PREFIXES).
 LANE_PREFIXES = {"current-": "current", "own-": "own"}
-KINDS = {"": "timing", "conv-": "convergence", "study-": "study"} | {
-    p: "timing" for p in LANE_PREFIXES
-}
+KINDS = {
+    "": "timing",
+    "conv-": "convergence",
+    "study-": "study",
+    "hang-": "deadlock",
+} | {p: "timing" for p in LANE_PREFIXES}
 
 
 def lane_of(wildcards):
@@ -129,8 +133,8 @@ def kind_of(wildcards):
 RUN_DIR = f"results/runs/{{dataset}}/{RUN_ID}"
 
 
-def points(prefixes, devices, batches, workers, repeats):
-    """Run entries of the grid's frameworks x models over the given axes."""
+def points(prefixes, devices, batches, workers, repeats, models=None):
+    """Run entries of the grid's frameworks x models (or `models`) over the given axes."""
     return [
         dict(
             dataset=DATASET,
@@ -145,7 +149,7 @@ def points(prefixes, devices, batches, workers, repeats):
         for prefix, framework, model, d, b, w, r in itertools.product(
             prefixes,
             GRID["frameworks"],
-            GRID["models"],
+            models or GRID["models"],
             devices,
             sorted(batches),
             sorted(workers),
@@ -176,6 +180,11 @@ if config.get("study"):
         [_s["batch_size"]],
         [_s["workers"]],
         _s["repeats"],
+    )
+if config.get("deadlocks"):
+    _h = config["deadlocks"]
+    RUNS += points(
+        ["hang-"], [_h["devices"]], [_h["batch_size"]], [_h["workers"]], 1, _h["models"]
     )
 if config.get("lanes"):
     _l = config["lanes"]
