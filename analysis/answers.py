@@ -162,7 +162,8 @@ def _gap_parts(gap: pd.DataFrame, fws: list) -> list:
             r = found[fw][1]
             out += [(("" if i == 0 else ", ") + (f"{framework_label(fw)} " if len(who) > 1 else ""), None),
                     (f"{100 * r[f'{top}_share']:.0f}%", "#" + speedup_gap.gap_anchor(r))]
-        out.append((" of the missing time). ", None))
+        over = any(found[fw][1][f"{top}_share"] > 1 for fw in who)  # the other parts gave time back
+        out.append((" of the missing time" + (": other parts gave time back" if over else "") + "). ", None))
     return out
 
 
@@ -181,8 +182,9 @@ def scaling_answer(scaling: pd.DataFrame, gap: pd.DataFrame, exp) -> Answer:
     rows = [middle(top[top["framework"] == fw], "speedup") for fw in fws]
     for i, (fw, r) in enumerate(zip(fws, rows)):
         href = "#" + tables.scaling_anchor(exp, r["model"], fw, r["batch_size"], r["series_workers"])
+        word = " faster" if r["speedup"] >= 1 else " as fast (slower)"
         ans.parts += [(("; " if i else "") + f"{framework_label(fw)} runs ", None), (f"{r['speedup']:.2f}×", href),
-                      (" faster" + _ci(r), None)]
+                      (word + _ci(r), None)]
     ans.parts.append((f" at the median configuration{_no_interval(rows)}. ", None))
     gap = gap[(gap["experiment"] == exp) & (gap["devices"] == n)] if len(gap) else gap
     ans.parts += _gap_parts(gap, fws)
@@ -276,7 +278,7 @@ def _who(fs: list) -> list:
 
 
 STATUS_VERBS = {"hang": "hung", "timeout": "timed out", "crashed": "crashed", "killed": "were killed",
-                "error": "failed", "interrupted": "were interrupted"}
+                "diverged": "diverged", "error": "failed", "interrupted": "were interrupted"}
 
 
 def _verb(fs: list) -> str:
@@ -285,11 +287,10 @@ def _verb(fs: list) -> str:
 
 
 def _demo_parts(demos: list) -> list:
-    many = len(demos) > 1
-    return _who(demos) + [(f" with uneven batches per rank {_verb(demos)} ({_cause(demos[0])}): "
-                           f"{'deliberate demonstrations' if many else 'a deliberate demonstration'} "
-                           f"of the seed study's kind of hang, not {'benchmark failures' if many else 'a benchmark failure'}"
-                           ". ", None)]
+    what, not_what = (("deliberate demonstrations", "benchmark failures") if len(demos) > 1
+                      else ("a deliberate demonstration", "a benchmark failure"))
+    return _who(demos) + [(f" with uneven batches per rank {_verb(demos)} ({_cause(demos[0])}): {what} "
+                           f"of the seed study's kind of hang, not {not_what}. ", None)]
 
 
 def hang_answer(failures: list, n_runs: int) -> Answer:
@@ -304,7 +305,8 @@ def hang_answer(failures: list, n_runs: int) -> Answer:
     demos = [f for f in failures if f not in injected and demonstration(f["config"])]
     real = [f for f in failures if f not in injected and f not in demos]
     if demos:
-        ans.parts += _demo_parts(demos)
+        order = {f: i for i, f in enumerate(FRAMEWORK_ORDER)}
+        ans.parts += _demo_parts(sorted(demos, key=lambda f: order.get(f["config"].get("framework"), 99)))
     if injected:
         kinds = ", ".join(dict.fromkeys(str(f["config"]["inject"]) for f in injected))
         ans.parts += [(f"{_n(len(injected), 'injected fault')} ({kinds}) ", None),
@@ -339,9 +341,9 @@ def accuracy_answer(runs: pd.DataFrame) -> Answer:
         ans.parts = _converged_parts(fixed)
     elif "learned" in ok and ok["learned"].map(truthy).notna().any():
         learned = ok["learned"].map(truthy)
-        ans.parts = [("Only timing runs here: ", None), (f"{int((learned == True).sum())} of {int(learned.notna().sum())}",  # noqa: E712
-                      "#accuracy"), (" learned (above the majority class, falling loss); accuracy needs the "
-                                     "convergence runs.", None)]
+        n_learned = int(learned.map(lambda v: v is True).sum())
+        ans.parts = [("Only timing runs here: ", None), (f"{n_learned} of {int(learned.notna().sum())}", "#accuracy"),
+                     (" learned (above the majority class, falling loss); accuracy needs the convergence runs.", None)]
     else:
         ans.parts = [("Not measured: no ok run recorded a validation accuracy.", "#accuracy")]
     return ans
