@@ -102,7 +102,7 @@ def _model_speed(g: pd.DataFrame, pair, exp) -> list:
                for r in (lo, hi)]
         return [(f"{model}: neither framework is ahead; {la} / {lb} epoch time runs from ", None),
                 (f"{lo['estimate']:.2f}×", ids[0]), (" to ", None), (f"{hi['estimate']:.2f}×", ids[1]),
-                (f"{_no_interval([lo, hi])} ({lb} ahead in {ahead[b]}, {la} in {ahead[a]} of {len(g)}). ", None)]
+                (f"{_no_interval([lo, hi])}; {lb} ahead in {ahead[b]}, {la} in {ahead[a]} of {len(g)}. ", None)]
     win, lose = (b, a) if ahead[b] > ahead[a] else (a, b)
     # Said as "the slower one takes N× as long": the ratio inverted when the first framework wins.
     g = g.assign(slow=g["estimate"] if win == b else 1 / g["estimate"],

@@ -65,8 +65,8 @@ def test_framework_answer_names_the_faster_and_its_ratio(said, ok_runs):
     ratios = sorted(steady(ok_runs, f"pyg-sage-d{d}") / steady(ok_runs, f"dgl-sage-d{d}") for d in (1, 2))
     if sum(r > 1 for r in ratios) == 1:  # one configuration each way (a busy machine)
         assert said["speed"] == (f"GraphSAGE: neither framework is ahead; PyG / DGL epoch time runs from "
-                                 f"{ratios[0]:.2f}× to {ratios[1]:.2f}× (1 repeat: no interval) (DGL ahead in 1, "
-                                 "PyG in 1 of 2). ")
+                                 f"{ratios[0]:.2f}× to {ratios[1]:.2f}× (1 repeat: no interval); DGL ahead in 1, "
+                                 "PyG in 1 of 2. ")
         return
     faster, slower = ("DGL", "PyG") if ratios[0] > 1 else ("PyG", "DGL")
     shown = ratios[0] if faster == "DGL" else 1 / ratios[1]  # the lower middle of the slower one's time
