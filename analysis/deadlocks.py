@@ -189,19 +189,17 @@ def render_html(failures: list) -> str:
     """The deadlock report as an HTML fragment (one card per non-ok run)."""
     if not failures:
         return "<p>Every run ended <span class='status status-ok'>ok</span>: nothing to diagnose.</p>"
-    cards, seen = [], set()
+    cards = []
     for f in failures:
         d = f["diagnosis"]
-        # The first run of each kind of failure is shown open; its look-alikes start folded.
-        kind = (f["status"], d.get("cause"), bool(f["config"].get("inject")))
-        is_open = " open" if kind not in seen else ""
-        seen.add(kind)
+        # Every card starts folded: its summary line names status and configuration; the page's
+        # answer says what hung and why.
         evidence = "".join(f"<li>{_e(x)}</li>" for x in d["evidence"])
         excerpt = f"<details><summary>error excerpt</summary><pre>{_e(d['error_excerpt'])}</pre></details>" \
             if d.get("error_excerpt") else ""
         detected = f", detected after {d['detected_after_s']:.0f} s" if d.get("detected_after_s") is not None else ""
         cards.append(f"""
-<details class="card" id="fail-{_e(f['run_id'])}"{is_open}>
+<details class="card" id="fail-{_e(f['run_id'])}">
   <summary><h3><span class="status status-{_e(f['status'])}">{_e(f['status'])}</span> {_e(config_line(f['config']))}</h3></summary>
   <p class="diag-summary">{_e(d['summary'])}</p>
   <dl class="kv">

@@ -4,8 +4,10 @@ table is (tidy numbers written as CSV, display grids written as an HTML fragment
 
 from __future__ import annotations
 
+import hashlib
 import html
 import numbers
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,6 +33,7 @@ class GridTable:
     header: list
     rows: list
     n_index: int
+    row_ids: list | None = None  # an id per row (or None), so a sentence can link to its row
 
     def to_html(self) -> str:
         """The table as HTML (escaped; index headers span every header row)."""
@@ -47,7 +50,7 @@ class GridTable:
                 ths.append(f"<th colspan='{span}'>{e(str(label))}</th>" if span > 1 else f"<th>{e(str(label))}</th>")
             head += "<tr>" + "".join(ths) + "</tr>"
         body = []
-        for row in self.rows:
+        for k, row in enumerate(self.rows):
             tds = []
             for i, c in enumerate(row):
                 kind = "idx" if i < self.n_index else ("" if "text" in c.css or "code" in c.css else "num")
@@ -55,7 +58,8 @@ class GridTable:
                 title = f" title='{e(c.title)}'" if c.title else ""
                 span = f" colspan='{c.span}'" if c.span > 1 else ""
                 tds.append(f"<td class='{classes}'{title}{span}>{e(c.text)}</td>")
-            body.append("<tr>" + "".join(tds) + "</tr>")
+            rid = self.row_ids[k] if self.row_ids else None
+            body.append((f"<tr id='{e(rid)}'>" if rid else "<tr>") + "".join(tds) + "</tr>")
         cap = f"<caption>{e(self.caption)}</caption>" if self.caption else ""
         return (f"<table class='grid'>{cap}<thead>{head}</thead>"
                 f"<tbody>{''.join(body)}</tbody></table>")
@@ -104,6 +108,16 @@ def value_cell(p, value: str, fmt=fmt_num, scale: float = 1.0) -> Cell:
     return Cell(text, title=title)
 
 
+def row_anchor(table: str, experiment=None, *keys) -> str:
+    """The id of a table row: 'speed-3fa9c1-sage-2-128-0' (the experiment as a short hash, since
+    its label is long), so sentences elsewhere can link to the row their number comes from."""
+    parts = [table]
+    if experiment is not None:
+        parts.append(hashlib.sha1(str(experiment).encode()).hexdigest()[:6])
+    parts += [re.sub(r"[^A-Za-z0-9_.]+", "_", str(k)) for k in keys]
+    return "-".join(parts)
+
+
 def index_cells(values, previous) -> list:
     """Index cells, blanking leading values repeated from the row above (paper style)."""
     cells, same = [], True
@@ -113,22 +127,33 @@ def index_cells(values, previous) -> list:
     return cells
 
 
+def _frame_cells(rec: dict, columns, code_cols, status_col) -> list:
+    cells = []
+    for c in columns:
+        v = rec[c]
+        text = "—" if v is None or (isinstance(v, float) and pd.isna(v)) else (
+            fmt_num(v) if isinstance(v, float) else str(v))
+        css = "code" if c in code_cols else ("" if isinstance(v, numbers.Number) and not isinstance(v, bool) else "text")
+        if c == status_col:
+            css = f"status status-{v}"
+        cells.append(Cell(text, css=css))
+    return cells
+
+
 def frame_table(df: pd.DataFrame, name: str, title: str, description: str, code_cols=(), status_col=None,
-                empty_text="Nothing to list.") -> TableSet:
-    """A plain frame as a TableSet (one grid, columns as they are)."""
+                empty_text="Nothing to list.", group_col=None, row_id=None) -> TableSet:
+    """A plain frame as a TableSet: one grid, or with `group_col` one grid per value of that
+    column, captioned by it (so a long experiment label is said once, not in every row);
+    `row_id`: each row's id, as a function of its record or a sequence in the frame's order."""
     if df.empty:
         return TableSet(name, title, description, df, [], empty_text=empty_text)
-    header = [[(c, 1) for c in df.columns]]
-    rows = []
-    for rec in df.to_dict("records"):
-        cells = []
-        for c in df.columns:
-            v = rec[c]
-            text = "—" if v is None or (isinstance(v, float) and pd.isna(v)) else (
-                fmt_num(v) if isinstance(v, float) else str(v))
-            css = "code" if c in code_cols else ("" if isinstance(v, numbers.Number) and not isinstance(v, bool) else "text")
-            if c == status_col:
-                css = f"status status-{v}"
-            cells.append(Cell(text, css=css))
-        rows.append(cells)
-    return TableSet(name, title, description, df, [GridTable("", header, rows, n_index=0)])
+    columns = [c for c in df.columns if c != group_col]
+    groups = df.groupby(group_col, sort=False) if group_col else [("", df)]
+    ids = None if row_id is None or callable(row_id) else dict(zip(df.index, row_id))
+    grids = []
+    for caption, g in groups:
+        recs = g.to_dict("records")
+        rows = [_frame_cells(rec, columns, code_cols, status_col) for rec in recs]
+        row_ids = [ids[i] for i in g.index] if ids else [row_id(rec) for rec in recs] if row_id else None
+        grids.append(GridTable(str(caption), [[(c, 1) for c in columns]], rows, n_index=0, row_ids=row_ids))
+    return TableSet(name, title, description, df, grids)

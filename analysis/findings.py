@@ -20,11 +20,12 @@ from analysis.stats import CI_METHOD_DIFF, CI_METHOD_RATIO, NO_CLEAR
 BUSY_WARN_PERCENT = 25  # CPU use by other work just before a run's launch (runners.run measures it)
 
 
-def _comparison_list(cmp: pd.DataFrame, unit="×", scale=1.0, digits=2, limit=8) -> str:
-    items = [f"{config_text(r)}: {interval_text(r, unit, scale, digits)}, {r['verdict']}"
+def _comparison_items(cmp: pd.DataFrame, what: str, unit="×", scale=1.0, digits=2, limit=8) -> list:
+    """One short sentence per configuration (at most `limit`), then how many more the table has."""
+    items = [f"{config_text(r)}: {what} {interval_text(r, unit, scale, digits)}"
+             + ("" if r["verdict"] == NO_CLEAR else f", {r['verdict']}") + "."
              for r in cmp.head(limit).to_dict("records")]
-    more = f"; and {len(cmp) - limit} more (see the tables)" if len(cmp) > limit else ""
-    return "; ".join(items) + more
+    return items + ([f"And {len(cmp) - limit} more configurations (see the tables)."] if len(cmp) > limit else [])
 
 
 def _verdict_counts(cmp: pd.DataFrame, labels) -> str:
@@ -57,11 +58,12 @@ def speed_findings(runs: pd.DataFrame) -> list:
             if cmp.empty:
                 continue
             labels = (*comparison_labels(pair), NO_CLEAR)
-            text = (f"{what}, {_pair_label(pair)} ({CI_METHOD_RATIO}; above 1× "
-                    f"{framework_label(pair[1])} is faster): {_verdict_counts(cmp, labels)} configurations")
+            out.append(f"{what}, {_pair_label(pair)}: {_verdict_counts(cmp, labels)} configurations "
+                       f"(above 1× {framework_label(pair[1])} is faster).")
             if value == "steady_epoch_time_s" or len(cmp) <= 4:
-                text += " — " + _comparison_list(cmp)
-            out.append(text + ".")
+                out += _comparison_items(cmp, _pair_label(pair))
+    if out:
+        out.append(f"Intervals of these ratios: {CI_METHOD_RATIO}.")
     return out or ["No configuration has ok runs of two frameworks, so their speed cannot be compared."]
 
 
@@ -81,10 +83,10 @@ def steady_state_findings(runs: pd.DataFrame) -> list:
         between = g.groupby(["model", "devices", "batch_size", "workers"])["steady_epoch_time_s"].agg(
             lambda v: v.std(ddof=1) / v.mean() if v.notna().sum() > 1 and v.mean() > 0 else float("nan")).median()
         warm = (g["warmup_epoch_time_s"] / g["steady_epoch_time_s"]).median()
-        parts.append(f"{framework_label(fw)}: warm-up epoch {warm:.2f}× the steady-state epoch, CV of the "
-                     f"steady epochs within a run {fmt_pct(within)}, across repeats "
-                     f"{fmt_pct(between) if not pd.isna(between) else 'n/a (1 repeat)'}")
-    out = ["Steady state (medians over configurations) — " + "; ".join(parts) + "."]
+        parts.append(f"{framework_label(fw)} steady state (medians over configurations): warm-up epoch "
+                     f"{warm:.2f}× the steady-state epoch; CV of the steady epochs {fmt_pct(within)} within a run, "
+                     f"{fmt_pct(between) if not pd.isna(between) else 'n/a (1 repeat)'} across repeats.")
+    out = parts
     ratio = pd.to_numeric(ok.get("timed_to_startup_ratio"), errors="coerce")
     if "until" in ok and (ok["until"] == "precise").all():
         ratio = ratio.iloc[0:0]  # timing runs' headline excludes start-up; their totals are not the point
@@ -92,10 +94,11 @@ def steady_state_findings(runs: pd.DataFrame) -> list:
     if ratio.notna().any():
         short = int((ratio < tables.TIMED_TO_STARTUP_WARN).sum())
         out.append(f"Timed part / start-up: {ratio.min():.1f}× to {ratio.max():.1f}× (median {ratio.median():.1f}×); "
-                   f"steps per epoch {steps.min():.0f} to {steps.max():.0f}"
-                   + (f". {short} run{'s' if short != 1 else ''} trained for less than "
-                      f"{tables.TIMED_TO_STARTUP_WARN:.0f}× {'its' if short == 1 else 'their'} start-up: "
-                      f"such totals are dominated by one-off costs." if short else "."))
+                   f"steps per epoch {steps.min():.0f} to {steps.max():.0f}.")
+        if short:
+            out.append(f"{short} run{'s' if short != 1 else ''} trained for less than "
+                       f"{tables.TIMED_TO_STARTUP_WARN:.0f}× {'its' if short == 1 else 'their'} start-up: "
+                       f"such totals are dominated by one-off costs.")
     return out
 
 
@@ -122,16 +125,17 @@ def scaling_findings(scaling: pd.DataFrame, runs: pd.DataFrame) -> list:
         if not scaling.empty else scaling
     if g.empty:
         return ["Scaling cannot be judged: no configuration has ok runs at two device counts."]
-    per = []
+    head, per = [], []
     for (fw, d), s in paper_order(g, ["framework", "devices"]).groupby(["framework", "devices"], sort=False):
         counts = Counter(s["verdict"])
         best = s.loc[s["speedup"].idxmax()]
-        per.append(f"{framework_label(fw)} on {d} devices {s['speedup'].median():.2f}× "
-                   f"({100 * s['efficiency'].median():.0f}% efficiency; faster than the base in {counts['faster']}, "
-                   f"slower in {counts['slower']}, {NO_CLEAR} in {counts[NO_CLEAR]} of {len(s)}; "
-                   f"best {config_text(best)} {interval_text({**best, 'estimate': best['speedup']})})")
-    out = ["Median speed-up of the steady-state epoch time over the fewest devices (each configuration's "
-           f"interval: {CI_METHOD_RATIO}): " + "; ".join(per) + "."]
+        head.append(f"{framework_label(fw)} on {d} devices {s['speedup'].median():.2f}× "
+                    f"({100 * s['efficiency'].median():.0f}% efficiency)")
+        per.append(f"{framework_label(fw)} on {d} devices: faster than the base in {counts['faster']}, slower in "
+                   f"{counts['slower']}, {NO_CLEAR} in {counts[NO_CLEAR]} of {len(s)}; best {config_text(best)}, "
+                   f"{interval_text({**best, 'estimate': best['speedup']})}.")
+    out = ["Median speed-up of the steady-state epoch time over the fewest devices: " + "; ".join(head) + ".",
+           *per, f"Intervals of the speed-ups: {CI_METHOD_RATIO}."]
     over = g[g["oversubscribed"].fillna(False).astype(bool)]
     if len(over):
         out.append(f"{len(over)} of these {len(g)} multi-device configurations are oversubscribed "
@@ -149,11 +153,12 @@ def scaling_findings(scaling: pd.DataFrame, runs: pd.DataFrame) -> list:
         out.append(f"Parallel efficiency stays at or above {warn} in every multi-device configuration measured.")
     else:
         first = low.sort_values("devices").groupby(["framework", "model", "batch_size", "series_workers"]).head(1)
-        examples = "; ".join(f"{framework_label(r['framework'])} {config_text(r)} ({100 * r['efficiency']:.0f}%)"
-                             for r in first.head(4).to_dict("records"))
-        more = f"; and {len(first) - 4} more series" if len(first) > 4 else ""
         out.append(f"Scaling stops paying off (efficiency below {warn}) in {len(low)} of {len(g)} multi-device "
-                   f"configurations, first at: {examples}{more}.")
+                   f"configurations.")
+        out += [f"Below {warn} first at {framework_label(r['framework'])} {config_text(r)} "
+                f"({100 * r['efficiency']:.0f}%)." for r in first.head(4).to_dict("records")]
+        if len(first) > 4:
+            out.append(f"And {len(first) - 4} more series (see the scaling table).")
     return out
 
 
@@ -187,9 +192,9 @@ def failure_findings(runs: pd.DataFrame) -> list:
         else:
             text = f"{n} ended '{status}' (diagnosed cause: {cause}): {_where(g)}"
             remedy = g["diag_remedy"].dropna()
-            if len(remedy):
-                text += f". Remedy: {remedy.iloc[0]}"
         out.append(text + ".")
+        if not inj and len(remedy):
+            out.append(f"Remedy for {cause}: {remedy.iloc[0]}.")
     return out
 
 
@@ -209,8 +214,9 @@ def accuracy_findings(runs: pd.DataFrame, points: pd.DataFrame) -> list:
     if len(bad):
         base = pd.to_numeric(bad["baseline_val_acc"], errors="coerce").median()
         out.append(f"Not converged: {len(bad)} of {len(ok)} ok runs end at or below the features-only baseline "
-                   f"({100 * base:.1f}% validation accuracy) — {_where(bad)}. Their accuracy says nothing about "
-                   f"the frameworks; train longer (more epochs/steps) before comparing.")
+                   f"({100 * base:.1f}% validation accuracy): {_where(bad)}.")
+        out.append("Their accuracy says nothing about the frameworks; train longer (more epochs/steps) before "
+                   "comparing.")
     keys = ["model", "devices", "batch_size", "workers"]
     both_conv = ok.assign(_c=conv).groupby(keys)["_c"].transform(
         lambda c: bool((c == True).all())).astype(bool)  # noqa: E712
@@ -224,12 +230,12 @@ def accuracy_findings(runs: pd.DataFrame, points: pd.DataFrame) -> list:
         if not cmp.empty:
             labels = (*comparison_labels(pair, "diff"), NO_CLEAR)
             out.append(f"Final validation accuracy where both frameworks converged, {_pair_label(pair, ' − ')} "
-                       f"({CI_METHOD_DIFF}, percentage points): {_verdict_counts(cmp, labels)} "
-                       "configurations — " + _comparison_list(cmp, unit=" pts", scale=100, digits=1) + ".")
+                       f"(percentage points; {CI_METHOD_DIFF}): {_verdict_counts(cmp, labels)} configurations.")
+            out += _comparison_items(cmp, _pair_label(pair, " − "), unit=" pts", scale=100, digits=1)
         tta = framework_comparison(ok, "time_to_target_s", kind="ratio", pair=pair)
         if not tta.empty:
-            out.append(f"Time to the target, {_pair_label(pair)} over runs that reached it "
-                       f"({CI_METHOD_RATIO}): " + _comparison_list(tta) + ".")
+            out.append(f"Time to the target, {_pair_label(pair)}, over the runs that reached it:")
+            out += _comparison_items(tta, _pair_label(pair))
     return out
 
 
@@ -243,9 +249,10 @@ def learning_findings(ok: pd.DataFrame) -> list:
     text = (f"Learning check of the timing runs (validated once, after their last epoch, outside the timed "
             f"region): {int((learned == True).sum())} of {int(known.sum())} ended above the majority-class "  # noqa: E712
             f"accuracy with a falling loss. Accuracy itself is judged by the convergence runs (full schedule).")
+    out = [text]
     if len(bad):
-        text += f" These did NOT learn — their times may measure a broken run: {_where(bad)}."
-    return [text]
+        out.append(f"These did NOT learn — their times may measure a broken run: {_where(bad)}.")
+    return out
 
 
 def axis_findings(effect: pd.DataFrame, axis: str, what: str, table: str) -> list:
@@ -254,21 +261,22 @@ def axis_findings(effect: pd.DataFrame, axis: str, what: str, table: str) -> lis
     g = effect.dropna(subset=["estimate"]) if not effect.empty else effect
     if g.empty:
         return []
-    parts = []
+    heads, ranges = [], []
     for fw, s in paper_order(g, ["framework"]).groupby("framework", sort=False):
         counts = Counter(s["verdict"])
         lo, hi = s.loc[s["estimate"].idxmin()], s.loc[s["estimate"].idxmax()]
-        parts.append(f"{framework_label(fw)} median {s['estimate'].median():.2f}× ("
-                     + ", ".join(f"{v} in {n}" for v, n in counts.most_common()) + f" of {len(s)}; "
-                     f"from {config_text(lo)} {interval_text(lo)} to {config_text(hi)} {interval_text(hi)})")
+        heads.append(f"{framework_label(fw)} median {s['estimate'].median():.2f}×, "
+                     + ", ".join(f"{v} in {n}" for v, n in counts.most_common()) + f" of {len(s)}")
+        ranges.append(f"{framework_label(fw)}: from {interval_text(lo)} ({config_text(lo)}) to "
+                      f"{interval_text(hi)} ({config_text(hi)}).")
     levels = sorted({(b, v) for b, v in zip(g[f"base_{axis}"], g[axis])})
     steps = ", ".join(f"{b} → {v}" for b, v in levels)
     over = int(g["oversubscribed"].fillna(False).astype(bool).sum())
-    text = f"{what} ({axis.replace('_', ' ')} {steps}; table '{table}'): " + "; ".join(parts) + "."
+    out = [f"{what} ({axis.replace('_', ' ')} {steps}; table '{table}'): " + "; ".join(heads) + ".", *ranges]
     if over:
-        text += (f" {over} of {len(g)} of these comparisons involve oversubscribed points "
-                 f"({tables.OVERSUBSCRIBED_MARK}): more processes than cores.")
-    return [text]
+        out.append(f"{over} of {len(g)} of these comparisons involve oversubscribed points "
+                   f"({tables.OVERSUBSCRIBED_MARK}): more processes than cores.")
+    return out
 
 
 def loader_findings(points: pd.DataFrame) -> list:
@@ -331,8 +339,8 @@ def _busy_caution(runs) -> list:
         return []
     return [f"Caution: {int(busy.sum())} of {len(runs)} runs started while the CPUs were more than "
             f"{BUSY_WARN_PERCENT}% busy with other work, so the times and speed-ups below are noisy "
-            f"(see the confidence intervals); the work per rank is counted, not timed, and does not "
-            f"depend on the load."]
+            f"(see the confidence intervals).",
+            "The work per rank is counted, not timed, and does not depend on the load."]
 
 
 def _study_work_findings(at_d: pd.DataFrame, passes: dict, d: int) -> list:
@@ -342,19 +350,17 @@ def _study_work_findings(at_d: pd.DataFrame, passes: dict, d: int) -> list:
     split = at_d["train_split_seed_nodes"].dropna()
     split_text = f"the {split.iloc[0]:,.0f}-node training split" if len(split) else "the training split"
     for h in tables.HARNESS_ORDER:
-        parts = [f"each {framework_label(f)} rank trained {seeds[(h, f)]:,.0f} seed nodes per epoch "
-                 f"(all ranks: {passes[(h, f)]:.2f}× {split_text})"
-                 for f in FRAMEWORK_ORDER if (h, f) in seeds and (h, f) in passes]
-        if parts:
-            out.append(f"Work per rank, {tables.HARNESS_LABELS[h]}, {d} devices: {'; '.join(parts)} "
-                       f"(table 'Work per rank').")
+        out += [f"Work per rank, {tables.HARNESS_LABELS[h]}, {d} devices: each {framework_label(f)} rank trained "
+                f"{seeds[(h, f)]:,.0f} seed nodes per epoch (all ranks: {passes[(h, f)]:.2f}× {split_text}; "
+                f"table 'Work per rank')."
+                for f in FRAMEWORK_ORDER if (h, f) in seeds and (h, f) in passes]
     whole = passes.get(("study", "dgl"))
     shared = passes.get(("study", "pyg"))
     if whole is not None and whole > 0.9 * d:
         out.append(f"So under the seed study's harness {d} DGL ranks did {whole:.1f}× the work of one pass per "
-                   f"epoch: Lightning cannot shard DGL's loader (its dataset is iterable and the study did not "
-                   f"set use_ddp), so every rank trains the whole split"
-                   + (f", while PyG's loader, built in a DataModule hook, was split ({shared:.2f}×)." if shared is not None
+                   f"epoch: every rank trains the whole split.")
+        out.append("Lightning cannot shard DGL's loader: its dataset is iterable and the study did not set use_ddp"
+                   + (f"; PyG's loader, built in a DataModule hook, was split ({shared:.2f}×)." if shared is not None
                       else "."))
     return out
 
@@ -384,14 +390,16 @@ def _study_verdict(whole, speed: dict, d: int) -> list:
     if whole is not None and whole > 0.9 * d and None not in (s_dgl, s_pyg, f_dgl):
         if s_dgl < s_pyg and s_dgl < f_dgl:
             return [f"The shape of the seed study's result is reproduced by its harness: DGL gains less from "
-                    f"more devices than PyG ({s_dgl:.2f}× vs {s_pyg:.2f}×), and with the seeds split across "
-                    f"ranks (fair harness) DGL's speed-up is {f_dgl:.2f}×. That is what the work per rank "
-                    f"predicts: with every DGL rank training the whole split, a rank's epoch cannot get shorter "
-                    f"with more devices. 'Adding GPUs hurts DGL' describes the study's harness, not DGL."]
+                    f"more devices than PyG ({s_dgl:.2f}× vs {s_pyg:.2f}×).",
+                    f"With the seeds split across ranks (fair harness) DGL's speed-up is {f_dgl:.2f}×.",
+                    "That is what the work per rank predicts: with every DGL rank training the whole split, a "
+                    "rank's epoch cannot get shorter with more devices.",
+                    "'Adding GPUs hurts DGL' describes the study's harness, not DGL."]
         return [f"The work difference is there, but these timings do not show the expected effect "
                 f"(DGL under the study's harness {s_dgl:.2f}×, PyG {s_pyg:.2f}×, DGL under the fair harness "
-                f"{f_dgl:.2f}×): the evidence here does not support explaining the time trend by the work "
-                f"alone (on shared CPU cores fixed costs and contention can dominate)."]
+                f"{f_dgl:.2f}×).",
+                "So the evidence here does not explain the time trend by the work alone (on shared CPU cores "
+                "fixed costs and contention can dominate)."]
     if whole is not None:
         return ["Not enough ok runs at two device counts of both harnesses to compare speed-ups."]
     return []
@@ -400,13 +408,13 @@ def _study_verdict(whole, speed: dict, d: int) -> list:
 def _study_caveats(d: int) -> list:
     """What the study-harness comparison does not separate or address."""
     out = ["Not separated here: the study harness's other differences (trainer.fit time includes validation, "
-           "the sanity check and Lightning's set-up; DGL's graph has self-loops, so its sampler may draw a "
-           "node as its own neighbour). Their share of the time is in the tables but no claim is made about "
-           "it. These runs are CPU processes sharing the machine's cores, not GPUs: the work per rank carries "
+           "the sanity check and Lightning's set-up; DGL's graph has self-loops).",
+           "Their share of the time is in the tables, but no claim is made about it.",
+           "These runs are CPU processes sharing the machine's cores, not GPUs: the work per rank carries "
            "over to GPUs, the absolute speed-ups do not."]
     if d < 4:
         out.append("The seed study's 4-GPU deadlocks are not addressed by these runs (no 4-device run); "
-                   "see the memory model below.")
+                   "see the memory model under 'CPU and memory'.")
     return out
 
 
@@ -421,20 +429,23 @@ def precision_findings(runs: pd.DataFrame, plan: pd.DataFrame) -> list:
     target = pd.to_numeric(ok["precision"], errors="coerce").median()
     capped = ok[ok["stopped_by_cap"].map(truthy) == True]  # noqa: E712
     out = [f"Stop rule ({len(ok)} timing runs): each trained until its steady-state epoch time was known to "
-           f"±{100 * target:.0f}% (95% interval) — epochs per run {ep.min():.0f} / {ep.median():.0f} / "
-           f"{ep.max():.0f} (min / median / max, warm-up included), precision reached median "
-           f"±{100 * prec.median():.1f}%. "
-           + (f"{len(capped)} stopped at a cap before that (flagged 'CAP' in the run list"
-              + (f", {int(capped['drifting'].map(truthy).fillna(False).sum())} of them still drifting"
-                 if "drifting" in capped else "") + f"): {_where(capped)}."
-              if len(capped) else "No run needed a cap.")]
+           f"±{100 * target:.0f}% (95% interval).",
+           f"Timing runs: epochs per run {ep.min():.0f} / {ep.median():.0f} / {ep.max():.0f} (min / median / max, "
+           f"warm-up included); precision reached median ±{100 * prec.median():.1f}%."]
+    if len(capped):
+        drifting = int(capped["drifting"].map(truthy).fillna(False).sum()) if "drifting" in capped else 0
+        out.append(f"{len(capped)} stopped at a cap before that (flagged 'CAP' in the run list, {drifting} still "
+                   f"drifting): {_where(capped)}.")
+    else:
+        out.append("No run needed a cap.")
     if not plan.empty and plan["plan_cost_s"].notna().any():
         p = plan.dropna(subset=["plan_cost_s"])
-        out.append(f"Plan for the next sweep (table 'Plan the next sweep'; Kalibera & Jones two-level design, "
-                   f"±{100 * planning.PLAN_PRECISION:.0f}% per configuration): median {p['plan_repeats'].median():.0f} repeats of "
-                   f"{p['plan_epochs'].median():.0f} steady epochs; {p['plan_cost_s'].sum() / 60:.1f} min of runs for "
-                   f"these {len(p)} configurations, against {p['cost_now_s'].sum() / 60:.1f} min spent now. Variance "
-                   f"estimates from {p['runs'].max():.0f} repeats or fewer are rough.")
+        out.append(f"Plan for the next sweep (Kalibera & Jones two-level design, ±{100 * planning.PLAN_PRECISION:.0f}% "
+                   f"per configuration): median {p['plan_repeats'].median():.0f} repeats of "
+                   f"{p['plan_epochs'].median():.0f} steady epochs.")
+        out.append(f"That is {p['plan_cost_s'].sum() / 60:.1f} min of runs for these {len(p)} configurations, against "
+                   f"{p['cost_now_s'].sum() / 60:.1f} min spent now; variance estimates from "
+                   f"{p['runs'].max():.0f} repeats or fewer are rough.")
     return out
 
 
@@ -461,15 +472,19 @@ def all_findings(runs, points, scaling, comparison, invalid, workers=None, batch
     busy = runs[pd.to_numeric(runs.get("cpu_busy_before"), errors="coerce") > BUSY_WARN_PERCENT] \
         if "cpu_busy_before" in runs else runs.iloc[0:0]
     if len(busy):
-        overall.append(f"{len(busy)} run{'s' if len(busy) != 1 else ''} started while the CPUs were more than "
-                       f"{BUSY_WARN_PERCENT}% busy with other work: their timings are not trustworthy "
-                       f"({', '.join(busy['run_id'].head(5))}{', ...' if len(busy) > 5 else ''}).")
+        overall.append(f"{len(busy)} of {len(runs)} run{'s' if len(runs) != 1 else ''} started while the CPUs "
+                       f"were more than {BUSY_WARN_PERCENT}% busy with other work: their timings are not "
+                       "trustworthy (the run list has the commands that rerun them).")
     groups = [{"title": "Overall", "items": overall}]
     empty = pd.DataFrame(columns=["experiment"])
     workers, batch, plan, gap = (x if x is not None else empty for x in (workers, batch, plan, gap))
     for exp in dict.fromkeys(points["experiment"]):
         p = points[points["experiment"] == exp]
         r = performance_runs(runs[runs["experiment"] == exp])
+        if not (r["status"] == "ok").any():  # nothing measured: its failures are in the overall group
+            groups.append({"title": exp, "items": ["No run of this experiment ended ok: nothing to compare here "
+                                                   "(its failures are above and in 'What hangs, and why?')."]})
+            continue
         items = speed_findings(r) + precision_findings(r, plan[plan["experiment"] == exp]) \
             + steady_state_findings(r) + scaling_findings(scaling[scaling["experiment"] == exp], r) \
             + speedup_gap.gap_findings(gap[gap["experiment"] == exp]) \

@@ -35,6 +35,40 @@ def fmt_si(v) -> str:
     return f"{v:.3g}"
 
 
+def _missing(v) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA
+
+
+def fmt_count(v) -> str:
+    """A count for people: exact below 10,000 ('9,876'), else k/M/G ('12.3k', '785M')."""
+    if _missing(v):
+        return "n/a"
+    return f"{v:,.0f}" if abs(v) < 10_000 else fmt_si(v)
+
+
+def fmt_bytes(v) -> str:
+    """Bytes in binary units, three significant digits: 784737244 -> '748 MiB'."""
+    if _missing(v):
+        return "n/a"
+    size, unit = float(v), "B"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(size) < 1024 or unit == "TiB":
+            break
+        size /= 1024
+    return f"{size:.0f} {unit}" if unit == "B" else f"{fmt_num(size)} {unit}"
+
+
+def fmt_duration(s) -> str:
+    """Seconds in a human unit: '41.2 ms', '1.50 s', '95.0 s', '4.2 min', '1.5 h'."""
+    if _missing(s):
+        return "n/a"
+    if abs(s) < 1:
+        return f"{fmt_num(1000 * s)} ms"
+    if abs(s) < 120:
+        return f"{fmt_num(s)} s"
+    return f"{s / 60:.1f} min" if abs(s) < 7200 else f"{s / 3600:.1f} h"
+
+
 def fmt_pct(v) -> str:
     """A share as a percentage with one decimal: 0.123 -> '12.3%'."""
     return "n/a" if v is None or pd.isna(v) else f"{100 * v:.1f}%"

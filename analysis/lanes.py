@@ -130,16 +130,15 @@ def lanes_findings(data: pd.DataFrame) -> list:
             continue
         p = pair.iloc[0]
         fw = framework_label(row["framework"])
-        text = (f"{model_label(row['model'])}, {fw} on torch {row['torch']} ({row['lane']}) against torch "
-                f"{p['torch']} (pair): {_ratio_text(row['speedup_vs_pair'], row['low'], row['high'])} speed-up, "
-                f"{row['verdict']}.")
+        out.append(f"{model_label(row['model'])}, {fw} on torch {row['torch']} ({row['lane']}) against torch "
+                   f"{p['torch']} (pair): {_ratio_text(row['speedup_vs_pair'], row['low'], row['high'])} speed-up, "
+                   f"{row['verdict']}.")
         if row["other_framework"]:
             other = framework_label(row["other_framework"])
-            text += (f" {fw}'s epoch time over {other}'s on the pair: "
-                     f"{_ratio_text(p['over_other_on_pair'], p['gap_low'], p['gap_high'])} with both on the pair, "
-                     f"{_ratio_text(row['over_other_on_pair'], row['gap_low'], row['gap_high'])} with {fw} on "
-                     f"torch {row['torch']}.")
-        out.append(text)
+            out.append(f"{fw}'s epoch time over {other}'s on the pair: "
+                       f"{_ratio_text(p['over_other_on_pair'], p['gap_low'], p['gap_high'])} with both on the pair, "
+                       f"{_ratio_text(row['over_other_on_pair'], row['gap_low'], row['gap_high'])} with {fw} on "
+                       f"torch {row['torch']}.")
     skipped = data[(data["n_ok"] == 0) & (data["reason"] != "")] if len(data) else data
     for fw, g in skipped.groupby("framework", sort=False):
         reason = g["reason"].iloc[0].removeprefix("skipped: ")

@@ -445,3 +445,48 @@ def gap_bars(gap: pd.DataFrame):
                 Line2D([], [], color="black", linewidth=2, label="measured epoch")]
     _finish(fig, title, handles, ncol=4)
     return fig
+
+
+RATIO_TICKS = (0.1, 0.2, 0.25, 0.5, 0.67, 0.8, 1, 1.25, 1.5, 2, 3, 4, 5, 10, 20)
+
+
+def _ratio_colour(r: dict) -> str:
+    """The faster framework's colour where the interval says so, grey where it does not."""
+    if pd.isna(r["low"]) or r["low"] <= 1 <= r["high"]:
+        return "#888888"
+    return FRAMEWORK_COLOURS.get(r["b"] if r["low"] > 1 else r["a"], "k")
+
+
+def framework_ratios(speed: pd.DataFrame):
+    """The summary figure: per configuration, one framework's epoch time over the other's with its
+    95% interval (tables.speed_data rows of one experiment), a line at parity (1×)."""
+    title = "Epoch time of one framework over the other (95% CI)"
+    if speed.empty:
+        return placeholder(title, "No configuration has ok runs of two frameworks.")
+    rows = paper_order(speed, ["a", "b", "model", "devices", "batch_size", "workers"]).to_dict("records")
+    pairs = len({(r["a"], r["b"]) for r in rows})
+    fig, ax = plt.subplots(figsize=(5.6, 0.24 * len(rows) + 1.3), layout="constrained")
+    for y, r in enumerate(rows):
+        err = None if pd.isna(r["low"]) else [[r["estimate"] - r["low"]], [r["high"] - r["estimate"]]]
+        ax.errorbar([r["estimate"]], [y], xerr=err, fmt="o", color=_ratio_colour(r), capsize=3, markersize=5)
+    ax.axvline(1.0, color="#444444", linewidth=1)
+    ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}×"))
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    lo = min(0.8, *(r["low"] if not pd.isna(r["low"]) else r["estimate"] for r in rows))
+    hi = max(1.25, *(r["high"] if not pd.isna(r["high"]) else r["estimate"] for r in rows))
+    ax.set_xlim(lo / 1.15, hi * 1.15)
+    ax.set_xticks([t for t in RATIO_TICKS if lo / 1.15 <= t <= hi * 1.15])
+    ax.set_ylim(len(rows) - 0.4, -0.6)
+    if all(pd.isna(r["low"]) for r in rows):  # say so rather than let missing bars look like certainty
+        ax.text(0.99, 0.02, "no intervals: 1 repeat per framework", transform=ax.transAxes, ha="right",
+                va="bottom", fontsize=7, color="#777777")
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([(f"{framework_label(r['a'])}/{framework_label(r['b'])} " if pairs > 1 else "")
+                        + f"{model_label(r['model'])}, {r['devices']}d b{r['batch_size']} w{r['workers']}"
+                        for r in rows], fontsize=7.5)
+    ax.grid(axis="y", visible=False)
+    a, b = (framework_label(f) for f in (rows[0]["a"], rows[0]["b"]))
+    ax.set_xlabel(f"{a} epoch time / {b} epoch time  (← {a} faster · {b} faster →)", fontsize=8)
+    ax.set_title(title, fontsize=9, fontweight="bold")
+    return fig

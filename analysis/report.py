@@ -1,8 +1,12 @@
-"""The HTML report: findings in words, tables, plots, deadlock report, environment and fairness.
+"""The HTML report: answers first, then one section per question of the study, the findings,
+the deadlock report, environment and fairness.
 
 This module assembles and renders: it builds the environment, fairness, plan and run-list
-frames, writes every table and plot as an asset and renders the page from them; the sentences
-come from analysis.findings, the tables from analysis.tables.
+frames, writes every table and plot as an asset and renders the page from them; the answers on
+the first screen come from analysis.answers, the findings from analysis.findings, the tables from
+analysis.tables. On the page every table is folded under <details>, and a figure with nothing to
+compare (one point, a baseline alone) is left out with one line saying why; its asset is
+written all the same.
 
     python -m analysis.report --aggregate results/aggregate --out results/report/index.html \
         [--assets results/report]
@@ -27,18 +31,18 @@ import jinja2
 import pandas as pd
 
 from analysis import FRAMEWORK_ORDER, STATUS_COLOURS, framework_label, model_label
-from analysis import deadlocks, lanes, planning, plots, speedup_gap, tables
+from analysis import answers, deadlocks, lanes, planning, plots, speedup_gap, tables
 from analysis.aggregate import Aggregate
-from analysis.display import TableSet, frame_table
-from analysis.findings import all_findings, study_findings
-from analysis.formatting import fmt_pct
+from analysis.display import TableSet, frame_table, row_anchor
+from analysis.findings import all_findings, precision_findings, study_findings
+from analysis.formatting import fmt_bytes, fmt_duration, fmt_pct
 from analysis.grouping import add_experiment, paper_order, performance_points, performance_runs, truthy
 from runners.adapters import registry
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
-TABLE_NAMES = ("table2", "paper_comparison", "study_work", "study_time", "scaling", "speedup_gap", "workers", "batch", "breakdown",
+TABLE_NAMES = ("table2", "speed", "paper_comparison", "study_work", "study_time", "scaling", "speedup_gap", "workers", "batch", "breakdown",
                "throughput", "accuracy", "plan", "lanes", "deadlocks", "environment", "fairness", "runs", "invalid")
-PLOT_NAMES = ("status_map", "runtime_vs_devices", "speedup", "speedup_gap", "breakdown", "throughput", "resources")
+PLOT_NAMES = ("summary", "status_map", "runtime_vs_devices", "speedup", "speedup_gap", "breakdown", "throughput", "resources")
 # Every file the report writes beside index.html (Snakemake declares these as outputs).
 ASSETS = tuple(f"{t}.{ext}" for t in TABLE_NAMES for ext in ("csv", "html")) + tuple(f"{p}.png" for p in PLOT_NAMES)
 
@@ -70,8 +74,8 @@ ENV_ROWS = (
 )
 
 
-def _gib(v):
-    return None if pd.isna(v) else f"{float(v) / 2**30:.1f} GiB"
+def _bytes(v):
+    return None if pd.isna(v) else fmt_bytes(float(v))
 
 
 def environment_frame(runs: pd.DataFrame) -> pd.DataFrame:
@@ -80,7 +84,7 @@ def environment_frame(runs: pd.DataFrame) -> pd.DataFrame:
     for label, col in ENV_ROWS:
         values = runs[col] if col in runs else pd.Series(dtype=object)
         if col in ("env_shm_bytes", "env_memory_bytes"):
-            values = values.map(_gib)
+            values = values.map(_bytes)
         rows.append({"setting": label, "value": _distinct(values)})
     for ds, g in runs.groupby("dataset"):
         rows.append({"setting": f"dataset {ds} content hash", "value": _distinct(g["env_dataset_hash"])})
@@ -173,19 +177,35 @@ def _stop_text(r) -> str | None:
 
 
 def plan_frame(plan: pd.DataFrame) -> pd.DataFrame:
-    """The plan (analysis.planning) with readable columns."""
+    """The plan (analysis.planning) with readable columns and times in ms/s/min."""
     cols = {"experiment": "experiment", "framework": "framework", "model": "model", "devices": "devices",
             "batch_size": "batch", "workers": "workers", "runs": "repeats", "epochs_used": "epochs used (median)",
-            "epoch_s": "epoch (s)", "within_cv": "CV within a run", "between_cv": "CV between launches",
-            "launch_s": "launch cost (s)", "precision_now": "95% CI ± now (rel.)", "cost_now_s": "cost now (s)",
+            "epoch_s": "epoch", "within_cv": "CV within a run", "between_cv": "CV between launches",
+            "launch_s": "launch cost", "precision_now": "95% CI ± now (rel.)", "cost_now_s": "cost now",
             "plan_epochs": "plan: epochs per run", "plan_repeats": "plan: repeats",
-            "plan_cost_s": "plan: cost (s)"}
+            "plan_cost_s": "plan: cost"}
     df = plan.reindex(columns=list(cols)).rename(columns=cols)
     df["framework"] = df["framework"].map(framework_label)
     df["model"] = df["model"].map(model_label)
     for c in ("CV within a run", "CV between launches", "95% CI ± now (rel.)"):
         df[c] = df[c].map(lambda v: None if pd.isna(v) else fmt_pct(v))
+    for c in ("epoch", "launch cost", "cost now", "plan: cost"):
+        df[c] = df[c].map(lambda v: None if pd.isna(v) else fmt_duration(v))
     return df
+
+
+def memory_frame(memory: pd.DataFrame) -> pd.DataFrame:
+    """The memory model table (tables.memory_model_table) with bytes in MiB/GiB."""
+    out = memory.copy()
+    for c in ("mem_model_bytes", "mem_peak_bytes", "mem_cgroup_peak_bytes", "mem_limit_bytes"):
+        if c in out:
+            out[c] = pd.to_numeric(out[c], errors="coerce").map(lambda v: None if pd.isna(v) else fmt_bytes(v))
+    for c in ("peak_over_model", "model_over_limit"):
+        out[c] = pd.to_numeric(out[c], errors="coerce").map(lambda v: None if pd.isna(v) else f"{v:.2f}×")
+    return out.rename(columns={"mem_model_bytes": "modelled peak", "mem_peak_bytes": "measured peak",
+                               "mem_cgroup_peak_bytes": "cgroup peak", "mem_limit_bytes": "limit",
+                               "peak_over_model": "measured / modelled", "model_over_limit": "modelled / limit",
+                               "oom_killed": "OOM-killed"})
 
 
 def runs_frame(runs: pd.DataFrame) -> pd.DataFrame:
@@ -225,12 +245,13 @@ def build_tables(agg: Aggregate, runs: pd.DataFrame) -> dict:
     memory = tables.memory_model_table(runs)
     if not memory.empty:  # the pre-flight memory model against the measured peak
         out["memory_model"] = frame_table(
-            memory, "memory_model", "Memory model vs measured peak",
+            memory_frame(memory), "memory_model", "Memory model vs measured peak",
             "Per configuration: the pre-flight model of peak host memory (runners/memory.py: ranks, "
             "loader workers, batches in flight, dataset copies), the highest measured peak (PSS of ranks "
             "and workers at the worst sample), the memory cgroup's own peak and which processes the "
             "out-of-memory killer took when the run had a --memory-limit (docs/memory.md).",
             )
+        out["memory_model"].data = memory  # the CSV keeps the bytes
     plan = planning.plan_data(performance_runs(runs))
     out["plan"] = frame_table(
         plan_frame(plan), "plan", "Plan the next sweep",
@@ -241,7 +262,9 @@ def build_tables(agg: Aggregate, runs: pd.DataFrame) -> dict:
         "epochs per run "
         "sqrt(launch cost × within variance / (epoch cost × between variance)) within the caps, and the repeats "
         "that then reach it (Kalibera & Jones, ISMM 2013; analysis/planning.py).",
-        empty_text="No timing run with the stop rule (--until precise) has finished ok.")
+        empty_text="No timing run with the stop rule (--until precise) has finished ok.", group_col="experiment",
+        row_id=lambda r: row_anchor("plan", r["experiment"], r["framework"], r["model"], r["devices"], r["batch"],
+                                    r["workers"]))
     out["plan"].data = plan  # the CSV keeps the raw numbers
     out["deadlocks"] = TableSet(
         "deadlocks", "Deadlock and failure report", "Every run that did not end ok.",
@@ -257,7 +280,8 @@ def build_tables(agg: Aggregate, runs: pd.DataFrame) -> dict:
                               "(the run alone, with its lane's interpreter). A rerun never deletes a measured "
                               "run: the one it replaces moves to the point's previous/ (results/aggregate/"
                               "history.csv lists them).",
-                              code_cols=("rerun through the workflow", "rerun directly"), status_col="status", empty_text="No valid runs.")
+                              code_cols=("rerun through the workflow", "rerun directly"), status_col="status",
+                              empty_text="No valid runs.", group_col="experiment")
     out["invalid"] = frame_table(agg.invalid.reindex(columns=["path", "run_id", "reason"]), "invalid",
                                  "Malformed results", "Results that could not be used, and why.",
                                  code_cols=("path",), empty_text="Every result file was valid.")
@@ -265,34 +289,105 @@ def build_tables(agg: Aggregate, runs: pd.DataFrame) -> dict:
 
 
 def build_figures(agg: Aggregate, runs: pd.DataFrame, points: pd.DataFrame, scaling: pd.DataFrame,
-                  gap: pd.DataFrame | None = None) -> dict:
+                  gap: pd.DataFrame | None = None, speed: pd.DataFrame | None = None, data: dict | None = None) -> dict:
     """name -> (figure factory, caption). Factories so each figure is closed right after saving;
-    `gap`: speedup_gap.gap_data (computed here when not given)."""
+    `gap`: speedup_gap.gap_data (computed here when not given); `speed`: the rows of
+    tables.speed_data the summary figure shows (the answers' experiment); `data`: figure name ->
+    the frame it draws, where it draws less than all points (default: all)."""
     selected = plots.select_resource_runs(runs, agg.cpu, agg.nvml)
     gap = speedup_gap.gap_data(runs, agg.epochs, agg.steps) if gap is None else gap
+    speed = tables.speed_data(runs) if speed is None else speed
+    data = {"speedup": scaling, **(data or {})}
+    drawn = {k: data.get(k, points) for k in ("runtime_vs_devices", "breakdown", "throughput")}
     return {
+        "summary": (lambda: plots.framework_ratios(speed),
+                    "One framework's steady-state epoch time over the other's per configuration, with its 95% "
+                    "interval; the line at 1× is parity, a coloured point's interval excludes it."),
         "status_map": (lambda: plots.status_map(runs),
                        "Outcome of every configuration, including fault-injection demonstrations; the "
                        "colour is the worst outcome over repeats."),
-        "runtime_vs_devices": (lambda: plots.runtime_vs_devices(points),
+        "runtime_vs_devices": (lambda: plots.runtime_vs_devices(drawn["runtime_vs_devices"]),
                                "Training time (slowest rank) against devices, one panel per model and batch "
                                "size, like the seed study's Figure 1. An X marks a configuration without an ok run."),
-        "speedup": (lambda: plots.speedup_vs_devices(scaling),
+        "speedup": (lambda: plots.speedup_vs_devices(data["speedup"]),
                     "Speed-up over the fewest devices; the dashed line is ideal linear scaling."),
         "speedup_gap": (lambda: plots.gap_bars(gap),
                         "Per multi-device point: the ideal epoch time (the fewest devices' epoch time / N) and "
                         "the measured gap to it split into extra steps, loader wait, compute contention, gradient "
                         "all-reduce and waiting, and the unexplained rest; parts that gave time back run "
                         "leftwards in the hatched strip, which ends at the measured epoch time."),
-        "breakdown": (lambda: plots.breakdown_bars(points),
+        "breakdown": (lambda: plots.breakdown_bars(drawn["breakdown"]),
                       "Mean time per training step split into phases (backward includes the all-reduce)."),
-        "throughput": (lambda: plots.throughput_vs_batch(points),
+        "throughput": (lambda: plots.throughput_vs_batch(drawn["throughput"]),
                        "Training seed nodes per second (all processes) against the per-process batch size."),
         "resources": (lambda: plots.resources_over_time(runs, agg.cpu, agg.nvml, selected),
                       "CPU use (100% = one core) and resident memory of each rank (solid) and its loader "
                       "workers (dashed, summed) for selected runs: per framework its largest ok "
                       "configuration, then failed runs." + (" GPU utilisation from NVML." if not agg.nvml.empty else "")),
     }
+
+
+def _having(df: pd.DataFrame, keys: list, ok: pd.DataFrame) -> pd.DataFrame:
+    """The rows of `df` whose `keys` occur in `ok`."""
+    if df.empty or ok.empty:
+        return df.iloc[0:0]
+    keep = set(ok[keys].itertuples(index=False, name=None))
+    return df[[k in keep for k in df[keys].itertuples(index=False, name=None)]]
+
+
+def comparable(points: pd.DataFrame, keys=("experiment", "model", "batch_size"), axis=None) -> pd.DataFrame:
+    """Grid points of the figure panels (`keys`) that compare something: two or more ok points,
+    or with `axis`, two or more ok values of it. A one-point panel, or one of failures only, is
+    left out (the failures have the deadlock section)."""
+    ok = points[points["n_ok"] > 0] if len(points) else points
+    keys = list(keys)
+    n = ok.groupby(keys)[axis].nunique() if axis else ok.groupby(keys).size() if len(ok) else pd.Series(dtype=int)
+    return _having(points, keys, n[n >= 2].reset_index()[keys] if len(n) else ok.iloc[0:0])
+
+
+def measured_series(scaling: pd.DataFrame) -> pd.DataFrame:
+    """The scaling series with a speed-up beyond their base (a series of a baseline alone compares nothing)."""
+    series = list(speedup_gap.SERIES)
+    multi = scaling[(scaling["devices"] > scaling["base_devices"]) & scaling["speedup"].notna()] \
+        if len(scaling) else scaling
+    return _having(scaling, series, multi)
+
+
+def not_drawn(runs: pd.DataFrame, figure_data: dict, gap: pd.DataFrame) -> dict:
+    """name -> why the page leaves a figure out (nothing to compare in it); the PNG asset is
+    written all the same. `figure_data`: the frames the figures draw (comparable panels only)."""
+    reasons = {
+        "runtime_vs_devices": "Not drawn: no model and batch size has two ok points to compare.",
+        "speedup": "Not drawn: no configuration has ok runs at two device counts.",
+        "breakdown": "Not drawn: fewer than two ok points with phase times in any panel.",
+        "throughput": "Not drawn: one batch size per configuration, so there is no curve.",
+    }
+    out = {name: why for name, why in reasons.items() if figure_data[name].empty}
+    if gap.empty or not gap["reason"].isna().any():
+        out["speedup_gap"] = "Not drawn: no multi-device point could be split (the table says why)."
+    if len(runs) and (runs["status"] == "ok").all():
+        out["status_map"] = f"Not drawn: all {len(runs)} runs ended ok."
+    return out
+
+
+def _figures(agg, runs, points, scaling, gap, speed, assets: Path) -> dict:
+    """Write every figure's PNG; name -> {src, caption, file, why} (why: the line the page shows
+    instead of a figure with nothing to compare, or None)."""
+    data = {"runtime_vs_devices": comparable(points), "speedup": measured_series(scaling),
+            "breakdown": comparable(points.dropna(subset=["step_s_mean"]) if len(points) else points),
+            "throughput": comparable(points, ("experiment", "framework", "model", "devices", "workers"), "batch_size")}
+    skip = not_drawn(runs, data, gap)
+    figures = {}
+    for name, (factory, caption) in build_figures(agg, runs, points, scaling, gap, speed, data).items():
+        fig = factory()
+        path = assets / f"{name}.png"
+        fig.savefig(path, dpi=100, bbox_inches="tight")
+        plots.plt.close(fig)
+        note = getattr(fig, "gnnscale_note", None)  # an empty figure: say why in words instead
+        why = skip.get(name) or (f"Not drawn: {note}" if note else None)
+        figures[name] = {"src": None if why else png_data_uri(path), "caption": caption, "file": path.name,
+                         "why": why}
+    return figures
 
 
 def render(agg: Aggregate, out: Path, assets: Path, source: str = "") -> Path:
@@ -306,28 +401,26 @@ def render(agg: Aggregate, out: Path, assets: Path, source: str = "") -> Path:
     tabs = build_tables(agg, runs)
     for t in tabs.values():
         t.write(assets)
-    figures = {}
-    for name, (factory, caption) in build_figures(agg, runs, points, scaling, tabs["speedup_gap"].data).items():
-        fig = factory()
-        path = assets / f"{name}.png"
-        fig.savefig(path, dpi=100, bbox_inches="tight")
-        plots.plt.close(fig)
-        note = getattr(fig, "gnnscale_note", None)  # an empty figure: say why in words too
-        figures[name] = {"src": png_data_uri(path), "caption": f"{note} {caption}" if note else caption,
-                         "file": path.name}
+    gap, speed = tabs["speedup_gap"].data, tabs["speed"].data
+    top = answers.all_answers(runs, points, speed, scaling, gap, tabs["workers"].data, tabs["batch"].data,
+                              agg.failures)
+    main_speed = speed[speed["experiment"] == top["experiment"]] if len(speed) else speed
+    figures = _figures(agg, runs, points, scaling, gap, main_speed, assets)
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
                              undefined=jinja2.StrictUndefined)
     page = env.get_template("report.html.j2").render(
         generated=dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
         source=source, counts=Counter(runs["status"]), n_runs=len(runs), n_invalid=len(agg.invalid),
-        status_colours=STATUS_COLOURS,
+        status_colours=STATUS_COLOURS, top=top, answer={a.key: a for a in top["answers"]},
         findings=all_findings(runs, points, scaling, tabs["paper_comparison"].data, agg.invalid,
                               workers=tabs["workers"].data, batch=tabs["batch"].data, plan=tabs["plan"].data,
-                              gap=tabs["speedup_gap"].data),
+                              gap=gap),
+        plan_findings=precision_findings(performance_runs(runs), tabs["plan"].data),
         lane_findings=lanes.lanes_findings(tabs["lanes"].data),
         study_findings=study_findings(tabs["study_work"].data, tabs["study_time"].data, tables.load_paper(),
                                       performance_runs(runs)),
-        tables={k: {"title": t.title, "description": t.description, "html": t.html()} for k, t in tabs.items()},
+        tables={k: {"title": t.title, "description": t.description, "html": t.html(), "empty": not t.grids
+                    and t.body is None} for k, t in tabs.items()},
         figures=figures, n_failures=len(agg.failures),
         experiments=list(dict.fromkeys(runs["experiment"])),
         excluded_faults=int(len(runs) - len(performance_runs(runs))),

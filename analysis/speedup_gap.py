@@ -27,8 +27,8 @@ import math
 import pandas as pd
 
 from analysis import PHASES, framework_label, model_label
-from analysis.display import frame_table
-from analysis.formatting import fmt_num
+from analysis.display import frame_table, row_anchor
+from analysis.formatting import fmt_duration
 from analysis.grouping import add_experiment, performance_points, performance_runs
 from analysis.tables import scaling_data
 from runners.stopping import WARMUP_EPOCHS
@@ -194,11 +194,7 @@ def gap_data(runs: pd.DataFrame, epochs: pd.DataFrame, steps: pd.DataFrame) -> p
 
 # -- in words and as a table -------------------------------------------------------------------
 
-def fmt_time(s) -> str:
-    """Seconds in a human unit: '1.23 s', '412 ms', '-35.0 ms'; 'n/a' when missing."""
-    if s is None or pd.isna(s):
-        return "n/a"
-    return f"{fmt_num(s)} s" if abs(s) >= 1 else f"{fmt_num(1000 * s)} ms"
+fmt_time = fmt_duration  # seconds in a human unit: '1.23 s', '412 ms', '-35.0 ms'
 
 
 def _share(v) -> str:
@@ -209,9 +205,10 @@ def _devices(n) -> str:
     return f"{n:g} device{'s' if n != 1 else ''}"
 
 
-def gap_sentence(r: dict) -> str:
-    """The point's missing speed-up in words: '2 devices are 1.30× faster than 1, not 2×: of the
-    0.40 s missing per epoch, 55% is compute contention, ...'."""
+def gap_sentence(r: dict, parts: int = 2) -> str:
+    """The point's missing speed-up in words, its `parts` largest parts: '2 devices are 1.30× faster
+    than 1, not 2×: of the 0.40 s missing per epoch, 55% is compute contention, ...' (the table
+    has every part)."""
     who = (f"{framework_label(r['framework'])} {model_label(r['model'])}, batch {r['batch_size']} per process, "
            f"{r['workers']} loader worker{'s' if r['workers'] != 1 else ''}")
     head = f"{_devices(r['devices'])} against {r['base_devices']:g}"
@@ -220,20 +217,25 @@ def gap_sentence(r: dict) -> str:
     faster = (f"are {r['speedup']:.2f}× faster than {r['base_devices']:g}" if r["speedup"] >= 1
               else f"are slower than {r['base_devices']:g} ({r['speedup']:.2f}×)")
     lead = f"{who}: {_devices(r['devices'])} {faster}"
-    ranked = sorted(PARTS, key=lambda p: -r[f"{p}_s"])
-    if not r["gap_s"] > 0:  # shares of no gap mean nothing; the parts in seconds still show why
-        per = ", ".join(f"{PART_LABELS[p]} {fmt_time(r[f'{p}_s'])}" for p in reversed(ranked))
-        return (f"{lead}, at or beyond the ideal {r['ideal_speedup']:g}×: no speed-up is missing "
-                f"(per epoch against the base: {per}).")
-    taken = [f"{_share(r[f'{p}_share'])} is {PART_LABELS[p]}" for p in ranked if r[f"{p}_s"] >= 0]
-    given = [f"{PART_LABELS[p]} gave back {_share(-r[f'{p}_share'])}" for p in reversed(ranked) if r[f"{p}_s"] < 0]
-    text = f"{lead}, not {r['ideal_speedup']:g}×: of the {fmt_time(r['gap_s'])} missing per epoch, " + ", ".join(taken)
-    return text + (f"; {', '.join(given)}" if given else "") + "."
+    if not r["gap_s"] > 0:  # shares of no gap mean nothing; the largest parts in seconds still show why
+        big = sorted(PARTS, key=lambda p: -abs(r[f"{p}_s"]))[:parts]
+        return (f"{lead}, at or beyond the ideal {r['ideal_speedup']:g}×: no speed-up is missing (largest parts: "
+                + ", ".join(f"{PART_SHORT[p]} {fmt_time(r[f'{p}_s'])}" for p in big) + ").")
+    taken = [f"{_share(r[f'{p}_share'])} is {PART_LABELS[p]}" for p in sorted(PARTS, key=lambda p: -r[f"{p}_s"])
+             if r[f"{p}_s"] >= 0][:parts]
+    return f"{lead}, not {r['ideal_speedup']:g}×: of the {fmt_time(r['gap_s'])} missing per epoch, " + \
+        ", ".join(taken) + "."
 
 
 def gap_findings(gap: pd.DataFrame) -> list:
-    """One sentence per multi-device point (gap_data rows)."""
-    return [gap_sentence(r) for r in gap.to_dict("records")]
+    """One sentence per multi-device point that could be split (gap_data rows), then one per
+    reason the others could not."""
+    split = gap[gap["reason"].isna()] if len(gap) else gap
+    out = [gap_sentence(r) for r in split.to_dict("records")]
+    for reason, g in (gap.dropna(subset=["reason"]).groupby("reason", sort=False) if len(gap) else []):
+        out.append(gap_sentence(g.iloc[0].to_dict()) if len(g) == 1 else
+                   f"{len(g)} multi-device points cannot be split: {reason}.")
+    return out
 
 
 def _display(gap: pd.DataFrame) -> pd.DataFrame:
@@ -254,10 +256,17 @@ def _display(gap: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def gap_anchor(r) -> str:
+    """The id of a gap_data row's row in the table (answers link to it)."""
+    return row_anchor("speedup_gap", r["experiment"], r["framework"], r["model"], r["batch_size"],
+                      r["series_workers"], r["devices"])
+
+
 def gap_table(gap: pd.DataFrame):
     """The split as a TableSet: readable grid, gap_data's numbers (seconds, shares) in the CSV."""
+    shown = _display(gap)
     table = frame_table(
-        _display(gap), "speedup_gap", "Where the missing speed-up goes",
+        shown, "speedup_gap", "Where the missing speed-up goes",
         "Per multi-device point: the slowest rank's mean steady-state epoch time (warm-up excluded; the scaling "
         "table uses the median), the ideal (the fewest devices' epoch time / N) and the gap between them, split "
         "into measured parts per epoch, each with its share of the gap: extra steps (a rank does more than 1/N of "
@@ -267,6 +276,7 @@ def gap_table(gap: pd.DataFrame):
         "bandwidth); gradient all-reduce and waiting for the slowest rank (the rest of the backward); "
         "unexplained (the residual: time in the epoch outside the steps, and noise). The parts sum to the gap; "
         "a negative part gave time back. Mean over the repeats (runs) of each point; analysis/speedup_gap.py.",
-        empty_text="No multi-device point with ok timing runs at its base: nothing to split.")
+        empty_text="No multi-device point with ok timing runs at its base: nothing to split.",
+        group_col="experiment", row_id=[gap_anchor(r) for r in gap.to_dict("records")])
     table.data = gap  # the CSV keeps the numbers
     return table

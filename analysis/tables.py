@@ -15,7 +15,8 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import FRAMEWORK_ORDER, GRID_KEYS, PHASE_LABELS, PHASES, framework_label, model_label
-from analysis.display import Cell, GridTable, TableSet, index_cells, value_cell
+from analysis.comparisons import framework_comparison, framework_pairs
+from analysis.display import Cell, GridTable, TableSet, index_cells, row_anchor, value_cell
 from analysis.formatting import fmt_num, fmt_pct, fmt_si, status_text
 from analysis.grouping import paper_order, performance_points, performance_runs
 from analysis.stats import CI_METHOD_RATIO, ratio_interval, verdict
@@ -143,7 +144,7 @@ def accuracy_table(points: pd.DataFrame) -> TableSet:
         "whose runs do not is marked 'not converged' and its accuracy is not compared. Time to target: "
         "training time (evaluation excluded) until the first evaluation at or above the dataset's target "
         "accuracy (MLPerf-style; targets in runners/accuracy.py), mean ± 95% CI over the repeats that reached it.",
-        points[[c for c in keep if c in points]] if not points.empty else points, flat_grids(points, columns))
+        points[[c for c in keep if c in points]] if not points.empty else points, flat_grids(points, columns, "accuracy"))
 
 
 # -- scaling --------------------------------------------------------------------------------
@@ -214,6 +215,11 @@ def scaling_data(points: pd.DataFrame, runs: pd.DataFrame | None = None) -> pd.D
     return pd.DataFrame(out, columns=cols)
 
 
+def scaling_anchor(experiment, model, framework, batch_size, series_workers) -> str:
+    """The id of a scaling series' row in the scaling table."""
+    return row_anchor("scaling", experiment, model, framework, batch_size, series_workers)
+
+
 OVERSUBSCRIBED_MARK = "‡"
 OVERSUBSCRIBED_TEXT = (f"{OVERSUBSCRIBED_MARK} oversubscribed: more processes (ranks × (1 + loader workers)) than "
                        "CPU cores, so processes take turns on the cores; such a figure measures CPU contention "
@@ -228,12 +234,13 @@ def scaling_table(points: pd.DataFrame, runs: pd.DataFrame | None = None) -> Tab
         devices = sorted(g["devices"].unique())
         header = [[("Model", 1), ("Framework", 1), ("Batch size", 1), ("Workers", 1)]
                   + [(f"{d} device{'s' if d > 1 else ''}", 1) for d in devices]]
-        rows, prev = [], None
+        rows, prev, ids = [], None, []
         for key, s in paper_order(g, ["model", "framework", "batch_size", "series_workers", "devices"]).groupby(
                 ["model", "framework", "batch_size", "series_workers"], sort=False):
             labels = [model_label(key[0]), framework_label(key[1]), str(key[2]), str(key[3])]
             cells = index_cells(labels, prev)
             prev = labels
+            ids.append(scaling_anchor(exp, *key))
             by_dev = {r.devices: r for r in s.itertuples()}
             for d in devices:
                 r = by_dev.get(d)
@@ -252,7 +259,7 @@ def scaling_table(points: pd.DataFrame, runs: pd.DataFrame | None = None) -> Tab
                                       css="warn" if r.efficiency < EFFICIENCY_WARN else "",
                                       title=f"{r.verdict}; rerun: {r.command}"))
             rows.append(cells)
-        grids.append(GridTable(exp, header, rows, n_index=4))
+        grids.append(GridTable(exp, header, rows, n_index=4, row_ids=ids))
     return TableSet(
         "scaling", "Scaling with devices",
         f"Speed-up of the steady-state epoch time (one pass over the training split) over the fewest "
@@ -260,6 +267,61 @@ def scaling_table(points: pd.DataFrame, runs: pd.DataFrame | None = None) -> Tab
         f"efficiency (speed-up / device ratio). Efficiency below {100 * EFFICIENCY_WARN:.0f}% is "
         f"highlighted: adding devices no longer pays off there. {OVERSUBSCRIBED_TEXT}",
         data, grids)
+
+
+# -- framework against framework -------------------------------------------------------------
+
+SPEED_KEYS = ("experiment", "model", "devices", "batch_size", "workers")
+
+
+def speed_anchor(experiment, a, b, model, devices, batch_size, workers) -> str:
+    """The id of a configuration's row in the speed table (pair a / b)."""
+    return row_anchor("speed", experiment, a, b, model, devices, batch_size, workers)
+
+
+def speed_data(runs: pd.DataFrame) -> pd.DataFrame:
+    """Every pair of frameworks per experiment and configuration: the ratio of their steady-state
+    epoch times (a / b, above 1: b is faster) with its 95% interval and verdict (performance runs)."""
+    cols = ["a", "b", *SPEED_KEYS, "n_a", "n_b", "estimate", "low", "high", "verdict", "oversubscribed"]
+    perf = performance_runs(runs)
+    parts = [framework_comparison(perf, SCALING_VALUE, "ratio", pair).assign(a=pair[0], b=pair[1])
+             for pair in framework_pairs(perf)]
+    parts = [p for p in parts if not p.empty]
+    if not parts:
+        return pd.DataFrame(columns=cols)
+    data = pd.concat(parts, ignore_index=True)
+    over = perf.assign(o=perf.get("oversubscribed", False)).groupby(list(SPEED_KEYS))["o"].agg(
+        lambda v: bool(v.fillna(False).astype(bool).any()))
+    data["oversubscribed"] = [bool(over.get(tuple(r[k] for k in SPEED_KEYS), False)) for r in data.to_dict("records")]
+    return data[cols]
+
+
+def speed_table(runs: pd.DataFrame) -> TableSet:
+    """Framework against framework per configuration: epoch-time ratio with its interval."""
+    data = speed_data(runs)
+    grids = []
+    for (exp, a, b), g in data.groupby(["experiment", "a", "b"], sort=False):
+        pair = f"{framework_label(a)} / {framework_label(b)}"
+        header = [[("Model", 1), ("Devices", 1), ("Batch size", 1), ("Workers", 1),
+                   (f"{pair} epoch time", 1), ("verdict", 1), ("repeats", 1)]]
+        rows, prev, ids = [], None, []
+        for r in paper_order(g, ["model", "devices", "batch_size", "workers"]).to_dict("records"):
+            labels = [model_label(r["model"]), str(r["devices"]), str(r["batch_size"]), str(r["workers"])]
+            cells = index_cells(labels, prev)
+            prev = labels
+            ci = "" if pd.isna(r["low"]) else f" ({r['low']:.2f}–{r['high']:.2f})"
+            mark = f" {OVERSUBSCRIBED_MARK}" if r["oversubscribed"] else ""
+            cells += [Cell(f"{r['estimate']:.2f}×{ci}{mark}"), Cell(r["verdict"], css="text"),
+                      Cell(f"{r['n_a']} / {r['n_b']}")]
+            rows.append(cells)
+            ids.append(speed_anchor(exp, a, b, *(r[k] for k in SPEED_KEYS[1:])))
+        grids.append(GridTable(f"{exp} · {pair}", header, rows, n_index=4, row_ids=ids))
+    return TableSet(
+        "speed", "Framework against framework",
+        "Per configuration: the first framework's steady-state epoch time over the second's (above 1×: the "
+        f"second is faster) with its 95% interval ({CI_METHOD_RATIO}), the verdict the interval supports and "
+        f"the ok repeats of each. One repeat per side gives no interval and no verdict. {OVERSUBSCRIBED_TEXT}",
+        data, grids, empty_text="No configuration has ok runs of two frameworks.")
 
 
 # -- one axis at a time: loader workers and batch size -------------------------------------
@@ -309,8 +371,9 @@ def _effect_cell(r, what: str) -> Cell:
                 title=f"{what}: {r['verdict']}; rerun: {r['command']}")
 
 
-def _effect_grids(data: pd.DataFrame, axis: str, index: list, columns) -> list:
-    """Rows `index` (labels), one column group per `columns` [(label, fn(row) -> Cell)] and level."""
+def _effect_grids(data: pd.DataFrame, axis: str, index: list, columns, name: str) -> list:
+    """Rows `index` (labels), one column group per `columns` [(label, fn(row) -> Cell)] and level;
+    row ids row_anchor(name, experiment, *index values)."""
     grids = []
     labels = {"model": model_label, "framework": framework_label}
     names = {"model": "Model", "framework": "Framework", "devices": "Devices", "batch_size": "Batch size",
@@ -320,9 +383,10 @@ def _effect_grids(data: pd.DataFrame, axis: str, index: list, columns) -> list:
         base = g[f"base_{axis}"].iloc[0]
         header = [[(names[k], 1) for k in index]
                   + [(f"{label}: {names[axis].lower()} {base} → {lv}", 1) for lv in levels for label, _ in columns]]
-        rows, prev = [], None
+        rows, prev, ids = [], None, []
         for key, s in g.groupby(index, sort=False):
             key = key if isinstance(key, tuple) else (key,)
+            ids.append(row_anchor(name, exp, *key))
             text = [labels.get(k, str)(v) if k in labels else str(v) for k, v in zip(index, key)]
             cells = index_cells(text, prev)
             prev = text
@@ -331,7 +395,7 @@ def _effect_grids(data: pd.DataFrame, axis: str, index: list, columns) -> list:
                 r = by_level.get(lv)
                 cells += [fn(r) if r is not None else Cell("—", css="missing") for _, fn in columns]
             rows.append(cells)
-        grids.append(GridTable(exp, header, rows, n_index=len(index)))
+        grids.append(GridTable(exp, header, rows, n_index=len(index), row_ids=ids))
     return grids
 
 
@@ -351,7 +415,7 @@ def workers_table(points: pd.DataFrame, runs: pd.DataFrame | None) -> TableSet:
         f"sampling in the training process) to more ({CI_METHOD_RATIO}; highlighted: slower), and the share of "
         "a training step spent waiting for the loader at both settings. A worker samples ahead while the "
         f"rank computes, which pays only where cores are free for it. {OVERSUBSCRIBED_TEXT}",
-        data, _effect_grids(data, "workers", ["model", "framework", "devices", "batch_size"], columns),
+        data, _effect_grids(data, "workers", ["model", "framework", "devices", "batch_size"], columns, "workers"),
         empty_text="Only one loader-worker setting was measured.")
 
 
@@ -364,20 +428,30 @@ def batch_table(points: pd.DataFrame, runs: pd.DataFrame | None) -> TableSet:
         "Steady-state throughput (seed nodes per second, all processes) at a larger batch size per process "
         f"over the smallest ({CI_METHOD_RATIO}; highlighted: lower). Larger batches mean fewer steps, so fewer "
         f"gradient all-reduces per epoch, but a larger sampled subgraph per step. {OVERSUBSCRIBED_TEXT}",
-        data, _effect_grids(data, "batch_size", ["model", "framework", "devices", "workers"], columns),
+        data, _effect_grids(data, "batch_size", ["model", "framework", "devices", "workers"], columns, "batch"),
         empty_text="Only one batch size was measured.")
 
 
 # -- flat tables: breakdown and throughput --------------------------------------------------
 
-def flat_grids(points: pd.DataFrame, columns: list) -> list:
-    """Rows model x framework x devices x batch x workers; `columns` = [(label, fn(point)->Cell)]."""
+def point_anchor(name: str, p) -> str:
+    """The id of a grid point's row in a flat table `name` (breakdown, throughput, accuracy)."""
+    return row_anchor(name, p["experiment"], *(p[k] for k in FLAT_KEYS))
+
+
+FLAT_KEYS = ("model", "framework", "devices", "batch_size", "workers")
+
+
+def flat_grids(points: pd.DataFrame, columns: list, name: str = "") -> list:
+    """Rows model x framework x devices x batch x workers; `columns` = [(label, fn(point)->Cell)];
+    with `name`, each row's id is point_anchor(name, point)."""
     grids = []
     for exp, g in points.groupby("experiment", sort=False):
         header = [[("Model", 1), ("Framework", 1), ("Devices", 1), ("Batch size", 1), ("Workers", 1)]
                   + [(label, 1) for label, _ in columns]]
         rows, prev = [], None
-        for p in paper_order(g, ["model", "framework", "devices", "batch_size", "workers"]).to_dict("records"):
+        recs = paper_order(g, list(FLAT_KEYS)).to_dict("records")
+        for p in recs:
             labels = [model_label(p["model"]), framework_label(p["framework"]), str(p["devices"]),
                       str(p["batch_size"]), str(p["workers"])]
             cells = index_cells(labels, prev)
@@ -388,7 +462,8 @@ def flat_grids(points: pd.DataFrame, columns: list) -> list:
                 cells.append(Cell(p["statuses"], css=f"status status-{p['worst_status']}",
                                   title=f"rerun: {p['command']}", span=len(columns)))
             rows.append(cells)
-        grids.append(GridTable(exp, header, rows, n_index=5))
+        grids.append(GridTable(exp, header, rows, n_index=5,
+                               row_ids=[point_anchor(name, p) for p in recs] if name else None))
     return grids
 
 
@@ -410,7 +485,7 @@ def breakdown_table(points: pd.DataFrame) -> TableSet:
         "Loader share = time waiting for the next mini-batch / whole step. GPU runs show n/a unless "
         "they ran with --breakdown on: CUDA work is asynchronous, so phase times taken without a "
         "synchronisation at every phase edge would be CPU launch times, and they are not recorded.",
-        points[keep] if not points.empty else points, flat_grids(points, columns))
+        points[keep] if not points.empty else points, flat_grids(points, columns, "breakdown"))
 
 
 def throughput_table(points: pd.DataFrame) -> TableSet:
@@ -451,7 +526,7 @@ def throughput_table(points: pd.DataFrame) -> TableSet:
         "blocks, a node's neighbours counted once per layer): compare them within a framework only. Start-up "
         f"is the time before the first step (not training time); timed / start-up below "
         f"{TIMED_TO_STARTUP_WARN:.0f}× is highlighted: such runs measure mostly start-up effects.",
-        points[[c for c in keep if c in points]] if not points.empty else points, flat_grids(points, columns))
+        points[[c for c in keep if c in points]] if not points.empty else points, flat_grids(points, columns, "throughput"))
 
 
 # -- the seed study, side by side ------------------------------------------------------------
@@ -702,7 +777,7 @@ def study_time_table(points: pd.DataFrame) -> TableSet:
 def all_tables(runs: pd.DataFrame, paper: pd.DataFrame | None = None) -> dict:
     """name -> TableSet for every table of the report (runs must carry `experiment`)."""
     points = performance_points(runs)
-    tables = [training_time_table(points), scaling_table(points, runs), workers_table(points, runs),
+    tables = [training_time_table(points), speed_table(runs), scaling_table(points, runs), workers_table(points, runs),
               batch_table(points, runs), breakdown_table(points),
               throughput_table(points), accuracy_table(points),
               paper_comparison(points, load_paper() if paper is None else paper),

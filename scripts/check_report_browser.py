@@ -1,8 +1,11 @@
 """Open the HTML report in headless Chromium: screenshot it, check that every image loads,
-that nothing is fetched from outside the file and that no script or console error occurs.
+that nothing is fetched from outside the file and that no script or console error occurs; and
+measure its layout: the page's height with every <details> folded and the text and links a
+reader sees on the first screen.
 
     python scripts/check_report_browser.py results/report/index.html \
-        [--screenshot results/report/screenshot.png] [--window-size 1400,2400]
+        [--screenshot results/report/screenshot.png] [--window-size 1400,2400] \
+        [--layout 1400,900]
 
 Prints a JSON summary; exit 0 when the page is clean, 1 when it has problems, 2 when no
 Chromium is installed (install it with `apt-get install -y chromium`).
@@ -61,6 +64,45 @@ PROBE = """<script>
 })();
 </script>""" % MARKER_ID
 
+LAYOUT_ID = "__report_layout__"
+# Injected like PROBE: after `load`, folds every <details> and measures at the window's width.
+# A text node counts as on the first screen when the browser shows it and one of its boxes starts
+# above H (given, not the window's inner height: headless Chromium takes its own toolbar off that).
+LAYOUT_PROBE = """<script>
+(function () {
+  window.addEventListener('load', function () {
+    Array.prototype.forEach.call(document.querySelectorAll('details[open]'), function (d) { d.open = false; });
+    var h = __SCREEN_H__, texts = [], links = [];
+    // A folded <details> keeps its content laid out but hidden (content-visibility), so boxes alone
+    // do not tell: ask the browser whether the element is shown.
+    var shown = function (e) { return !e.checkVisibility || e.checkVisibility({visibilityProperty: true}); };
+    var walk = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+    for (var n = walk.nextNode(); n; n = walk.nextNode()) {
+      var t = n.textContent.replace(/\\s+/g, ' ');
+      if (!t.trim() || /^(STYLE|SCRIPT)$/.test(n.parentNode.nodeName) || !shown(n.parentElement)) continue;
+      var r = document.createRange(); r.selectNodeContents(n);
+      var boxes = Array.prototype.filter.call(r.getClientRects(), function (b) { return b.width > 0 && b.top < h; });
+      if (boxes.length) texts.push(t);
+    }
+    Array.prototype.forEach.call(document.querySelectorAll('a[href]'), function (a) {
+      var b = a.getBoundingClientRect();
+      if (b.width > 0 && b.top < h && !a.closest('nav') && shown(a)) links.push({text: a.textContent.trim(), href: a.getAttribute('href')});
+    });
+    var ids = Array.prototype.map.call(document.querySelectorAll('[id]'), function (e) { return e.id; });
+    var heights = {};
+    Array.prototype.forEach.call(document.querySelectorAll('section[id]'), function (e) { heights[e.id] = e.offsetHeight; });
+    var pre = document.createElement('pre');
+    pre.id = '__LAYOUT_ID__';
+    pre.textContent = JSON.stringify({width: window.innerWidth, height: h,
+      page_height: Math.max(document.documentElement.scrollHeight, document.body.scrollHeight),
+      first_screen_text: texts.join(' ').replace(/\\s+/g, ' ').trim(), first_screen_links: links, ids: ids, section_heights: heights,
+      details: document.querySelectorAll('details').length});
+    pre.style.display = 'none';
+    document.body.appendChild(pre);
+  });
+})();
+</script>"""
+
 EXTERNAL_RE = re.compile(r"""(?:\bsrc|\bhref)\s*=\s*["']?(?!data:|#)([^"'\s>]+)|url\(\s*["']?(?!data:)([^"')]+)""", re.I)
 
 
@@ -93,6 +135,29 @@ def console_errors(stderr: str) -> list:
         if "CONSOLE" in line and ("Uncaught" in line or ":ERROR:CONSOLE" in line or '"error"' in line.lower()):
             out.append(line.strip()[:300])
     return out
+
+
+def layout(report: Path, window_size: str = "1400,900", chromium: str | None = None,
+           timeout: float = 120.0) -> dict:
+    """The page laid out at `window_size` (W,H) with every <details> folded: page_height (px),
+    first_screen_text (what lies above H), first_screen_links [{text, href}] (outside the side
+    navigation), ids (every element id, for checking where links go), section_heights (id -> px),
+    details (how many)."""
+    exe = find_chromium(chromium)
+    if exe is None:
+        return {"chromium": None, "problems": ["chromium is not installed"]}
+    text = Path(report).resolve().read_text()
+    with tempfile.TemporaryDirectory(prefix="report-layout-") as tmp:
+        copy = Path(tmp) / "layout.html"
+        probe = LAYOUT_PROBE.replace("__SCREEN_H__", str(int(window_size.split(",")[1]))).replace(
+            "__LAYOUT_ID__", LAYOUT_ID)
+        copy.write_text(re.sub(r"<head>", lambda m: m.group(0) + probe, text, count=1, flags=re.I))
+        res = run_chromium(exe, [f"--window-size={window_size}", "--virtual-time-budget=15000",
+                                 "--dump-dom", copy.as_uri()], timeout)
+    m = re.search(rf'<pre id="{LAYOUT_ID}"[^>]*>(.*?)</pre>', res.stdout, re.S)
+    if not m:
+        return {"chromium": exe, "problems": [f"no layout (chromium exit {res.returncode}): {res.stderr[-500:]}"]}
+    return {"chromium": exe, "problems": [], **json.loads(html.unescape(m.group(1)))}
 
 
 def check(report: Path, screenshot: Path | None = None, window_size: str = "1400,2400",
@@ -144,10 +209,17 @@ def main(argv=None) -> int:
     p.add_argument("--window-size", default="1400,2400", help="W,H in pixels of the screenshot")
     p.add_argument("--chromium", default=None, help="browser executable (default: search PATH)")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per browser run")
+    p.add_argument("--layout", metavar="W,H", default=None,
+                   help="also report the page height at width W with every <details> folded and the "
+                        "text within the first H pixels (key 'layout')")
     args = p.parse_args(argv)
     if not args.report.exists():
         p.error(f"{args.report}: no such file")
     summary = check(args.report, args.screenshot, args.window_size, args.chromium, args.timeout)
+    if args.layout and summary["chromium"]:
+        summary["layout"] = layout(args.report, args.layout, args.chromium, args.timeout)
+        summary["problems"] += summary["layout"]["problems"]
+        summary["ok"] = summary["ok"] and not summary["layout"]["problems"]
     print(json.dumps(summary, indent=1))
     if summary["chromium"] is None:
         print("chromium not found: install it with `apt-get install -y chromium`", file=sys.stderr)

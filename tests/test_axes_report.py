@@ -68,9 +68,9 @@ def test_workers_and_batch_axes_have_numbers(grid_runs):
     assert len(batch.data) == 2 * 2 * 2
     assert batch.data["estimate"].map(lambda v: math.isclose(v, GAIN_BATCH, rel_tol=1e-6)).all()
     assert "1.50×" in batch.html()
-    finding = findings.axis_findings(workers.data, "workers", "Loader workers", "Loader workers")[0]
+    finding = " ".join(findings.axis_findings(workers.data, "workers", "Loader workers", "Loader workers"))
     assert "workers 0 → 1" in finding and "faster in 4 of 4" in finding and "95% CI" in finding
-    finding = findings.axis_findings(batch.data, "batch_size", "Batch size", "Batch size")[0]
+    finding = " ".join(findings.axis_findings(batch.data, "batch_size", "Batch size", "Batch size"))
     assert "batch size 128 → 512" in finding and "higher in 4 of 4" in finding
 
 

@@ -378,6 +378,7 @@ os.environ.update(
 # checks that both lists agree): name -> report category (and caption for plots).
 REPORT_TABLES = {
     "table2": "Timing",
+    "speed": "Timing",
     "paper_comparison": "Timing",
     "study_work": "Seed study explained",
     "study_time": "Seed study explained",
@@ -397,6 +398,7 @@ REPORT_TABLES = {
     "invalid": "Runs",
 }
 REPORT_PLOTS = {
+    "summary": ("Timing", "summary"),
     "status_map": ("Hangs and failures", "status_map"),
     "runtime_vs_devices": ("Timing", "runtime_vs_devices"),
     "speedup": ("Timing", "speedup"),

@@ -1,0 +1,425 @@
+"""The report's answers: one short sentence (or two) per question of the study, computed from the
+tables, each number linked to the table row or section it comes from.
+
+The answers speak for one experiment, the main one: the performance experiment with the most
+framework comparisons (timing runs in the default sweep); the rest of the report covers every
+experiment. Where a table gives a number per configuration, a sentence quotes the configuration
+at the middle of that number's range (the lower of the two middle ones), so every number it
+states is in a table row, with that row's 95% interval.
+"""
+
+from __future__ import annotations
+
+import html
+from collections import Counter
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from analysis import FRAMEWORK_ORDER, PHASE_LABELS, PHASES, framework_label, model_label
+from analysis import speedup_gap, tables
+from analysis.comparisons import comparison_labels, framework_comparison, framework_pairs
+from analysis.formatting import fmt_pct
+from analysis.grouping import add_experiment, paper_order, performance_points, performance_runs, truthy
+from analysis.stats import NO_CLEAR
+
+BUSY_WARN_PERCENT = 25  # CPU use by other work before a run's launch that makes its timing suspect
+
+
+@dataclass
+class Answer:
+    """One question's answer: `parts` are (text, href or None); `key` is its section's id."""
+    key: str
+    label: str
+    parts: list = field(default_factory=list)
+
+    def text(self) -> str:
+        return "".join(t for t, _ in self.parts)
+
+    @property
+    def measured(self) -> bool:
+        """False when the answer says the question was not measured (its figure then says nothing)."""
+        return not self.text().startswith("Not measured")
+
+    def html(self) -> str:
+        return "".join(f"<a href='{html.escape(h)}'>{html.escape(t)}</a>" if h else html.escape(t)
+                       for t, h in self.parts)
+
+
+def _n(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+NO_INTERVAL = " (1 repeat: no interval)"
+
+
+def _ci(r, digits=2, scale=1.0, unit="") -> str:
+    """' (95% CI 1.60–2.00)', or nothing without an interval (the sentence says so once)."""
+    if pd.isna(r["low"]):
+        return ""
+    return f" (95% CI {scale * r['low']:.{digits}f}–{scale * r['high']:.{digits}f}{unit})"
+
+
+def _no_interval(rows) -> str:
+    """NO_INTERVAL when one of the quoted rows has no interval."""
+    return NO_INTERVAL if any(pd.isna(r["low"]) for r in rows) else ""
+
+
+def middle(df: pd.DataFrame, col: str):
+    """The row at the middle of `col`'s range (the lower middle for an even count), as a dict."""
+    ordered = df.sort_values(col, kind="stable")
+    return ordered.iloc[(len(ordered) - 1) // 2].to_dict()
+
+
+def demonstration(config: dict) -> bool:
+    """A run made to show the seed study's kind of hang: a naive (uneven) seed split, or one an
+    experiment marks as a demonstration."""
+    return bool(truthy(config.get("uneven_batches")) or truthy(config.get("demonstration")))
+
+
+def main_experiment(speed: pd.DataFrame, points: pd.DataFrame):
+    """The experiment the answers speak for: most framework comparisons, else most ok points;
+    demonstrations (uneven batches) never."""
+    for frame in (speed, points[points["n_ok"] > 0] if "n_ok" in points else points):
+        f = frame[~frame["experiment"].str.contains("uneven batches|demonstration", regex=True)] \
+            if len(frame) else frame
+        if len(f):
+            return f["experiment"].value_counts(sort=True).index[0]
+    return None
+
+
+# -- which framework is faster --------------------------------------------------------------
+
+def _model_speed(g: pd.DataFrame, pair, exp) -> list:
+    """The parts of one model's sentence (rows of tables.speed_data for one pair and model)."""
+    a, b = pair
+    la, lb = framework_label(a), framework_label(b)
+    ahead = {b: int((g["estimate"] > 1).sum()), a: int((g["estimate"] < 1).sum())}
+    model = model_label(g["model"].iloc[0])
+    if ahead[a] == ahead[b]:
+        lo, hi = g.loc[g["estimate"].idxmin()], g.loc[g["estimate"].idxmax()]
+        ids = ["#" + tables.speed_anchor(exp, a, b, r["model"], r["devices"], r["batch_size"], r["workers"])
+               for r in (lo, hi)]
+        return [(f"{model}: neither framework is ahead; {la} / {lb} epoch time runs from ", None),
+                (f"{lo['estimate']:.2f}×", ids[0]), (" to ", None), (f"{hi['estimate']:.2f}×", ids[1]),
+                (f"{_no_interval([lo, hi])}; {lb} ahead in {ahead[b]}, {la} in {ahead[a]} of {len(g)}. ", None)]
+    win, lose = (b, a) if ahead[b] > ahead[a] else (a, b)
+    # Said as "the slower one takes N× as long": the ratio inverted when the first framework wins.
+    g = g.assign(slow=g["estimate"] if win == b else 1 / g["estimate"],
+                 slow_low=g["low"] if win == b else 1 / g["high"], slow_high=g["high"] if win == b else 1 / g["low"])
+    r = middle(g, "slow")
+    clear = int((g["verdict"] == f"{framework_label(win)} faster").sum())
+    href = "#" + tables.speed_anchor(exp, a, b, r["model"], r["devices"], r["batch_size"], r["workers"])
+    where = "in its one configuration" if len(g) == 1 else "at the median configuration"
+    ci = {"low": r["slow_low"], "high": r["slow_high"]}
+    return [(f"{model}: {framework_label(win)} {'is' if clear else 'looks'} faster; {framework_label(lose)} takes ",
+             None), (f"{r['slow']:.2f}×", href), (f" as long {where}{_ci(ci)}{_no_interval([ci])}; clear in ", None),
+            (f"{clear} of {len(g)}", "#speed"), (" configurations. ", None)]
+
+
+def speed_answer(speed: pd.DataFrame, exp) -> Answer:
+    """Which framework is faster, by how much, per model (tables.speed_data)."""
+    ans = Answer("speed", "Which framework is faster?")
+    d = speed[speed["experiment"] == exp] if len(speed) else speed
+    if d.empty:
+        ans.parts = [("Not measured: no configuration has ok runs of two frameworks.", "#speed")]
+        return ans
+    pair = next(iter(dict.fromkeys(zip(d["a"], d["b"]))))
+    d = d[(d["a"] == pair[0]) & (d["b"] == pair[1])]
+    for _, g in paper_order(d, ["model"]).groupby("model", sort=False):
+        ans.parts += _model_speed(g, pair, exp)
+    return ans
+
+
+# -- scaling and where the speed-up goes ----------------------------------------------------
+
+def _gap_part(gap: pd.DataFrame, fw: str):
+    """(label, row) of the part that takes most of a framework's missing speed-up (median share
+    over its split points), or None when nothing is missing or nothing could be split."""
+    g = gap[(gap["framework"] == fw) & gap["reason"].isna() & (gap["gap_s"] > 0)]
+    if g.empty:
+        return None
+    shares = {p: g[f"{p}_share"].median() for p in speedup_gap.PARTS}
+    top = max(shares, key=lambda p: shares[p])
+    return top, middle(g, f"{top}_share")
+
+
+def _gap_parts(gap: pd.DataFrame, fws: list) -> list:
+    """'PyG and DGL lose most to compute contention (PyG 55%, DGL 48% of the missing time).'"""
+    found = {fw: _gap_part(gap, fw) for fw in fws}
+    found = {fw: v for fw, v in found.items() if v}
+    if not found:
+        reasons = gap["reason"].dropna() if len(gap) else pd.Series(dtype=object)
+        why = (f"The missing speed-up cannot be split: {reasons.iloc[0]}." if len(reasons)
+               else "No speed-up is missing to split.")
+        return [(why, "#speedup-gap")]
+    out = []
+    for top in dict.fromkeys(v[0] for v in found.values()):
+        who = [fw for fw, v in found.items() if v[0] == top]
+        out.append((f"{' and '.join(framework_label(f) for f in who)} lose{'s' if len(who) == 1 else ''} "
+                    f"most to {speedup_gap.PART_SHORT[top]} (", None))
+        for i, fw in enumerate(who):
+            r = found[fw][1]
+            out += [(("" if i == 0 else ", ") + (f"{framework_label(fw)} " if len(who) > 1 else ""), None),
+                    (f"{100 * r[f'{top}_share']:.0f}%", "#" + speedup_gap.gap_anchor(r))]
+        over = any(found[fw][1][f"{top}_share"] > 1 for fw in who)  # the other parts gave time back
+        out.append((" of the missing time" + (": other parts gave time back" if over else "") + "). ", None))
+    return out
+
+
+def scaling_answer(scaling: pd.DataFrame, gap: pd.DataFrame, exp) -> Answer:
+    """How far each framework scales from the fewest to the most devices, and where the rest goes."""
+    ans = Answer("scaling", "How far does each scale?")
+    g = scaling[(scaling["experiment"] == exp) & (scaling["devices"] > scaling["base_devices"])
+                & scaling["speedup"].notna()] if len(scaling) else scaling
+    if g.empty:
+        ans.parts = [("Not measured: no configuration has ok runs at two device counts.", "#scaling")]
+        return ans
+    top = g[g["devices"] == g["devices"].max()]
+    base, n = int(top["base_devices"].min()), int(top["devices"].max())
+    fws = [f for f in FRAMEWORK_ORDER if f in set(top["framework"])]
+    ans.parts = [(f"From {base} to {n} devices (ideal {n / base:g}×), ", None)]
+    rows = [middle(top[top["framework"] == fw], "speedup") for fw in fws]
+    for i, (fw, r) in enumerate(zip(fws, rows)):
+        href = "#" + tables.scaling_anchor(exp, r["model"], fw, r["batch_size"], r["series_workers"])
+        word = " faster" if r["speedup"] >= 1 else " as fast (slower)"
+        ans.parts += [(("; " if i else "") + f"{framework_label(fw)} runs ", None), (f"{r['speedup']:.2f}×", href),
+                      (word + _ci(r), None)]
+    ans.parts.append((f" at the median configuration{_no_interval(rows)}. ", None))
+    gap = gap[(gap["experiment"] == exp) & (gap["devices"] == n)] if len(gap) else gap
+    ans.parts += _gap_parts(gap, fws)
+    return ans
+
+
+# -- loader workers and batch size ----------------------------------------------------------
+
+AXES = {  # axis -> section, question, what the ratio is, verdict words, leads for yes / no / neither
+    "workers": ("workers", "Do loader workers help?", "epoch speed-up", "faster", "slower",
+                ("Yes", "No, they slow it down", "Not clearly")),
+    "batch_size": ("batch", "What does batch size do?", "throughput gain", "higher", "lower",
+                   ("Larger batches raise throughput", "Larger batches lower throughput", "No clear effect")),
+}
+
+
+def _lead(verdicts: Counter, yes: str, no: str, leads: tuple) -> str:
+    n = sum(verdicts.values())
+    return leads[0] if verdicts[yes] > n / 2 else leads[1] if verdicts[no] > n / 2 else leads[2]
+
+
+def axis_answer(data: pd.DataFrame, runs: pd.DataFrame, exp, axis: str) -> Answer:
+    """Loader workers (speed-up of the epoch) or batch size (throughput gain): per framework the
+    middle configuration's ratio with its interval, and how often the interval is clear."""
+    key, label, what, yes, no, leads = AXES[axis]
+    ans = Answer(key, label)
+    d = data[(data["experiment"] == exp) & data["estimate"].notna()] if len(data) else data
+    if d.empty:
+        vals = sorted(set(runs.loc[runs["experiment"] == exp, axis])) if len(runs) else []
+        unit = "loader workers per rank" if axis == "workers" else "seed nodes per process"
+        ans.parts = [(f"Not measured: one setting only ({', '.join(map(str, vals)) or 'none'} {unit}).", f"#{key}")]
+        return ans
+    verdicts = Counter(d["verdict"])
+    lo, hi = d[f"base_{axis}"].min(), d[axis].max()
+    ans.parts = [(f"{_lead(verdicts, yes, no, leads)}: {axis.replace('_', ' ')} {lo} → {hi}, {what} ", None)]
+    fws = [f for f in FRAMEWORK_ORDER if f in set(d["framework"])]
+    rows = [middle(d[(d["framework"] == fw) & (d[axis] == hi)], "estimate") for fw in fws]
+    for i, (fw, r) in enumerate(zip(fws, rows)):
+        href = "#" + tables.row_anchor(key, exp, *(r[k] for k in _effect_index(axis)))
+        ans.parts += [(("; " if i else "") + f"{framework_label(fw)} ", None), (f"{r['estimate']:.2f}×", href),
+                      (_ci(r), None)]
+    ans.parts += [(f" at the median configuration{_no_interval(rows)}; clearly {yes} in ", None),
+                  (f"{verdicts[yes]} of {len(d)}", f"#{key}"), (". ", None)]
+    return ans
+
+
+def _effect_index(axis: str) -> list:
+    """The row keys of the loader-worker and batch-size tables (tables._effect_grids)."""
+    return ["model", "framework", "devices", "batch_size"] if axis == "workers" else \
+        ["model", "framework", "devices", "workers"]
+
+
+# -- where a step's time goes ---------------------------------------------------------------
+
+def step_answer(points: pd.DataFrame, exp) -> Answer:
+    """Per framework the phase that takes most of a step, and the loader's wait (median shares)."""
+    ans = Answer("breakdown", "Where does a step's time go?")
+    p = points[(points["experiment"] == exp) & (points["n_ok"] > 0) & (points["step_s_mean"] > 0)]
+    p = p.dropna(subset=[f"step_{ph}_mean" for ph in PHASES])
+    if p.empty:
+        ans.parts = [("Not measured: no ok run recorded its phases.", "#breakdown")]
+        return ans
+    for i, fw in enumerate(f for f in FRAMEWORK_ORDER if f in set(p["framework"])):
+        g = p[p["framework"] == fw]
+        share = {ph: (g[f"step_{ph}_mean"] / g["step_s_mean"]).median() for ph in PHASES}
+        top = max(share, key=share.get)
+        ans.parts += [(("; " if i else "") + f"{framework_label(fw)}: mostly {PHASE_LABELS[top]} (", None),
+                      (f"{100 * share[top]:.0f}%", "#breakdown"), ("), loader wait ", None),
+                      (f"{100 * share['load_wait_s']:.0f}%", "#breakdown")]
+    ans.parts.append((" (median shares of a step).", None))
+    return ans
+
+
+# -- what hangs, and why --------------------------------------------------------------------
+
+def _cause(f: dict) -> str:
+    """The diagnosed cause in a few words: its text up to the first colon."""
+    d = f["diagnosis"]
+    return (d.get("cause_text") or d.get("cause") or "unknown cause").split(":")[0]
+
+
+def _who(fs: list) -> list:
+    """'PyG and DGL GraphSAGE on 2 devices', each framework linked to its run's card."""
+    parts = []
+    for i, f in enumerate(fs):
+        sep = "" if i == 0 else (" and " if i == len(fs) - 1 else ", ")
+        parts += [(sep, None), (framework_label(f["config"].get("framework")), f"#fail-{f['run_id']}")]
+    models = ", ".join(dict.fromkeys(model_label(f["config"].get("model")) for f in fs))
+    devices = "/".join(str(d) for d in sorted({f["config"].get("devices") for f in fs}))
+    return parts + [(f" {models} on {devices} devices", None)]
+
+
+STATUS_VERBS = {"hang": "hung", "timeout": "timed out", "crashed": "crashed", "killed": "were killed",
+                "diverged": "diverged", "error": "failed", "interrupted": "were interrupted"}
+
+
+def _verb(fs: list) -> str:
+    """'hung', 'crashed or hung': what the runs' statuses say, as a verb."""
+    return " or ".join(dict.fromkeys(STATUS_VERBS.get(f["status"], f["status"]) for f in fs))
+
+
+def _demo_parts(demos: list) -> list:
+    what, not_what = (("deliberate demonstrations", "benchmark failures") if len(demos) > 1
+                      else ("a deliberate demonstration", "a benchmark failure"))
+    return _who(demos) + [(f" with uneven batches per rank {_verb(demos)} ({_cause(demos[0])}): {what} "
+                           f"of the seed study's kind of hang, not {not_what}. ", None)]
+
+
+def hang_answer(failures: list, n_runs: int) -> Answer:
+    """What hung or failed and why (failures.json records): demonstrations, injected faults and
+    real failures said apart."""
+    ans = Answer("deadlocks", "What hangs, and why?")
+    if not failures:
+        who = "The one run" if n_runs == 1 else f"All {n_runs} runs"
+        ans.parts = [(f"{who} ended ok or skipped: nothing to diagnose.", "#deadlocks")]
+        return ans
+    injected = [f for f in failures if f["config"].get("inject")]
+    demos = [f for f in failures if f not in injected and demonstration(f["config"])]
+    real = [f for f in failures if f not in injected and f not in demos]
+    if demos:
+        order = {f: i for i, f in enumerate(FRAMEWORK_ORDER)}
+        ans.parts += _demo_parts(sorted(demos, key=lambda f: order.get(f["config"].get("framework"), 99)))
+    if injected:
+        kinds = ", ".join(dict.fromkeys(str(f["config"]["inject"]) for f in injected))
+        ans.parts += [(f"{_n(len(injected), 'injected fault')} ({kinds}) ", None),
+                      (_verb(injected), f"#fail-{injected[0]['run_id']}"), (" as intended", None)]
+    if not real:
+        ans.parts.append(("; no other run failed." if injected else "No other run failed.", None))
+    for cause, fs in _by_cause(real).items():
+        ans.parts += [(f"{_n(len(fs), 'run')} ", None), (_verb(fs), f"#fail-{fs[0]['run_id']}"),
+                      (f" for real: {cause}; e.g. ", None), *_who(fs[:1]),
+                      (f", {fs[0]['config'].get('workers')} workers. ", None)]
+    return ans
+
+
+def _by_cause(fs: list) -> dict:
+    out = {}
+    for f in fs:
+        out.setdefault(_cause(f), []).append(f)
+    return out
+
+
+# -- do both learn the same ----------------------------------------------------------------
+
+def accuracy_answer(runs: pd.DataFrame) -> Answer:
+    """Accuracy from the fixed-schedule runs (converged? the frameworks' difference with its
+    interval), else the timing runs' learning check."""
+    ans = Answer("accuracy", "Do both frameworks learn the same?")
+    ok = performance_runs(runs)
+    ok = ok[(ok["status"] == "ok") & ok["final_val_acc"].notna()] if len(ok) else ok
+    fixed = ok[(ok.get("until", pd.Series("epochs", index=ok.index)).fillna("epochs") != "precise")
+               & (ok.get("harness", pd.Series("fair", index=ok.index)).fillna("fair") != "study")]
+    if not fixed.empty:
+        ans.parts = _converged_parts(fixed)
+    elif "learned" in ok and ok["learned"].map(truthy).notna().any():
+        learned = ok["learned"].map(truthy)
+        n_learned = int(learned.map(lambda v: v is True).sum())
+        ans.parts = [("Only timing runs here: ", None), (f"{n_learned} of {int(learned.notna().sum())}", "#accuracy"),
+                     (" learned (above the majority class, falling loss); accuracy needs the convergence runs.", None)]
+    else:
+        ans.parts = [("Not measured: no ok run recorded a validation accuracy.", "#accuracy")]
+    return ans
+
+
+def _converged_parts(fixed: pd.DataFrame) -> list:
+    conv = fixed["converged"].map(truthy) if "converged" in fixed else pd.Series(None, index=fixed.index)
+    bad = int((conv == False).sum())  # noqa: E712
+    if bad:
+        base = pd.to_numeric(fixed["baseline_val_acc"], errors="coerce").median()
+        return [("Not yet known: ", None), (f"{bad} of {len(fixed)}", "#accuracy"),
+                (f" runs end at or below the features-only baseline ({fmt_pct(base)}); train longer.", None)]
+    parts = [("all ", None), (f"{len(fixed)}", "#accuracy"), (" runs beat the features-only baseline", None)]
+    pairs = framework_pairs(fixed)
+    cmp = framework_comparison(fixed, "final_val_acc", kind="diff", pair=pairs[0]) if pairs else pd.DataFrame()
+    if cmp.empty:
+        return [("Both learn: ", None), *parts, (".", None)]
+    r = middle(cmp, "estimate")
+    clear = int((cmp["verdict"] != NO_CLEAR).sum())
+    lead = "Not quite" if clear else "Both learn" if _no_interval([r]) else "Yes"
+    diff = f"{100 * r['estimate']:+.1f} pts".replace("-", "−")
+    return [(f"{lead}: ", None), *parts, (f"; final accuracy {' − '.join(map(framework_label, pairs[0]))} ", None),
+            (diff, "#accuracy"), (f"{_ci(r, 1, 100, ' pts')} at the median configuration{_no_interval([r])}; "
+                                  f"a clear difference in {clear} of {len(cmp)}.", None)]
+
+
+# -- caveats ------------------------------------------------------------------------------
+
+def caveats(runs: pd.DataFrame, points: pd.DataFrame, scaling: pd.DataFrame, exp) -> list:
+    """What limits the answers, as (text, href) parts of one line: repeats, CPU processes,
+    oversubscribed points, a busy machine, runs stopped by a cap, speed-ups beyond ideal."""
+    p = points[(points["experiment"] == exp) & (points["n_ok"] > 0)] if exp is not None else points.iloc[0:0]
+    r = performance_runs(runs)
+    items = []
+    few = int((p["n_ok"] < 2).sum())
+    if few:
+        items.append((f"{few} of {len(p)} points have fewer than 2 ok repeats (no interval)", "#speed"))
+    if len(r) and (r.get("device_type", pd.Series(dtype=object)) == "cpu").all():
+        items.append(("CPU processes, not GPUs", "#environment"))
+    over = int(p.get("oversubscribed", pd.Series(dtype=bool)).fillna(False).astype(bool).sum())
+    if over:
+        items.append((f"{over} of {len(p)} points oversubscribed (more processes than cores)", "#scaling"))
+    busy = int((pd.to_numeric(r.get("cpu_busy_before"), errors="coerce") > BUSY_WARN_PERCENT).sum()) \
+        if "cpu_busy_before" in r else 0
+    if busy:
+        items.append((f"{busy} of {len(r)} runs started on a busy machine (>{BUSY_WARN_PERCENT}% CPU)", "#runs"))
+    capped = int(r["stopped_by_cap"].map(lambda v: truthy(v) is True).sum()) if "stopped_by_cap" in r else 0
+    if capped:
+        items.append((f"{capped} runs stopped by a cap before their time was precise", "#runs"))
+    s = scaling[(scaling["experiment"] == exp) & (scaling["efficiency"] > tables.SUPERLINEAR_WARN)] \
+        if len(scaling) else scaling
+    if len(s):
+        items.append((f"{len(s)} speed-ups beyond ideal (a disturbed base run)", "#scaling"))
+    return items
+
+
+def all_answers(runs, points, speed, scaling, gap, workers, batch, failures) -> dict:
+    """{'experiment', 'answers': [Answer], 'caveats': [(text, href)]} for the report's top."""
+    exp = main_experiment(speed, points)
+    perf = performance_runs(runs)
+    answers = [speed_answer(speed, exp), scaling_answer(scaling, gap, exp),
+               axis_answer(workers, perf, exp, "workers"), axis_answer(batch, perf, exp, "batch_size"),
+               step_answer(points, exp),
+               hang_answer(failures, len(runs)), accuracy_answer(runs)]
+    return {"experiment": exp, "answers": answers, "caveats": caveats(runs, points, scaling, exp),
+            "n_runs": int((runs["experiment"] == exp).sum()) if exp is not None else 0}
+
+
+
+def from_aggregate(agg) -> dict:
+    """all_answers of an analysis.aggregate.Aggregate, its tables built here (the report builds
+    them once for the page; this is for a look at the answers alone)."""
+    runs = add_experiment(agg.runs)
+    points = performance_points(runs)
+    tabs = tables.all_tables(runs)
+    scaling = tables.scaling_data(points, runs)
+    gap = speedup_gap.gap_data(runs, agg.epochs, agg.steps)
+    return all_answers(runs, points, tabs["speed"].data, scaling, gap, tabs["workers"].data, tabs["batch"].data,
+                       agg.failures)

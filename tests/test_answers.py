@@ -1,0 +1,267 @@
+"""The report's answers first (issue 25): the answer sentences (analysis/answers.py) on the
+session's real runs (tests/_runs.py) and on their rows spread over a grid with known effects,
+findings in short sentences, the human-unit formatters, tables grouped by experiment."""
+
+import html
+import re
+
+import pandas as pd
+import pytest
+
+from analysis import PHASE_LABELS, PHASES, answers, findings, formatting, grouping, planning, report, tables
+from analysis.display import frame_table
+from analysis.aggregate import Aggregate
+from tests import _runs
+
+MAX_WORDS = 40  # a finding longer than this runs on
+
+
+@pytest.fixture(scope="module")
+def agg(tmp_path_factory):
+    return Aggregate.load(_runs.aggregate_dir(tmp_path_factory))
+
+
+@pytest.fixture(scope="module")
+def top(agg):
+    return answers.from_aggregate(agg)
+
+
+@pytest.fixture(scope="module")
+def said(top):
+    return {a.key: a.text() for a in top["answers"]}
+
+
+@pytest.fixture(scope="module")
+def page_ids(tmp_path_factory):
+    return set(re.findall(r"""\bid=['"]([^'"]+)['"]""", _runs.report_page(tmp_path_factory).read_text()))
+
+
+@pytest.fixture(scope="module")
+def ok_runs(agg):
+    runs = grouping.add_experiment(agg.runs)
+    return runs[(runs["status"] == "ok")].set_index("run_name")
+
+
+def steady(ok_runs, name):
+    return ok_runs.loc[name, "steady_epoch_time_s"]
+
+
+# -- the answers on the real runs -----------------------------------------------------------
+
+def test_every_question_is_answered_and_every_link_lands(top, page_ids):
+    keys = [a.key for a in top["answers"]]
+    assert keys == ["speed", "scaling", "workers", "batch", "breakdown", "deadlocks", "accuracy"]
+    assert top["experiment"] and "uneven" not in top["experiment"] and "fault" not in top["experiment"]
+    for a in top["answers"]:
+        assert a.text().strip() and len(a.text().split()) <= 50, a.text()
+        for _, href in a.parts:
+            assert href is None or href[1:] in page_ids, (a.key, href)
+        print(f"[{a.label}] {a.text()}")  # the sentences, with -s
+    for _, href in top["caveats"]:
+        assert href[1:] in page_ids
+
+
+def test_framework_answer_names_the_faster_and_its_ratio(said, ok_runs):
+    ratios = sorted(steady(ok_runs, f"pyg-sage-d{d}") / steady(ok_runs, f"dgl-sage-d{d}") for d in (1, 2))
+    if sum(r > 1 for r in ratios) == 1:  # one configuration each way (a busy machine)
+        assert said["speed"] == (f"GraphSAGE: neither framework is ahead; PyG / DGL epoch time runs from "
+                                 f"{ratios[0]:.2f}× to {ratios[1]:.2f}× (1 repeat: no interval); DGL ahead in 1, "
+                                 "PyG in 1 of 2. ")
+        return
+    faster, slower = ("DGL", "PyG") if ratios[0] > 1 else ("PyG", "DGL")
+    shown = ratios[0] if faster == "DGL" else 1 / ratios[1]  # the lower middle of the slower one's time
+    # One repeat per framework: no interval, so it only "looks" faster and no configuration is clear.
+    assert said["speed"].startswith(f"GraphSAGE: {faster} looks faster; {slower} takes {shown:.2f}× as long")
+    assert "(1 repeat: no interval)" in said["speed"] and "clear in 0 of 2 configurations" in said["speed"]
+
+
+def test_framework_number_links_to_its_table_row(top, agg):
+    speed = tables.speed_table(grouping.add_experiment(agg.runs)).html()
+    number, href = next(p for p in top["answers"][0].parts if p[1] and p[1].startswith("#speed-"))
+    row = re.search(rf"<tr id='{re.escape(href[1:])}'>(.*?)</tr>", speed).group(1)
+    assert f">{number}" in row  # the number said is the number in that row
+
+
+def test_scaling_answer_quotes_the_scaling_table(said, ok_runs, top, page_ids):
+    assert said["scaling"].startswith("From 1 to 2 devices (ideal 2×), PyG runs ")
+    for fw in ("pyg", "dgl"):
+        speedup = steady(ok_runs, f"{fw}-sage-d1") / steady(ok_runs, f"{fw}-sage-d2")
+        assert f"{speedup:.2f}× {'faster' if speedup >= 1 else 'as fast (slower)'}" in said["scaling"], fw
+    # where the rest goes: from the speed-up gap split, in words either way
+    assert any(s in said["scaling"] for s in ("most to", "No speed-up is missing", "cannot be split"))
+    scaling = next(a for a in top["answers"] if a.key == "scaling")
+    assert sum(1 for _, h in scaling.parts if h and h.startswith("#scaling-")) == 2
+
+
+def test_axes_not_measured_say_so(said):
+    assert said["workers"] == "Not measured: one setting only (0 loader workers per rank)."
+    assert said["batch"] == "Not measured: one setting only (128 seed nodes per process)."
+
+
+def test_step_answer_names_the_largest_phase(said, agg):
+    points = grouping.performance_points(grouping.add_experiment(agg.runs))
+    pyg = points[(points["framework"] == "pyg") & (points["n_ok"] > 0)]
+    share = {ph: (pyg[f"step_{ph}_mean"] / pyg["step_s_mean"]).median() for ph in PHASES}
+    top_phase = max(share, key=share.get)
+    assert f"PyG: mostly {PHASE_LABELS[top_phase]} ({100 * share[top_phase]:.0f}%)" in said["breakdown"]
+    assert f"loader wait {100 * share['load_wait_s']:.0f}%" in said["breakdown"]
+
+
+def test_hang_answer_calls_the_uneven_runs_demonstrations(said, agg, top):
+    demos = [f for f in agg.failures if f["config"].get("uneven_batches")]
+    assert demos
+    text = said["deadlocks"]
+    assert "with uneven batches per rank" in text and "unequal numbers of batches per rank" in text
+    assert ("a deliberate demonstration of the seed study's kind of hang, not a benchmark failure" in text
+            if len(demos) == 1 else
+            "deliberate demonstrations of the seed study's kind of hang, not benchmark failures" in text)
+    assert "1 injected fault (stall-rank) hung as intended; no other run failed." in text
+    links = {h for a in top["answers"] if a.key == "deadlocks" for _, h in a.parts if h}
+    assert {f"#fail-{f['run_id']}" for f in demos} <= links
+
+
+def test_accuracy_answer(said):
+    assert said["accuracy"].startswith("Both learn: all 4 runs beat the features-only baseline; final accuracy "
+                                       "PyG − DGL ")
+    assert "(1 repeat: no interval)" in said["accuracy"]
+
+
+def test_caveats_name_the_missing_intervals_and_the_cpu(top):
+    text = " · ".join(t for t, _ in top["caveats"])
+    assert "4 of 4 points have fewer than 2 ok repeats (no interval)" in text
+    assert "CPU processes, not GPUs" in text
+
+
+# -- constructed failures: demonstrations, injected faults and real ones said apart ---------------
+
+def failure(run_id, framework, status="hang", cause="uneven_batches", **config):
+    return {"run_id": run_id, "status": status,
+            "config": {"framework": framework, "model": "sage", "devices": 2, "workers": 0, **config},
+            "diagnosis": {"cause": cause, "cause_text": f"{cause.replace('_', ' ')}: the long story"}}
+
+
+def test_hang_answer_on_one_demonstration_per_framework_and_a_real_hang():
+    demos = [failure("hang-pyg", "pyg", uneven_batches=True), failure("hang-dgl", "dgl", uneven_batches=True)]
+    text = answers.hang_answer(demos[::-1], 10).text()  # named in the registry's order
+    assert text == ("PyG and DGL GraphSAGE on 2 devices with uneven batches per rank hung (uneven batches): "
+                    "deliberate demonstrations of the seed study's kind of hang, not benchmark failures. "
+                    "No other run failed.")
+    real = failure("real", "pyg", cause="stalled_worker", workers=2)
+    text = answers.hang_answer([*demos, real], 10).text()
+    assert text.endswith("1 run hung for real: stalled worker; e.g. PyG GraphSAGE on 2 devices, 2 workers. ")
+    assert answers.hang_answer([], 3).text() == "All 3 runs ended ok or skipped: nothing to diagnose."
+
+
+# -- a grid with known effects: intervals, verdicts and every axis --------------------------
+
+@pytest.fixture(scope="module")
+def grid_top(agg):
+    """The real ok rows as 3 repeats of PyG/DGL x 1/2 devices x batch 128/512 x 0/1 workers:
+    PyG 2x DGL's epoch time, 2 devices 1.8x faster, a worker 1.25x faster, batch 512 1.5x the
+    throughput."""
+    base = {fw: agg.runs[(agg.runs["status"] == "ok") & (agg.runs["framework"] == fw)].iloc[0] for fw in ("pyg", "dgl")}
+    rows = []
+    for fw, row in base.items():
+        for d in (1, 2):
+            for b in (128, 512):
+                for w in (0, 1):
+                    for rep, noise in enumerate((0.98, 1.0, 1.02)):
+                        t = (2.0 if fw == "pyg" else 1.0) * noise / (1.8 if d == 2 else 1) / (1.25 if w else 1)
+                        rows.append({**row.to_dict(), "devices": d, "batch_size": b, "workers": w, "repeat": rep,
+                                     "run_id": f"{fw}-d{d}-b{b}-w{w}-r{rep}", "steady_epoch_time_s": t,
+                                     "steady_seed_nodes_per_s": 1000 * noise * (1.5 if b == 512 else 1),
+                                     "oversubscribed": d * (1 + w) > 2, "cpu_busy_before": 0.0})
+    runs = pd.DataFrame(rows)
+    empty = {k: pd.DataFrame(columns=c) for k, c in Aggregate.FILES.items() if k != "runs"}
+    grid = Aggregate(runs=runs, **empty)
+    grid.failures = []
+    return {a.key: a.text() for a in answers.from_aggregate(grid)["answers"]}
+
+
+def test_grid_answers_carry_intervals_and_verdicts(grid_top):
+    assert re.fullmatch(r"GraphSAGE: DGL is faster; PyG takes 2\.00× as long at the median configuration "
+                        r"\(95% CI 1\.\d\d–2\.\d\d\); clear in 8 of 8 configurations\. ", grid_top["speed"])
+    assert grid_top["scaling"].startswith("From 1 to 2 devices (ideal 2×), PyG runs 1.80× faster (95% CI 1.")
+    assert grid_top["workers"].startswith("Yes: workers 0 → 1, epoch speed-up PyG 1.25× (95% CI ")
+    assert "clearly faster in 8 of 8" in grid_top["workers"]
+    assert grid_top["batch"].startswith("Larger batches raise throughput: batch size 128 → 512, throughput gain "
+                                        "PyG 1.50× (95% CI ")
+    assert grid_top["deadlocks"] == "All 48 runs ended ok or skipped: nothing to diagnose."
+
+
+# -- findings in short sentences -------------------------------------------------------------
+
+def finding_items(page_text: str) -> list:
+    section = page_text.split('<section id="findings">', 1)[1].split("</section>", 1)[0]
+    for extra in ("study", "plan", "lanes"):
+        section += page_text.split(f'<section id="{extra}">', 1)[1].split("</section>", 1)[0]
+    return [html.unescape(re.sub(r"<[^>]+>", "", li)) for li in re.findall(r"<li>(.*?)</li>", section, re.S)]
+
+
+def test_no_finding_runs_on(tmp_path_factory):
+    items = finding_items(_runs.report_page(tmp_path_factory).read_text())
+    assert len(items) > 15
+    long = [t for t in items if len(t.split()) > MAX_WORDS]
+    assert not long, long
+
+
+def test_findings_on_the_grid_stay_short(agg):
+    runs = grouping.add_experiment(_grid_runs(agg))
+    points = grouping.performance_points(runs)
+    scaling = tables.scaling_data(points, runs)
+    tabs = tables.all_tables(runs)
+    groups = findings.all_findings(runs, points, scaling, tabs["paper_comparison"].data, agg.invalid,
+                                   workers=tabs["workers"].data, batch=tabs["batch"].data,
+                                   plan=planning.plan_data(runs))
+    items = [t for g in groups for t in g["items"]]
+    assert any("95% CI" in t for t in items) and any("workers 0 → 1" in t for t in items)
+    assert not [t for t in items if len(t.split()) > MAX_WORDS]
+
+
+def _grid_runs(agg):
+    rows = []
+    for _, row in agg.runs[agg.runs["status"] == "ok"].iterrows():
+        for rep, noise in enumerate((0.97, 1.0, 1.03)):
+            for w in (0, 1):
+                rows.append({**row.to_dict(), "repeat": rep, "workers": w, "run_id": f"{row['run_id']}-{w}-{rep}",
+                             "steady_epoch_time_s": row["steady_epoch_time_s"] * noise / (1.2 if w else 1)})
+    return pd.DataFrame(rows)
+
+
+# -- human units and tables grouped by experiment -------------------------------------------
+
+@pytest.mark.parametrize("value, text", [(784_737_244, "748 MiB"), (512, "512 B"), (1536, "1.50 KiB"),
+                                         (24 * 2**30, "24.0 GiB"), (3 * 2**40, "3.00 TiB"), (None, "n/a")])
+def test_fmt_bytes(value, text):
+    assert formatting.fmt_bytes(value) == text
+
+
+@pytest.mark.parametrize("value, text", [(0.0412, "41.2 ms"), (1.5, "1.50 s"), (95, "95.0 s"), (250, "4.2 min"),
+                                         (9000, "2.5 h"), (-0.035, "-35.0 ms"), (float("nan"), "n/a")])
+def test_fmt_duration(value, text):
+    assert formatting.fmt_duration(value) == text
+
+
+@pytest.mark.parametrize("value, text", [(9876, "9,876"), (12_345, "12.3k"), (784_737_244, "785M"), (None, "n/a")])
+def test_fmt_count(value, text):
+    assert formatting.fmt_count(value) == text
+
+
+def test_memory_table_in_mib_and_gib():
+    memory = pd.DataFrame([{"framework": "pyg", "model": "sage", "devices": 2, "workers": 1, "batch_size": 512,
+                            "mem_limit_bytes": 2 * 2**30, "runs": 1, "statuses": "ok", "mem_model_bytes": 784_737_244,
+                            "mem_peak_bytes": 1.5 * 2**30, "mem_cgroup_peak_bytes": None, "peak_over_model": 2.05,
+                            "model_over_limit": 0.365, "oom_killed": None}])
+    row = report.memory_frame(memory).iloc[0]
+    assert row["modelled peak"] == "748 MiB" and row["measured peak"] == "1.50 GiB" and row["limit"] == "2.00 GiB"
+    assert row["model"] == "sage" and row["measured / modelled"] == "2.05×"
+
+
+def test_plan_and_runs_tables_say_the_experiment_once(agg):
+    runs = grouping.add_experiment(_grid_runs(agg).assign(until="precise", steady_epoch_mean_s=1.0,
+                                                          steady_epochs=5, steady_epoch_cv=0.02, wall_time_s=9.0))
+    frame = report.plan_frame(planning.plan_data(runs))
+    table = frame_table(frame, "plan", "Plan", "", group_col="experiment")
+    label = runs["experiment"].iloc[0]
+    assert len(frame) > 1 and table.html().count(html.escape(label)) == 1  # its grid's caption, not every row
+    assert frame["epoch"].str.endswith((" ms", " s")).all()
