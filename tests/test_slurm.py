@@ -18,7 +18,7 @@ import yaml
 
 import jsonschema
 
-from tests.helpers import free_port, runner_argv
+from tests.helpers import free_port, live_dir, runner_argv
 from tests.test_workflow import SNAKEMAKE, minimal_with, project_copy
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -99,7 +99,8 @@ def wait_until(what, predicate, timeout=240):
 
 
 def epochs_done(out, rank=0):
-    path = out / f"rank{rank}" / "epochs.csv"
+    """Epochs rank `rank` of the run of `out` has finished (in its staging directory while it runs)."""
+    path = live_dir(out) / f"rank{rank}" / "epochs.csv"
     return max(0, len(path.read_text().splitlines()) - 1) if path.exists() else 0
 
 
@@ -117,8 +118,12 @@ def test_slurm_limits_leave_results(slurm, tmp_path):
         "scancel": submit(slurm, tmp_path, "scancel", runner_argv(
             outs["scancel"], devices=1, epochs=100000, extra=long_run), "-c1", "--time=10"),
     }
-    for name, out in outs.items():
-        wait_until(f"{name}: two finished epochs", lambda: epochs_done(out) >= 2)
+    try:
+        for name, out in outs.items():
+            wait_until(f"{name}: two finished epochs", lambda: epochs_done(out) >= 2)
+    except BaseException:
+        slurm.run("scancel", *jobs.values(), check=False)  # a failure here must not hold the cluster for later tests
+        raise
     # The limit becomes 1 minute once the run has measured something, so it has whatever the
     # machine's speed; slurmctld then ends the job as TIMEOUT at its next time-limit check.
     slurm.run("scontrol", "update", f"JobId={jobs['timelimit']}", "TimeLimit=1")
