@@ -145,7 +145,7 @@ def _gap_part(gap: pd.DataFrame, fw: str):
 
 
 def _gap_parts(gap: pd.DataFrame, fws: list) -> list:
-    """'PyG and DGL lose most to compute contention (PyG 55%, DGL 48% of the missing time).'"""
+    """'PyG and DGL: mostly compute contention (PyG 55%, DGL 48% of the gap).'"""
     found = {fw: _gap_part(gap, fw) for fw in fws}
     found = {fw: v for fw, v in found.items() if v}
     if not found:
@@ -156,14 +156,14 @@ def _gap_parts(gap: pd.DataFrame, fws: list) -> list:
     out = []
     for top in dict.fromkeys(v[0] for v in found.values()):
         who = [fw for fw, v in found.items() if v[0] == top]
-        out.append((f"{' and '.join(framework_label(f) for f in who)} lose{'s' if len(who) == 1 else ''} "
-                    f"most to {speedup_gap.PART_SHORT[top]} (", None))
+        out.append((f"{' and '.join(framework_label(f) for f in who)}: mostly {speedup_gap.PART_SHORT[top]} (", None))
         for i, fw in enumerate(who):
             r = found[fw][1]
             out += [(("" if i == 0 else ", ") + (f"{framework_label(fw)} " if len(who) > 1 else ""), None),
                     (f"{100 * r[f'{top}_share']:.0f}%", "#" + speedup_gap.gap_anchor(r))]
         over = any(found[fw][1][f"{top}_share"] > 1 for fw in who)  # the other parts gave time back
-        out.append((" of the missing time" + (": other parts gave time back" if over else "") + "). ", None))
+        # Short: with two frameworks each losing most to a different part, this is said twice.
+        out.append((" of the gap" + (", others gave time back" if over else "") + "). ", None))
     return out
 
 
