@@ -31,13 +31,17 @@ from pathlib import Path
 from typing import Any
 
 
-def _wrong_python(exc: ImportError) -> str:
-    """One line for a Python that lacks the suite's own packages (not a project lane)."""
+def outside_lanes(why: str) -> str:
+    """The one line for a Python that is none of the project's lanes (it lacks a framework or
+    the suite's own packages). Standard library only: it serves before any import can fail."""
     root = Path(__file__).resolve().parent.parent
-    return (f"error: this Python ({sys.executable}) cannot import {exc.name or exc}: it is not one of the "
-            f"project's lanes. Run the command with the lane's interpreter, from {root}: "
-            f".venv/bin/python -m runners.run ... (`make setup` builds it; .venv-current/bin/python for "
-            f"the current lane)")
+    return (f"{why}. This Python ({sys.executable}) is not one of the project's lanes; nothing was run or "
+            f"recorded. Use the lane's interpreter from {root}: .venv/bin/python -m runners.run ... (the pair "
+            "lane carries both frameworks; `make setup` builds it; .venv-current/bin/python is the current lane)")
+
+
+def _wrong_python(exc: ImportError) -> str:
+    return "error: " + outside_lanes(f"this Python cannot import {exc.name or exc}")
 
 
 try:
@@ -283,10 +287,7 @@ def parse_and_check(argv: list) -> tuple:
         unavailable = None if cfg.skip_reason else envinfo.framework_unavailable(cfg.framework, env)
         if unavailable and cfg.lane == "unmanaged":
             # `skipped` is for a lane that cannot carry the framework by design.
-            raise ConfigError(f"{unavailable}. This Python ({sys.executable}) is not one of the project's "
-                              f"lanes; nothing was run or recorded. Use the lane's interpreter from "
-                              f"{envinfo.REPO_ROOT}: {envinfo.lane_interpreter('pair')} -m runners.run ... "
-                              "(the pair lane carries both frameworks; `make setup` builds it)")
+            raise ConfigError(outside_lanes(unavailable))
         if unavailable:
             cfg.skip_reason = unavailable
             return cfg, env, "framework_unavailable"
