@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.formatting import fmt_num
+from analysis.formatting import fmt_bytes, fmt_count, fmt_duration, fmt_duration_pm, fmt_num
 
 
 @dataclass
@@ -100,9 +100,12 @@ def value_cell(p, value: str, fmt=fmt_num, scale: float = 1.0) -> Cell:
     if p["n_ok"] == 0:
         return Cell(p["statuses"], css=f"status status-{p['worst_status']}", title=title)
     m, ci = p[f"{value}_mean"] * scale, p[f"{value}_ci95"] * scale
-    text = fmt(m)
-    if not pd.isna(ci):
-        text += f" ± {fmt(ci) if fmt is not fmt_num else fmt_num(ci, ref=m)}"
+    if fmt is fmt_duration:
+        text = fmt_duration_pm(m, ci)
+    else:
+        text = fmt(m)
+        if not pd.isna(ci):
+            text += f" ± {fmt(ci) if fmt is not fmt_num else fmt_num(ci, ref=m)}"
     if p["n_ok"] < p["n_runs"]:
         text += f" ({p['n_runs'] - p['n_ok']} of {p['n_runs']} not ok)"
     return Cell(text, title=title)
@@ -127,12 +130,24 @@ def index_cells(values, previous) -> list:
     return cells
 
 
+def _human(column: str, v) -> str:
+    """A number in its column's unit: seconds ('_s') as ms/s/min, bytes ('_bytes') as MiB/GiB,
+    other floats to three digits, large counts as k/M."""
+    if column.endswith("_s"):
+        return fmt_duration(v)
+    if column.endswith("_bytes"):
+        return fmt_bytes(v)
+    if isinstance(v, float):
+        return fmt_num(v)
+    return fmt_count(v)
+
+
 def _frame_cells(rec: dict, columns, code_cols, status_col) -> list:
     cells = []
     for c in columns:
         v = rec[c]
         text = "—" if v is None or (isinstance(v, float) and pd.isna(v)) else (
-            fmt_num(v) if isinstance(v, float) else str(v))
+            _human(c, v) if isinstance(v, numbers.Number) and not isinstance(v, bool) else str(v))
         css = "code" if c in code_cols else ("" if isinstance(v, numbers.Number) and not isinstance(v, bool) else "text")
         if c == status_col:
             css = f"status status-{v}"

@@ -69,6 +69,19 @@ def fmt_duration(s) -> str:
     return f"{s / 60:.1f} min" if abs(s) < 7200 else f"{s / 3600:.1f} h"
 
 
+def fmt_duration_pm(mean, halfwidth) -> str:
+    """A duration and its interval in one unit, chosen by the mean: '412 ± 12.3 ms', '1.23 ± 0.04 s'."""
+    if _missing(mean):
+        return "n/a"
+    if _missing(halfwidth):
+        return fmt_duration(mean)
+    if abs(mean) < 1:
+        return f"{fmt_num(1000 * mean)} ± {fmt_num(1000 * halfwidth, ref=1000 * mean)} ms"
+    if abs(mean) < 120:
+        return f"{fmt_num(mean)} ± {fmt_num(halfwidth, ref=mean)} s"
+    return f"{mean / 60:.1f} ± {halfwidth / 60:.1f} min"
+
+
 def fmt_pct(v) -> str:
     """A share as a percentage with one decimal: 0.123 -> '12.3%'."""
     return "n/a" if v is None or pd.isna(v) else f"{100 * v:.1f}%"

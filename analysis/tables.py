@@ -17,7 +17,7 @@ import pandas as pd
 from analysis import FRAMEWORK_ORDER, GRID_KEYS, PHASE_LABELS, PHASES, framework_label, model_label
 from analysis.comparisons import framework_comparison, framework_pairs
 from analysis.display import Cell, GridTable, TableSet, index_cells, row_anchor, value_cell
-from analysis.formatting import fmt_num, fmt_pct, fmt_si, status_text
+from analysis.formatting import fmt_duration, fmt_num, fmt_pct, fmt_si, status_text
 from analysis.grouping import paper_order, performance_points, performance_runs
 from analysis.stats import CI_METHOD_RATIO, ratio_interval, verdict
 
@@ -79,11 +79,11 @@ def training_time_table(points: pd.DataFrame) -> TableSet:
                    "steady_epoch_time_s_ci95", "train_time_s_mean", "command"]] if not points.empty else points
     return TableSet(
         "table2", "Epoch time (seed study's Table 2 layout)",
-        "Slowest rank's steady-state epoch time in seconds (one pass over the training split, after the warm-up "
+        "Slowest rank's steady-state epoch time (one pass over the training split, after the warm-up "
         "epoch), mean ± 95% CI over repeats: the seed study's total training time divided into what one epoch "
         "costs, since timing runs stop once that is known. Batch size is per process. The faster framework of "
         "each pair is bold; a cell without any ok run shows its status instead.",
-        data, table2_grids(points, "steady_epoch_time_s", best="min"))
+        data, table2_grids(points, "steady_epoch_time_s", fmt=fmt_duration, best="min"))
 
 
 def accuracy_table(points: pd.DataFrame) -> TableSet:

@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # only named in annotations; the supervisor imports this modu
 CAUSES = {
     "uneven_batches": (
         "unequal numbers of batches per rank: a rank that ran out of batches left the others "
-        "waiting in the gradient all-reduce",
+        "waiting in their next collective (DDP's gradient all-reduce, or its bucket set-up in forward)",
         "give every rank the same number of batches (pad the seed split as DGL's use_ddp=True "
         "does, or drop the remainder); never use a naive split",
     ),

@@ -242,6 +242,19 @@ def test_fmt_duration(value, text):
     assert formatting.fmt_duration(value) == text
 
 
+@pytest.mark.parametrize("mean, half, text", [(0.412, 0.0123, "412 ± 12 ms"), (1.234, 0.04, "1.23 ± 0.04 s"),
+                                               (2.5, float("nan"), "2.50 s"), (300, 12, "5.0 ± 0.2 min")])
+def test_fmt_duration_with_interval_keeps_one_unit(mean, half, text):
+    assert formatting.fmt_duration_pm(mean, half) == text
+
+
+def test_plain_tables_print_seconds_and_bytes_in_human_units():
+    frame = pd.DataFrame([{"run": "a", "train_time_s": 0.0412, "wall_s": 250.0, "rss_bytes": 784_737_244,
+                           "steps": 12_345, "ratio": 1.23456}])
+    cells = [c.text for c in frame_table(frame, "x", "x", "x").grids[0].rows[0]]
+    assert cells == ["a", "41.2 ms", "4.2 min", "748 MiB", "12.3k", "1.23"]
+
+
 @pytest.mark.parametrize("value, text", [(9876, "9,876"), (12_345, "12.3k"), (784_737_244, "785M"), (None, "n/a")])
 def test_fmt_count(value, text):
     assert formatting.fmt_count(value) == text
