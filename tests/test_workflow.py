@@ -158,9 +158,15 @@ def test_default_sweep_run_kinds(tmp_path):
              "lane": [c for c in commands if "/current-" in c], "hang": [c for c in commands if "/hang-" in c]}
     timing = [c for c in commands if c not in kinds["conv"] + kinds["study"] + kinds["lane"] + kinds["hang"]]
     assert len(timing) == 96 and len(kinds["conv"]) == 12 and len(kinds["study"]) == 16
-    # The current lane's timing runs: the same stop rule, its own Python, --lane current; the
-    # pair's runs name no lane (the runner records the Python's own), so adding lanes reran none.
-    assert len(kinds["lane"]) == 12
+    # The current lane is opt-in (`make report LANES=current` passes this --config): its timing
+    # runs have the same stop rule, its own Python, --lane current; the pair's runs name no lane
+    # (the runner records the Python's own), so adding the lane reruns none of them.
+    assert kinds["lane"] == []
+    with_lane = snakemake("-n", "-p", "--configfile", str(CONFIGS / "config.yaml"), "--config",
+                          "lanes={compare: [current]}", cwd=tmp_path)
+    lane_commands = [c for c in (with_lane.stdout + with_lane.stderr).splitlines() if "runners.run" in c]
+    kinds["lane"] = [c for c in lane_commands if "/current-" in c]
+    assert len(kinds["lane"]) == 12 and sorted(set(lane_commands) - set(kinds["lane"])) == sorted(commands)
     assert all("--until precise" in c and "--lane current" in c and ".venv-current/bin/python" in c
                for c in kinds["lane"])
     assert not any("--lane" in c for c in timing + kinds["conv"] + kinds["study"])

@@ -314,7 +314,19 @@ def workflow_rerun():
     for path in workflow.overwrite_configfiles or []:
         rel = os.path.relpath(os.path.abspath(path), workflow.basedir)
         words += ["--configfile", path if rel.startswith("..") else rel]
+    # --config values too (`make report LANES=current` adds its lane so), or a lane's point
+    # would not be in the rerun's workflow at all
+    overrides = dict(workflow.config_settings.config or {})
+    if overrides:
+        words += ["--config", *(f"{key}={yaml_flow(value)}" for key, value in overrides.items())]
     return " ".join(shlex.quote(str(w)) for w in words)
+
+
+def yaml_flow(value):
+    """A --config value as one line of YAML ({compare: [current]}), which snakemake parses back."""
+    import yaml
+
+    return yaml.safe_dump(value, default_flow_style=True, width=10**6).strip().removesuffix("\n...")
 
 
 WORKFLOW_RERUN = workflow_rerun()
