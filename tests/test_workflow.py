@@ -310,7 +310,7 @@ def test_slow_runs_start_interleaved_by_repeat(tmp_path):
     shuffled order the run messages number (checked on the real runs' started_at); then the
     adaptive second round adds repeats where the interval is too wide."""
     proj = project_copy(tmp_path)
-    cfg = minimal_with(**{"grid.repeats": 2, "max_steps_per_epoch": 2})
+    cfg = minimal_with(**{"grid.repeats": 2, "max_steps_per_epoch": 2, "epochs": 2})  # a steady epoch to compare
     (proj / "order.yaml").write_text(yaml.safe_dump(cfg))
     res = snakemake(
         "--configfile",
