@@ -511,8 +511,9 @@ def render(rows: list, raw: dict, s: Settings) -> str:
         lines += ["", "Launch, part by part, seconds (median over repeats; a rank part is the slowest rank's):", "",
                   "| part | " + " | ".join(f"{fw} {v}" for fw, v in cols) + " |", "|---|" + "---|" * len(cols)]
         lines += [f"| {n} | " + " | ".join(f"{raw['launch'][fw][v][n]:.2f}" for fw, v in cols) + " |" for n in names]
-        lines += ["| floor: " + " / ".join(raw["launch"][fw]["floor"]) + " | " + " | ".join(
-            " / ".join(f"{x:.2f}" for x in raw["launch"][fw]["floor"].values()) for fw, v in cols) + " |"]
+        floor_names = " / ".join(raw["launch"][cols[0][0]]["floor"])
+        lines += [f"| floor: {floor_names} | " + " | ".join(
+            " / ".join(f"{x:.2f}" for x in raw["launch"][fw]["floor"].values()) for fw, _ in cols) + " |"]
     lines += ["", f"Settings: dataset {s.dataset}, {s.devices} processes, batch {s.batch_size}, fan-outs "
               f"{s.fanouts}, workers {s.workers}, {s.epochs} epochs, {s.repeats} repeats, models "
               f"{','.join(s.models)}; memory graph {s.memory_graph[0]} nodes, {s.memory_graph[1]} edges, "
