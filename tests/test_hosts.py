@@ -92,3 +92,83 @@ def test_teardown_leaves_nothing_even_after_a_failure():
     assert made.leftovers() == []
     assert not [p for p in pids if Path(f"/proc/{p}").exists() and
                 Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"]
+
+
+# -- DDP across the hosts --------------------------------------------------------------------
+
+def start_job(hosts, out: Path, framework: str, epochs=2, extra=()) -> list:
+    """One runner (one torchrun agent, 2 ranks) per host, the master on host 0's address; the
+    same --out for both (the namespaces share this filesystem): node 1 writes into node1/."""
+    port = next(_ports)
+    procs = []
+    for h in hosts.hosts:
+        argv = runner_argv(out, framework=framework, devices=2, epochs=epochs, extra=[
+            "--nnodes", "2", "--node-rank", str(h.index), "--master-addr", hosts.hosts[0].address,
+            "--master-port", str(port), *extra])
+        log = open(out.parent / f"node{h.index}.log", "w")
+        # `env` inside the host: `ip netns exec` keeps the environment, but say what the run needs.
+        procs.append(hosts.popen(h, ["env", f"PYTHONPATH={run_env()['PYTHONPATH']}", *argv], cwd=REPO,
+                                 stdout=log, stderr=subprocess.STDOUT))
+        log.close()
+    return procs
+
+
+def wait_job(procs: list, out: Path) -> list:
+    codes = [p.wait(timeout=RUN_TIMEOUT_S) for p in procs]
+    return codes
+
+
+def logs(out: Path) -> str:
+    return "".join(f"--- node{i}.log\n" + (out.parent / f"node{i}.log").read_text()[-2500:] for i in (0, 1))
+
+
+def result_of(d: Path) -> dict:
+    result = json.loads((d / "result.json").read_text())
+    jsonschema.validate(result, SCHEMA)
+    return result
+
+
+@pytest.mark.parametrize("framework", ["pyg", "dgl"])
+def test_ddp_across_two_hosts(hosts, tmp_path, framework):
+    """4 ranks, 2 per host: each all-reduce goes between ranks on one host and across the link.
+    Gloo is bound to the link's interface: left to itself it binds the address the hostname
+    resolves to, 127.0.1.1 here (as on Debian), and the hosts cannot connect."""
+    out = tmp_path / "job"
+    codes = wait_job(start_job(hosts, out, framework), out)
+    assert codes == [0, 0], logs(out)
+    r0, r1 = result_of(out), result_of(out / "node1")
+    assert r0["status"] == "ok" and r1["status"] == "ok", logs(out)
+    assert r0["run_id"] == r1["run_id"] and "-d2x2-" in r0["run_id"]
+    h0, h1 = hosts.hosts
+    assert [(r["rank"], r["host"]) for r in r0["ranks"]] == [(0, h0.hostname), (1, h0.hostname)]
+    assert [(r["rank"], r["host"]) for r in r1["ranks"]] == [(2, h1.hostname), (3, h1.hostname)]
+    for r, h in ((r0, h0), (r1, h1)):
+        net = r["env"]["network"]
+        assert r["env"]["hostname"] == h.hostname
+        assert (net["address"], net["interface"], net["gloo_socket_ifname"]) == (
+            h.address, netns_hosts.IFNAME, netns_hosts.IFNAME), net
+        assert net["master_addr"] == h0.address
+        assert r["env"]["rank_env_vars"]["GLOO_SOCKET_IFNAME"] == netns_hosts.IFNAME
+        # The run's result names both hosts and their ranks (exchanged at the end of training).
+        assert net["ranks_by_host"] == {h0.hostname: [0, 1], h1.hostname: [2, 3]} and net["all_ranks_known"]
+    # Node 0 knows the slowest rank of the whole job, including those on the other host.
+    assert len(r0["summary"]["rank_train_times_s"]) == 4
+    assert r0["summary"]["train_time_s"] == pytest.approx(max(r0["summary"]["rank_train_times_s"]))
+    # The aggregate merges node 1's ranks into node 0's run.
+    from analysis import aggregate
+
+    agg = aggregate.aggregate([tmp_path])
+    assert list(agg.runs["run_id"]) == [r0["run_id"]] and agg.invalid.empty
+    assert sorted(agg.epochs["rank"].unique()) == [0, 1, 2, 3]
+
+
+def test_unreachable_master_is_refused_naming_it(hosts, tmp_path):
+    """A master address no interface of the host routes to: exit 2 before launch, naming it."""
+    out = tmp_path / "job"
+    bad = "192.0.2.1"  # TEST-NET-1: the hosts have no route to it, so no packet is ever sent
+    argv = runner_argv(out, framework="pyg", devices=1, epochs=1, extra=[
+        "--nnodes", "2", "--node-rank", "1", "--master-addr", bad, "--master-port", str(next(_ports))])
+    res = hosts.run(hosts.hosts[1], ["env", f"PYTHONPATH={run_env()['PYTHONPATH']}", *argv], timeout=120, cwd=REPO)
+    assert res.returncode == 2, res.stdout[-2000:]
+    assert f"--master-addr {bad}: not reachable from this host" in res.stdout
+    assert not (out / "node1" / "result.json").exists()
