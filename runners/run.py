@@ -449,6 +449,8 @@ def child_environment(cfg: RunConfig, network: dict | None = None) -> dict:
     env = dict(os.environ)
     if network and network["gloo_socket_ifname"]:
         env["GLOO_SOCKET_IFNAME"] = network["gloo_socket_ifname"]
+    if network:
+        env["GNNSCALE_NODE_ADDRESS"] = network["address"]
     env.update({
         "OMP_NUM_THREADS": str(cfg.threads_per_rank), "PYTHONUNBUFFERED": "1",
         "PYTHONPATH": os.pathsep.join(filter(None, [str(envinfo.REPO_ROOT), os.environ.get("PYTHONPATH")])),
@@ -726,6 +728,12 @@ def main(argv=None) -> int:
     failed = supervise(cfg, stage, run, log)
     if failed is not None:
         return failed
+    if cfg.nodes > 1 and run.outcome.diagnosis:
+        from runners import nodes
+
+        # A node's watchdog sees its own processes only: name the hosts, and another node's part.
+        run.outcome.diagnosis = nodes.explain(cfg, stage, run.local_ranks, run.outcome.status,
+                                              run.outcome.diagnosis, run.started_at)
     recheck_dataset(data, env)
     return write_and_report(stage, out, launched_result(cfg, argv, data, env, pre, run), run)
 

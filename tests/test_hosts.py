@@ -172,3 +172,79 @@ def test_unreachable_master_is_refused_naming_it(hosts, tmp_path):
     assert res.returncode == 2, res.stdout[-2000:]
     assert f"--master-addr {bad}: not reachable from this host" in res.stdout
     assert not (out / "node1" / "result.json").exists()
+
+
+# -- the watchdog across hosts -----------------------------------------------------------------
+
+def node_pids(hosts) -> dict:
+    return {h.index: hosts.pids(h) for h in hosts.hosts}
+
+
+def test_killed_host_is_named_and_nothing_is_left(hosts, tmp_path):
+    """Host 1 dies mid-run (every process in it killed at once): node 0's run ends with a result
+    that names the lost node and its host, and nothing of the run is left on host 0."""
+    out = tmp_path / "job"
+    procs = start_job(hosts, out, "dgl", epochs=40, extra=["--stall-floor", "5"])
+    h0, h1 = hosts.hosts
+    epochs = None
+    for _ in range(600):  # until node 0 has finished an epoch: at most 600 polls, 120 s
+        epochs = next(live_dir(out).glob("rank0/epochs.csv"), None)
+        if epochs is not None and len(epochs.read_text().splitlines()) > 1:
+            break
+        time.sleep(0.2)
+    assert epochs is not None, logs(out)
+    killed = []
+    for _ in range(20):  # every process of host 1, until none is left: at most 20 rounds
+        hit = hosts.kill_host(h1)
+        killed += hit
+        if not hit:
+            break
+        time.sleep(0.1)
+    assert killed and not hosts.pids(h1)
+    assert procs[0].wait(timeout=RUN_TIMEOUT_S) == 0, logs(out)
+    r0 = result_of(out)
+    d = r0["diagnosis"]
+    assert r0["status"] == "crashed" and d["cause"] == "lost_node", d
+    assert d["lost_nodes"] == [{"node": 1, "host": h1.hostname, "address": h1.address, "ranks": [2, 3]}], d
+    assert d["summary"].startswith(f"crashed: lost node 1 (host {h1.hostname}, {h1.address}, ranks 2-3)"), d
+    assert d["culprit_rank"] is None  # node 0's ranks were victims
+    assert r0["epochs"] and not r0["summary"]  # what node 0 measured is kept; no timing claimed
+    # Nothing of the run is left on host 0 (nor on host 1): every process of both namespaces is gone.
+    assert node_pids(hosts) == {0: [], 1: []}
+    assert not [p for p in run_pids(out) if alive(p)]
+
+
+def run_pids(out: Path) -> set:
+    """Every rank pid node 0 recorded, and every rank's of the job (the ranks exchange them)."""
+    return {json.loads(f.read_text())["pid"] for f in out.glob("rank*/rank.json")}
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_frozen_rank_on_the_other_host_is_named_with_its_host(hosts, tmp_path):
+    """Rank 3, on host 1, is frozen (SIGSTOP inside backward): host 1's watchdog names it with
+    its host from its process state; node 0, whose ranks only wait in the all-reduce, names the
+    same culprit from node 1's result. Nothing is left running on either host."""
+    out = tmp_path / "job"
+    procs = start_job(hosts, out, "pyg", epochs=3,
+                      extra=["--inject", "freeze-rank", "--allow-fault-injection", "--stall-floor", "5"])
+    assert wait_job(procs, out) == [0, 0], logs(out)
+    h0, h1 = hosts.hosts
+    r0, r1 = result_of(out), result_of(out / "node1")
+    d1 = r1["diagnosis"]
+    assert r1["status"] == "hang" and d1["culprit_rank"] == 3 and d1["cause"] == "stalled_rank", d1
+    assert d1["summary"].startswith(f"hang: rank 3 on host {h1.hostname} (node 1) "), d1
+    frozen = next(x for x in d1["ranks"] if x["rank"] == 3)
+    assert frozen["state"] == "stopped" and frozen["host"] == h1.hostname, frozen
+    d0 = r0["diagnosis"]
+    assert r0["status"] == "hang" and d0["culprit_rank"] == 3 and d0["cause"] == "stalled_rank", d0
+    assert f"rank 3 on host {h1.hostname} (node 1)" in d0["summary"], d0
+    assert d0["culprit_node"]["node"] == 1 and d0["culprit_node"]["host"] == h1.hostname, d0
+    assert {x["host"] for x in d0["ranks"]} == {h0.hostname}  # node 0 saw its own ranks waiting
+    assert node_pids(hosts) == {0: [], 1: []}
+    assert not [p for p in run_pids(out) | run_pids(out / "node1") if alive(p)]
