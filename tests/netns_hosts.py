@@ -180,6 +180,10 @@ class Hosts:
             _ip("netns", "del", ns, check=False)
             shutil.rmtree(ETC_NETNS / ns, ignore_errors=True)
         self.made = []
+        try:
+            ETC_NETNS.rmdir()  # only when empty: another session's hosts keep theirs
+        except OSError:
+            pass
 
     def leftovers(self) -> list:
         """What of this fixture still exists: namespaces, /etc/netns entries, links in root's
