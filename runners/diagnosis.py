@@ -51,6 +51,12 @@ CAUSES = {
         "a rank failed and the remaining ranks were left waiting in a collective",
         "fix the failing rank's error (see its excerpt); the rank starter then stops the others",
     ),
+    "lost_node": (
+        "another node of a multi-node run was lost (its processes died, or the host or network "
+        "went away): this node's ranks saw their connections to it reset",
+        "look at the lost node: its own result (node{K}/result.json), its kernel log (OOM killer), "
+        "the scheduler's record of it; then rerun the job",
+    ),
     "collective_mismatch": (
         "every rank is blocked in a collective: the ranks issued collectives that do not match "
         "(different counts or order)",

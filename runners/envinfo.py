@@ -214,6 +214,35 @@ def framework_unavailable(name: str, env: dict) -> str | None:
     return None
 
 
+class NoRoute(Exception):
+    """The master address of a multi-node run cannot be resolved or reached from this host."""
+
+
+def network(master_addr: str, master_port: int) -> dict:
+    """How this node reaches a multi-node run's master: the local address the kernel routes
+    from (a UDP connect: no packet is sent), its interface, and the interface gloo is bound to.
+    Gloo otherwise binds the address its hostname resolves to, on many hosts 127.0.1.1 (Debian's
+    /etc/hosts): the other nodes then cannot reach it ("Gloo connectFullMesh failed").
+    GLOO_SOCKET_IFNAME set by the user wins. Raises NoRoute naming the address."""
+    import psutil
+
+    try:
+        family, _, _, _, where = socket.getaddrinfo(master_addr, master_port, type=socket.SOCK_DGRAM)[0]
+        with socket.socket(family, socket.SOCK_DGRAM) as s:
+            s.connect(where)
+            local = s.getsockname()[0]
+    except OSError as exc:
+        raise NoRoute(f"--master-addr {master_addr}: not reachable from this host "
+                      f"({exc.strerror or exc}); give the master node's address on a network this host shares") from exc
+    interface = next((name for name, addrs in psutil.net_if_addrs().items()
+                      if any(a.address.split("%")[0] == local for a in addrs)), None)
+    chosen = os.environ.get("GLOO_SOCKET_IFNAME")
+    return {"master_addr": master_addr, "master_port": master_port, "master_ip": where[0],
+            "address": local, "interface": interface,
+            "gloo_socket_ifname": chosen or interface,
+            "gloo_socket_ifname_source": "environment" if chosen else "the interface that routes to the master"}
+
+
 def collect() -> dict:
     """Everything recorded in result.json's `env` (except the dataset hash)."""
     nvml = nvml_status()

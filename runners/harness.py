@@ -381,6 +381,13 @@ class Rank:
         self.info["collective_timeout_s"] = cfg.collective_timeout_s
         dist.init_process_group(cfg.backend, timeout=datetime.timedelta(seconds=cfg.collective_timeout_s))
         self.mark("process_group_ready")
+        if cfg.nodes > 1:
+            # Every rank's host and address, known to every node from the start: a node that
+            # loses another (its ranks see only a reset connection) can name it.
+            peers = [None] * self.world
+            dist.all_gather_object(peers, {"rank": self.rank, "host": self.info["host"],
+                                           "address": os.environ.get("GNNSCALE_NODE_ADDRESS")})
+            self.info["peers"] = peers
         graph, adapter, model = self.load_data_and_model(device, seed)
         t = self.set_up_training(torch, device, graph, adapter, model)
         self.mark("model_ready")

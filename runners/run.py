@@ -304,6 +304,11 @@ def parse_and_check(argv: list) -> tuple:
             cfg.skip_reason = unavailable
             return cfg, env, "framework_unavailable"
         check_environment(cfg, env)
+        if cfg.nodes > 1:
+            try:
+                env["network"] = envinfo.network(cfg.master_addr, cfg.master_port)
+            except envinfo.NoRoute as exc:
+                raise ConfigError(str(exc))
         if cfg.memory_limit_bytes:
             from runners.memory import MemoryCgroup, MemoryLimitError
 
@@ -457,9 +462,14 @@ class Launch:
         return {name: round(t - self.launch_t, 4) for name, t in self.marks.items()}
 
 
-def child_environment(cfg: RunConfig) -> dict:
-    """torchrun's environment: threads per rank, unbuffered output, the repository importable."""
+def child_environment(cfg: RunConfig, network: dict | None = None) -> dict:
+    """torchrun's environment: threads per rank, unbuffered output, the repository importable;
+    for a multi-node run, gloo bound to the interface that reaches the master (envinfo.network)."""
     env = dict(os.environ)
+    if network and network["gloo_socket_ifname"]:
+        env["GLOO_SOCKET_IFNAME"] = network["gloo_socket_ifname"]
+    if network:
+        env["GNNSCALE_NODE_ADDRESS"] = network["address"]
     env.update({
         "OMP_NUM_THREADS": str(cfg.threads_per_rank), "PYTHONUNBUFFERED": "1",
         "PYTHONPATH": os.pathsep.join(filter(None, [str(envinfo.REPO_ROOT), os.environ.get("PYTHONPATH")])),
@@ -469,14 +479,14 @@ def child_environment(cfg: RunConfig) -> dict:
     return env
 
 
-def launch(cfg: RunConfig, out: Path, config_path: Path) -> Launch:
+def launch(cfg: RunConfig, out: Path, config_path: Path, network: dict | None = None) -> Launch:
     """Start torchrun (in its memory cgroup when capped) with the signal handling installed;
     a launch that fails is recorded in the Launch's outcome."""
     import psutil
 
     from runners.supervisor import Interruption, Outcome
 
-    child_env = child_environment(cfg)
+    child_env = child_environment(cfg, network)
     # Oversubscribed cores slow multi-threaded ranks many-fold (OpenMP threads wait for each
     # other): a run on a busy machine measures the load, not the framework. The load average
     # still remembers the previous run of a sweep, so look at what the CPUs do right now.
@@ -639,6 +649,19 @@ def probes_section(cfg: RunConfig, env: dict, first_info: dict, m: dict) -> dict
     }
 
 
+def network_section(env: dict, m: dict) -> dict:
+    """A multi-node run's `env.network` with every rank's host: the hosts this node saw, and
+    the whole job's once the ranks have exchanged them at the end (harness: `all_ranks`)."""
+    if "network" not in env:
+        return {}
+    all_ranks = next((i["all_ranks"] for i in m["infos"].values() if i.get("all_ranks")), None)
+    seen = all_ranks or [{"rank": r["rank"], "host": r.get("host")} for r in m["ranks"]]
+    hosts: dict = {}
+    for r in sorted(seen, key=lambda r: r["rank"]):
+        hosts.setdefault(r.get("host"), []).append(r["rank"])
+    return {"network": {**env["network"], "ranks_by_host": hosts, "all_ranks_known": all_ranks is not None}}
+
+
 def launched_result(cfg: RunConfig, argv: list, data: Dataset, env: dict, pre: dict, run: Launch) -> dict:
     """result.json of a run that was launched: the ranks' records, the summary (ok runs only)
     and everything the launcher and the watchdog saw."""
@@ -654,7 +677,8 @@ def launched_result(cfg: RunConfig, argv: list, data: Dataset, env: dict, pre: d
         "config": {**cfg.to_json(), "adapter_choices": first_info.get("adapter_choices"),
                    "harness_settings": first_info.get("harness") or {"name": cfg.harness},
                    "lr_effective": first_info.get("lr_effective")},
-        "env": {**env, "rank_env_vars": first_info.get("env_vars"), "rank_starter": rank_starter(cfg)},
+        "env": {**env, "rank_env_vars": first_info.get("env_vars"), "rank_starter": rank_starter(cfg),
+                **network_section(env, m)},
         "seeds": {"base": cfg.seed, "per_rank": m["seeds"],
                   "rule": "rank: (seed*1000003 + rank*10007) mod 2^31; worker w: that + w + 1",
                   "split": first_info.get("seed_split")},
@@ -730,12 +754,18 @@ def main(argv=None) -> int:
             raise
         return report_disk_full(stage, exc)
     pre = preflight_with_output(cfg, env, data.meta, space)
-    run = launch(cfg, stage, stage / "config.json")
+    run = launch(cfg, stage, stage / "config.json", env.get("network"))
     run.marks.update(launcher_created=launcher_created(), launcher_main=main_t)
     failed = supervise(cfg, stage, run, log)
     if failed is not None:
         return failed
     run.marks["tree_exited"] = time.time()
+    if cfg.nodes > 1 and run.outcome.diagnosis:
+        from runners import nodes
+
+        # A node's watchdog sees its own processes only: name the hosts, and another node's part.
+        run.outcome.diagnosis = nodes.explain(cfg, stage, run.local_ranks, run.outcome.status,
+                                              run.outcome.diagnosis, run.started_at)
     recheck_dataset(data, env)
     return write_and_report(stage, out, launched_result(cfg, argv, data, env, pre, run), run)
 

@@ -1,0 +1,135 @@
+"""A multi-node run seen from one node: which host each rank is on (exchanged by the ranks at
+start-up, rank.json's `peers`), and the diagnosis of a failure whose cause lies on another
+node: a node lost (this node's ranks saw only reset connections) or a culprit that the other
+node's own result names. A node's launcher sees only its own processes; this is how its
+result names what happened elsewhere."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import time
+from pathlib import Path
+
+from runners import diagnosis as rulebook
+from runners import history, record
+
+# A gloo error names the peer it lost: "Read error [10.231.7.11]:63165: Connection reset by peer".
+PEER_ADDRESS = re.compile(r"\[([0-9a-fA-F.:]+)\]:\d+")
+# How long node 0 waits for another node's result to name the culprit of a hang (that node's
+# watchdog fires at about the same moment, then dumps stacks and stops its tree).
+OTHER_RESULT_WAIT_S = 30.0
+
+
+def peers_of(out: Path, local_ranks: list) -> list | None:
+    """Every rank's {rank, host, address}, as one of this node's ranks recorded it."""
+    for r in local_ranks:
+        info = record.read_rank_info(out, r) or {}
+        if info.get("peers"):
+            return info["peers"]
+    return None
+
+
+def node_of(rank: int, devices: int) -> int:
+    return rank // devices  # torchrun's static rendezvous: node k holds ranks k*devices ...
+
+
+def describe_node(k: int, peers: list, devices: int) -> dict:
+    mine = [p for p in peers if node_of(p["rank"], devices) == k]
+    return {"node": k, "host": mine[0]["host"] if mine else None,
+            "address": mine[0]["address"] if mine else None, "ranks": [p["rank"] for p in mine]}
+
+
+def node_text(n: dict) -> str:
+    ranks = n["ranks"]
+    span = f"ranks {ranks[0]}-{ranks[-1]}" if len(ranks) > 1 else f"rank {ranks[0]}" if ranks else "no ranks known"
+    return f"node {n['node']} (host {n['host']}, {n['address']}, {span})"
+
+
+def explain(cfg, out: Path, local_ranks: list, status: str, diag: dict | None, started_at: str) -> dict | None:
+    """`diag` with every rank's host, and, when the cause is on another node, that node named:
+    a lost node (cause `lost_node`), or the culprit another node's result names (a hang)."""
+    if cfg.nodes < 2 or not diag:
+        return diag
+    peers = peers_of(out, local_ranks)
+    if not peers:
+        return diag  # the ranks never met (no process group): nothing to say about the others
+    hosts = {p["rank"]: p["host"] for p in peers}
+    for x in diag.get("ranks") or []:
+        if "rank" in x:
+            x["host"] = hosts.get(x["rank"])
+    lost = lost_nodes(cfg, diag, peers)
+    if lost:  # this node's failed ranks only lost their peers there: victims, not culprits
+        return _blame_lost(cfg, status, diag, lost, local_ranks)
+    culprit = diag.get("culprit_rank")
+    if culprit is not None and node_of(culprit, cfg.devices) == cfg.node_rank and culprit in hosts:
+        diag["summary"] = re.sub(rf"\brank {culprit}\b", f"rank {culprit} on host {hosts[culprit]} "
+                                 f"(node {cfg.node_rank})", diag["summary"], count=1)
+        return diag
+    if status == "hang" and cfg.node_rank == 0 and (culprit is None or diag.get("cause") == "collective_mismatch"):
+        return _adopt_remote_culprit(cfg, out, diag, started_at)
+    return diag
+
+
+def lost_nodes(cfg, diag: dict, peers: list) -> list:
+    """Other nodes whose addresses this node's ranks lost ('Connection reset by peer' naming
+    the address), when every error of theirs is such a lost peer (they were victims)."""
+    errors = [e for e in diag.get("evidence") or [] if " raised " in e]
+    if not errors or not all(rulebook.PEER_LOST.search(e) for e in errors):
+        return []
+    addresses = {a for e in errors for a in PEER_ADDRESS.findall(e)}
+    nodes = sorted({node_of(p["rank"], cfg.devices) for p in peers if p.get("address") in addresses}
+                   - {cfg.node_rank})
+    return [describe_node(k, peers, cfg.devices) for k in nodes]
+
+
+def _blame_lost(cfg, status: str, diag: dict, lost: list, local_ranks: list) -> dict:
+    cause, remedy = rulebook.CAUSES["lost_node"]
+    mine = f"ranks {local_ranks[0]}-{local_ranks[-1]}" if len(local_ranks) > 1 else f"rank {local_ranks[0]}"
+    what = "; ".join(node_text(n) for n in lost)
+    return {**diag, "summary": f"{status}: lost {what}: this node's {mine} saw their connections to it reset",
+            "cause": "lost_node", "cause_text": cause, "remedy": remedy, "culprit_rank": None,
+            "lost_nodes": lost, "evidence": [f"lost {what}"] + list(diag.get("evidence") or [])}
+
+
+def _when(stamp: str | None) -> float:
+    try:
+        return dt.datetime.fromisoformat(stamp).timestamp()
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def other_results(cfg, job: Path, started_at: str, wait_s: float = OTHER_RESULT_WAIT_S) -> dict:
+    """node k -> its result.json of this run, for the other nodes whose result appears within
+    `wait_s` (one check every 0.5 s). A result is this run's when it finished after this node
+    started and started within the start-up timeout of it (an earlier run of the point ended before)."""
+    t0, found = _when(started_at), {}
+    deadline = time.time() + wait_s
+    while True:
+        for k in range(1, cfg.nodes):
+            res = record.read_json(job / f"node{k}" / "result.json") if k not in found else None
+            if res and _when(res.get("finished_at")) >= t0 and abs(_when(res.get("started_at")) - t0) <= cfg.startup_timeout_s:
+                found[k] = res
+        if len(found) == cfg.nodes - 1 or time.time() > deadline:
+            return found
+        time.sleep(0.5)
+
+
+def _adopt_remote_culprit(cfg, out: Path, diag: dict, started_at: str) -> dict:
+    """Every rank of node 0 waited in a collective: its culprit is elsewhere. The other nodes
+    write their results beside node 0's (node{K}/, one --out on a shared filesystem); the
+    first that names a culprit gives the run's diagnosis."""
+    job = history.point_dir(out)
+    for k, res in sorted(other_results(cfg, job, started_at).items()):
+        theirs = res.get("diagnosis") or {}
+        if theirs.get("culprit_rank") is None:
+            continue
+        return {**diag, "summary": f"{theirs['summary']} (node {cfg.node_rank}'s ranks waited for it in a collective)",
+                "cause": theirs.get("cause"), "cause_text": theirs.get("cause_text"), "remedy": theirs.get("remedy"),
+                "culprit_rank": theirs["culprit_rank"],
+                "culprit_node": {"node": k, "host": res.get("env", {}).get("hostname"),
+                                 "result": str(Path(f"node{k}") / "result.json")},
+                "evidence": [f"node {k}'s result: {theirs['summary']}"] + list(diag.get("evidence") or [])}
+    diag["summary"] += (f" (every rank of node {cfg.node_rank} waited: the culprit is on another node; "
+                        "see the other nodes' results, node{K}/result.json)")
+    return diag
