@@ -56,6 +56,9 @@ class Point:
     run: dict  # the wildcards of its runs (repeat left out)
     added: int = 0
     why: list = field(default_factory=list)
+    kept: list = field(default_factory=list)  # repeats of an earlier second round, already run
+    result_dir: Path | None = None  # results/runs/DATASET
+    first_ok: int = 0  # ok runs of the first round
 
     @property
     def n(self) -> int:
@@ -127,11 +130,13 @@ class Plan:
     def to_json(self, points: dict, first_round: int) -> dict:
         runs = []
         for p in points.values():
-            runs += [{**p.run, "repeat": first_round + k} for k in range(p.added)]
+            runs += [{**p.run, "repeat": rep} for rep in p.kept]
+            runs += [{**p.run, "repeat": first_round + len(p.kept) + k} for k in range(p.added)]
         return {"precision": self.precision, "budget_s": self.budget_s, "max_repeats": self.max_repeats,
                 "first_round": first_round, "pooled_log_sd": self.pooled_sd, "planned_s": round(self.spent_s, 1),
-                "points": [{"point": p.label(), "first_round": len(p.times), "added": p.added, "why": p.why}
-                           for p in points.values() if p.added],
+                "points": [{"point": p.label(), "first_round": p.first_ok,
+                            "kept": len(p.kept), "added": p.added, "why": p.why}
+                           for p in points.values() if p.added or p.kept],
                 "comparisons": self.comparisons, "runs": runs}
 
 
@@ -197,7 +202,29 @@ def first_round_points(result_paths: list) -> tuple:
         p = points.setdefault(key, Point(key, [], [], run_wildcards(run_dir)))
         p.times.append(float(t))
         p.walls.append(float(data.get("wall_time_s") or 0.0))
+        p.result_dir = run_dir.parent
+    for p in points.values():
+        keep_earlier_second_round(p, repeats)
     return points, repeats
+
+
+def keep_earlier_second_round(p: Point, first_round: int) -> None:
+    """Repeats an earlier plan added to this point (`-rR` from the first round on, consecutive)
+    are measurements: they count, and stay in the plan, so a replan never drops a result."""
+    p.first_ok = len(p.times)
+    rep = first_round
+    while True:
+        path = p.result_dir / f"{p.run['name']}-r{rep}" / "result.json"
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return
+        t = (data.get("summary") or {}).get("steady_epoch_time_s")
+        p.kept.append(rep)
+        if data.get("status") == "ok" and t and t > 0:
+            p.times.append(float(t))
+            p.walls.append(float(data.get("wall_time_s") or 0.0))
+        rep += 1
 
 
 def run_wildcards(run_dir: Path) -> dict:

@@ -72,6 +72,32 @@ def test_the_pooled_spread_keeps_two_equal_times_from_looking_precise():
     assert by["pyg sage d2 b256 w0"] > 0  # projected with the pooled spread, not zero
 
 
+def write_result(root, fw, rep, seconds):
+    d = root / "runs" / "small" / f"{fw}-sage-d2-b256-w0-r{rep}"
+    d.mkdir(parents=True)
+    (d / "result.json").write_text(json.dumps({
+        "run_id": f"{fw}-{rep}", "status": "ok", "wall_time_s": 9.0,
+        "config": {"framework": fw, "model": "sage", "devices": 2, "batch_size": 256, "workers": 0, "repeat": rep},
+        "summary": {"steady_epoch_time_s": seconds}}))
+    return str(d / "result.json")
+
+
+def test_a_replan_keeps_the_repeats_an_earlier_plan_ran(tmp_path):
+    first = [write_result(tmp_path, fw, rep, base * noise) for fw, base in (("pyg", 1.0), ("dgl", 0.5))
+             for rep, noise in enumerate((1.0, 1.25))]
+    write_result(tmp_path, "pyg", 2, 1.1)  # an earlier second round ran r2 of PyG
+    out = tmp_path / "plan.json"
+    adaptive.main(["--precision", "0.01", "--budget-min", "1", "--max-repeats", "5", "--out", str(out), *first])
+    plan = json.loads(out.read_text())
+    pyg = sorted(r["repeat"] for r in plan["runs"] if r["name"].startswith("pyg"))
+    dgl = sorted(r["repeat"] for r in plan["runs"] if r["name"].startswith("dgl"))
+    assert pyg[0] == 2 and pyg == list(range(2, 2 + len(pyg)))  # r2 kept, new ones after it
+    assert dgl == list(range(2, 2 + len(dgl)))
+    by = {p["point"]: p for p in plan["points"]}
+    assert by["pyg sage d2 b256 w0"]["kept"] == 1 and by["pyg sage d2 b256 w0"]["first_round"] == 2
+    assert plan["comparisons"][0]["runs"] == "3+2"
+
+
 def test_command_line_plans_from_result_files(tmp_path):
     """Real result.json files (the report's reader) in, the plan's runs out, numbered after the
     first round's repeats."""
