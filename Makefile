@@ -39,8 +39,18 @@ slurm:
 	      || echo "slurm: could not install slurm-wlm and munge; the SLURM tests will be skipped"; \
 	  else echo "slurm: slurm-wlm not installed; the SLURM tests will be skipped"; fi; }
 
-report: lanes
-	$(VENV)/bin/snakemake --cores $(CORES) --profile profiles/default
+# Lanes beside the pair for `make report`, opt-in: `make report LANES=current` (comma-separated).
+LANES ?=
+comma := ,
+empty :=
+space := $(empty) $(empty)
+report_lanes := $(strip $(subst $(comma), ,$(LANES)))
+
+report:
+	@LANE=pair VENV=$(VENV) scripts/setup.sh
+	@for lane in $(report_lanes); do LANE=$$lane VENV=.venv-$$lane scripts/setup.sh || exit 1; done
+	$(VENV)/bin/snakemake --cores $(CORES) --profile profiles/default \
+	  $(if $(report_lanes),--config 'lanes={compare: [$(subst $(space),$(comma)$(space),$(report_lanes))]}')
 	@echo "report: $(CURDIR)/results/report/index.html"
 
 test: lanes browser slurm

@@ -108,6 +108,7 @@ class Aggregate:
     invalid: pd.DataFrame
     failures: list = field(default_factory=list)
     history: pd.DataFrame = field(default_factory=lambda: _frame([], HISTORY_COLUMNS))
+    plan: dict = field(default_factory=dict)  # the adaptive second round's plan (analysis.adaptive), if any
 
     FILES = {"runs": RUN_COLUMNS, "epochs": EPOCH_COLUMNS,
              "steps": ("run_id", "rank") + RANK_FILES["steps"],
@@ -121,6 +122,7 @@ class Aggregate:
         for name in self.FILES:
             getattr(self, name).to_csv(out_dir / f"{name}.csv", index=False)
         (out_dir / "failures.json").write_text(json.dumps(self.failures, indent=1, default=str))
+        (out_dir / "adaptive.json").write_text(json.dumps(self.plan, indent=1) + "\n")
 
     @classmethod
     def load(cls, out_dir: Path) -> "Aggregate":
@@ -131,7 +133,9 @@ class Aggregate:
             frames[name] = _read_csv(path, columns)
         failures_path = out_dir / "failures.json"
         failures = json.loads(failures_path.read_text()) if failures_path.exists() else []
-        return cls(failures=failures, **frames)
+        plan_path = out_dir / "adaptive.json"
+        plan = json.loads(plan_path.read_text()) if plan_path.exists() else {}
+        return cls(failures=failures, plan=plan, **frames)
 
 
 TEXT_COLUMNS = ("scheduler", "scheduler_job", "scheduler_nodes")
@@ -441,10 +445,14 @@ def main(argv=None) -> int:
     p.add_argument("--workflow", default=None, metavar="COMMAND",
                    help="the snakemake command of the sweep; each run's rerun through it (+ --forcerun its "
                         "result) goes into runs.csv")
+    p.add_argument("--plan", default=None, metavar="FILE",
+                   help="the adaptive second round's plan (python -m analysis.adaptive), for the report")
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
                    help="run directories, or directories to search for result.json")
     args = p.parse_args(argv)
     agg = aggregate(args.run_dirs, args.workflow)
+    if args.plan:
+        agg.plan = json.loads(Path(args.plan).read_text())
     agg.write(Path(args.out_dir))
     counts = agg.runs["status"].value_counts().to_dict()
     print(f"[analysis] {len(agg.runs)} runs ({', '.join(f'{k}: {v}' for k, v in counts.items()) or 'none'}), "

@@ -115,7 +115,9 @@ def lanes_table(runs: pd.DataFrame) -> TableSet:
         "How much of a gap between the frameworks is the torch version shows as the gap with one framework on "
         "each lane's torch and the other on the pair's. A framework "
         "a lane cannot import has its points skipped, with the reason.",
-        data, grids, empty_text="Only the pair lane ran (config `lanes` is empty).")
+        data, grids, empty_text="Only the pair lane ran. To time PyG on the newest torch beside it, run "
+        "`make report LANES=current` (it builds the lane's environment, about 14 min and 2.6 GB on a fresh "
+        "machine, then runs the lane's points only).")
 
 
 def lanes_findings(data: pd.DataFrame) -> list:

@@ -41,7 +41,7 @@ from runners.adapters import registry
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 TABLE_NAMES = ("table2", "speed", "paper_comparison", "study_work", "study_time", "scaling", "speedup_gap", "workers", "batch", "breakdown",
-               "throughput", "accuracy", "plan", "lanes", "deadlocks", "environment", "fairness", "runs", "invalid")
+               "throughput", "accuracy", "plan", "adaptive", "lanes", "deadlocks", "environment", "fairness", "runs", "invalid")
 PLOT_NAMES = ("summary", "status_map", "runtime_vs_devices", "speedup", "speedup_gap", "breakdown", "throughput", "resources")
 # Every file the report writes beside index.html (Snakemake declares these as outputs).
 ASSETS = tuple(f"{t}.{ext}" for t in TABLE_NAMES for ext in ("csv", "html")) + tuple(f"{p}.png" for p in PLOT_NAMES)
@@ -237,6 +237,33 @@ def png_data_uri(path: Path) -> str:
     return "data:image/png;base64," + base64.b64encode(Path(path).read_bytes()).decode()
 
 
+def adaptive_frame(plan: dict) -> pd.DataFrame:
+    """The second round's plan, one row per comparison, half-widths as ±%."""
+    rows = plan.get("comparisons") or []
+    pm = lambda v: f"±{100 * v:.1f}%"  # noqa: E731
+    return pd.DataFrame([{"comparison": r["comparison"], "runs after round 1": r["runs"],
+                          "half-width after round 1": pm(r["measured_half_width"]), "repeats added": r["added"],
+                          "projected half-width": pm(r["projected_half_width"]), "status": r["status"]}
+                         for r in rows])
+
+
+def adaptive_findings(plan: dict) -> list:
+    """One sentence on what the second round did, and why."""
+    if not plan or "comparisons" not in plan:
+        return []
+    comps = plan["comparisons"]
+    wide = [c for c in comps if c["measured_half_width"] > plan["precision"]]
+    added = sum(p["added"] for p in plan["points"])
+    left = [c for c in comps if c["projected_half_width"] > plan["precision"]]
+    text = (f"Second round: {len(wide)} of {len(comps)} comparisons were wider than ±{100 * plan['precision']:g}% "
+            f"after {plan['first_round']} repeats, so {added} more runs went to {len(plan['points'])} points "
+            f"(about {plan['planned_s'] / 60:.1f} of a {plan['budget_s'] / 60:g} min budget, at most "
+            f"{plan['max_repeats']} runs a point).")
+    if left:
+        text += f" {len(left)} stay projected wider than that: the budget or the cap ended them."
+    return [text]
+
+
 def build_tables(agg: Aggregate, runs: pd.DataFrame) -> dict:
     """name -> TableSet: the analysis tables, then plan, deadlocks, environment, fairness and run lists."""
     out = tables.all_tables(runs)
@@ -266,6 +293,14 @@ def build_tables(agg: Aggregate, runs: pd.DataFrame) -> dict:
         row_id=lambda r: row_anchor("plan", r["experiment"], r["framework"], r["model"], r["devices"], r["batch"],
                                     r["workers"]))
     out["plan"].data = plan  # the CSV keeps the raw numbers
+    out["adaptive"] = frame_table(
+        adaptive_frame(agg.plan), "adaptive", "Second round: repeats where a comparison was open",
+        "Every comparison the report makes between two timing points of the first round (analysis/adaptive.py): "
+        "the 95% interval's half-width after the first round, the repeats the second round added to each side, "
+        "and the half-width those are projected to give (each point's spread taken as at least the median "
+        "spread). Repeats go only where the interval was wider than the precision asked for (config "
+        "`adaptive`), within its time budget; where the interval lies plays no part.",
+        empty_text="No second round: config `adaptive` is off, or the first round left nothing to plan.")
     out["deadlocks"] = TableSet(
         "deadlocks", "Deadlock and failure report", "Every run that did not end ok.",
         deadlocks.failures_frame(agg.failures), body=deadlocks.render_html(agg.failures))
@@ -415,7 +450,7 @@ def render(agg: Aggregate, out: Path, assets: Path, source: str = "") -> Path:
         findings=all_findings(runs, points, scaling, tabs["paper_comparison"].data, agg.invalid,
                               workers=tabs["workers"].data, batch=tabs["batch"].data, plan=tabs["plan"].data,
                               gap=gap),
-        plan_findings=precision_findings(performance_runs(runs), tabs["plan"].data),
+        plan_findings=adaptive_findings(agg.plan) + precision_findings(performance_runs(runs), tabs["plan"].data),
         lane_findings=lanes.lanes_findings(tabs["lanes"].data),
         study_findings=study_findings(tabs["study_work"].data, tabs["study_time"].data, tables.load_paper(),
                                       performance_runs(runs)),

@@ -17,6 +17,11 @@ Prints one markdown table (measurement, figure, target, verdict, detail) and wri
 5. sweep           wall time of the default Snakemake sweep in a clean copy of the repo,
                    and of a no-op rerun (only with --with-sweep).
 6. variation       coefficient of variation of the runner's epoch time over repeats.
+7. launch          what one run costs beside its training, part by part (the launcher, the
+                   rank starter, each rank's imports, process group, data, validation,
+                   records, exit), for each rank starter (runners.spawn, torchrun), against
+                   the floor: a bare `python -c "import torch, FRAMEWORK"`, and that plus
+                   torch._dynamo, which torch 2.2's optimisers import on first use.
 
 The configurations of 1, 2, 4 and 6 run interleaved (repeat i runs every variant once, in an
 order rotated by i) so that drift of a shared machine hits all variants alike; each figure
@@ -57,7 +62,10 @@ TARGETS = {
     "sweep": ("sweep wall time", "<= 600 s", 600.0),
     "noop": ("sweep wall time", "<= 5 s", 5.0),
     "cv": ("variation: CV of epoch time", "<= 5%", 0.05),
+    "launch": ("launch: run minus training, over the import floor", "<= 1.5 s", 1.5),
 }
+STARTERS = ("spawn", "torchrun")
+FLOOR_MODULES = {"pyg": "torch_geometric", "dgl": "dgl"}
 
 
 @dataclass
@@ -183,6 +191,38 @@ def startup_split(result: dict, command_s: float) -> dict:
     train = max(result["summary"]["rank_train_times_s"])
     split["after training (eval, teardown)"] = result["wall_time_s"] - at["training_started"] - train
     return split
+
+
+def launch_parts(result: dict, out: Path, command_s: float) -> dict:
+    """Seconds of each part of one run from the launcher's start to its exit (result.json's
+    `timeline` and the ranks' start-up marks, all counted from the rank starter's start; a
+    rank part is the slowest rank's); `launch` is the whole command less the training epochs."""
+    tl = result["timeline"]
+    marks = [r["startup_detail"] for r in result["ranks"]]
+    at = lambda name: max(m[name] for m in marks)  # noqa: E731  (the slowest rank reaches it last)
+    validation_s = max(sum(float(v["eval_s"]) for v in record.read_rank_rows(out, r["rank"], "validation") or [])
+                       for r in result["ranks"])
+    parts = {
+        "launcher: interpreter + imports": tl["launcher_main"] - tl["launcher_created"],
+        "launcher: checks, dataset, pre-flight": -tl["launcher_main"],
+        "rank starter, until the ranks exist": at("process_created"),
+        "rank: interpreter + harness modules": at("process_started") - at("process_created"),
+        "rank: import torch": at("torch_imported") - at("process_started"),
+        "rank: import the framework": at("framework_imported") - at("torch_imported"),
+        "rank: import torch._dynamo": at("imports_done") - at("framework_imported"),
+        "process group": at("process_group_ready") - at("imports_done"),
+        "data, model, loader": at("model_ready") - at("process_group_ready"),
+        "probes start": at("training_started") - at("model_ready"),
+        "validation": validation_s,
+        "final records": at("records_written") - at("training_done"),
+        "ranks exit, starter notices": tl["tree_exited"] - at("records_written"),
+        "result assembled": tl["result_assembled"] - tl["tree_exited"],
+        "result written, launcher exits": command_s - (tl["result_assembled"] - tl["launcher_created"]),
+    }
+    training = at("training_done") - at("training_started") - validation_s
+    parts["launch (command less training)"] = command_s - training
+    parts["training epochs"] = training
+    return {k: round(v, 4) for k, v in parts.items()}
 
 
 def ratio_median(pairs: list) -> float:
@@ -392,10 +432,60 @@ def measure_sweep(s: Settings, work: Path, raw: dict) -> list:
 # Report
 # ---------------------------------------------------------------------------------------
 
+def launch_argv(s: Settings, framework: str, out: Path, starter: str) -> list:
+    """A timing run as the sweep makes them (2 epochs, one validation at the end), so that what
+    is not training is the part to cut."""
+    return ["--framework", framework, "--model", s.models[0], "--devices", str(s.devices), "--batch-size",
+            str(s.batch_size), "--workers", "0", "--dataset", s.dataset, "--epochs", "2", "--eval-every", "end",
+            "--fanouts", s.fanouts, "--data-root", s.data_root, "--rank-starter", starter, "--out", str(out)]
+
+
+def measure_launch(s: Settings, work: Path, raw: dict) -> list:
+    """Row 7: each rank starter's run, and the import floors, interleaved."""
+    variants = (*STARTERS, "floor", "floor+dynamo")
+    recs = {(fw, v): [] for fw in FRAMEWORKS for v in variants}
+    for i in range(s.repeats):
+        order = variants[i % len(variants):] + variants[:i % len(variants)]
+        for fw in FRAMEWORKS:
+            for v in order:
+                label = f"launch-{fw}-{v}-r{i}"
+                if v.startswith("floor"):
+                    imports = f"import torch, {FLOOR_MODULES[fw]}" + (", torch._dynamo" if v == "floor+dynamo" else "")
+                    recs[(fw, v)].append({"command_s": execute([PY, "-c", imports], work / f"{label}.log")})
+                    continue
+                out = work / label
+                wall = execute([PY, "-m", "runners.run", *launch_argv(s, fw, out, v)], work / f"{label}.log")
+                result = json.loads(record.result_path(out).read_text())
+                if result["status"] != "ok":
+                    raise MeasureError(f"{label}: runner status {result['status']}; see {out}")
+                recs[(fw, v)].append(launch_parts(result, out, wall))
+            log(f"launch repeat {i + 1}/{s.repeats} {fw}: " + ", ".join(
+                f"{v} {recs[(fw, v)][-1].get('launch (command less training)', recs[(fw, v)][-1].get('command_s')):.2f} s"
+                for v in variants))
+    rows = []
+    for fw in FRAMEWORKS:
+        med = {v: {k: statistics.median(r[k] for r in recs[(fw, v)]) for k in recs[(fw, v)][0]} for v in variants}
+        raw.setdefault("launch", {})[fw] = {v: med[v] for v in STARTERS}
+        floor, floor_dyn = med["floor"]["command_s"], med["floor+dynamo"]["command_s"]
+        raw["launch"][fw]["floor"] = {"import torch + framework": floor, "... + torch._dynamo": floor_dyn}
+        over = {v: statistics.median(r["launch (command less training)"] - f["command_s"]
+                                     for r, f in zip(recs[(fw, v)], recs[(fw, "floor")])) for v in STARTERS}
+        spawn = med["spawn"]
+        top = sorted(((v, k) for k, v in spawn.items() if not k.startswith(("launch", "training"))), reverse=True)
+        rows.append(row(f"launch:{fw}", over["spawn"], f"{over['spawn']:.2f} s",
+                        f"runners.spawn: launch {spawn['launch (command less training)']:.2f} s over a floor of "
+                        f"{floor:.2f} s (import torch, {FLOOR_MODULES[fw]}; {floor_dyn:.2f} s with torch._dynamo, "
+                        f"which the optimiser imports); torchrun: {over['torchrun']:.2f} s over the floor; largest "
+                        "parts (spawn): " + ", ".join(f"{k} {v:.2f} s" for v, k in top[:4])
+                        + f"; training {spawn['training epochs']:.2f} s"))
+    return rows
+
+
 def expected_keys(s: Settings) -> list:
     keys = [f"{k}:{fw}-{m}" for k in ("probe", "fidelity") for fw in FRAMEWORKS for m in s.models]
     keys += [f"memory:{fw}" for fw in FRAMEWORKS] + [f"startup:{fw}" for fw in FRAMEWORKS]
     keys += ["sweep:default, cold", "noop:no-op rerun"] + [f"cv:{fw}-{m}" for fw in FRAMEWORKS for m in s.models]
+    keys += [f"launch:{fw}" for fw in FRAMEWORKS]
     return [k for k in keys if wanted(s, k.split(":")[0])]
 
 
@@ -415,6 +505,15 @@ def render(rows: list, raw: dict, s: Settings) -> str:
                   "| phase | " + " | ".join(raw["startup"]) + " |", "|---|" + "---|" * len(raw["startup"])]
         lines += [f"| {n} | " + " | ".join(f"{raw['startup'][fw][n]:.2f}" for fw in raw["startup"]) + " |"
                   for n in names]
+    if raw.get("launch"):
+        cols = [(fw, v) for fw in raw["launch"] for v in STARTERS]
+        names = list(raw["launch"][cols[0][0]][cols[0][1]])
+        lines += ["", "Launch, part by part, seconds (median over repeats; a rank part is the slowest rank's):", "",
+                  "| part | " + " | ".join(f"{fw} {v}" for fw, v in cols) + " |", "|---|" + "---|" * len(cols)]
+        lines += [f"| {n} | " + " | ".join(f"{raw['launch'][fw][v][n]:.2f}" for fw, v in cols) + " |" for n in names]
+        floor_names = " / ".join(raw["launch"][cols[0][0]]["floor"])
+        lines += [f"| floor: {floor_names} | " + " | ".join(
+            " / ".join(f"{x:.2f}" for x in raw["launch"][fw]["floor"].values()) for fw, _ in cols) + " |"]
     lines += ["", f"Settings: dataset {s.dataset}, {s.devices} processes, batch {s.batch_size}, fan-outs "
               f"{s.fanouts}, workers {s.workers}, {s.epochs} epochs, {s.repeats} repeats, models "
               f"{','.join(s.models)}; memory graph {s.memory_graph[0]} nodes, {s.memory_graph[1]} edges, "
@@ -463,6 +562,7 @@ def main(argv=None) -> int:
     rows: dict = {}
     steps = [(measure_timing, any(wanted(s, k) for k in ("probe", "fidelity", "startup", "cv"))),
              (measure_memory, wanted(s, "memory")),
+             (measure_launch, wanted(s, "launch")),
              (measure_sweep, s.with_sweep and (wanted(s, "sweep") or wanted(s, "noop")))]
     for fn, enabled in steps:
         if not enabled:

@@ -38,7 +38,8 @@ RESOLVED_FIELDS = (("fanouts_framework", list, []), ("device_type", str, "cpu"),
 # out of a run's identity (every node of a multi-node run has the same identity). Every
 # other field, present or added later, is part of it.
 # How a run is launched, not what it measures.
-NOT_IN_IDENTITY = ("out", "data_root", "master_addr", "master_port", "node_rank", "force_launch", "skip_unavailable")
+NOT_IN_IDENTITY = ("out", "data_root", "master_addr", "master_port", "node_rank", "force_launch", "skip_unavailable",
+                   "rank_starter")
 
 
 def _setting_fields(cls):
@@ -144,6 +145,9 @@ def _require(cond: bool, message: str) -> None:
 
 def check_combinations(v: dict) -> None:
     """The rules that join settings (each setting alone is checked where it is declared)."""
+    _require(v["rank_starter"] != "spawn" or v["nodes"] == 1,
+             f"--rank-starter spawn: starts the ranks of one node only, not of --nnodes {v['nodes']}; "
+             "use torchrun (or auto), whose rendezvous joins the nodes")
     _require(0 <= v["node_rank"] < v["nodes"],
              f"--node-rank {v['node_rank']}: must be in 0..{v['nodes'] - 1} for --nnodes {v['nodes']}")
     _require(v["nodes"] == 1 or v["master_port"] > 0,

@@ -49,7 +49,7 @@ CAUSES = {
     ),
     "dead_rank": (
         "a rank failed and the remaining ranks were left waiting in a collective",
-        "fix the failing rank's error (see its excerpt); torchrun then stops the others",
+        "fix the failing rank's error (see its excerpt); the rank starter then stops the others",
     ),
     "lost_node": (
         "another node of a multi-node run was lost (its processes died, or the host or network "
@@ -285,7 +285,7 @@ def _fd_log_lines(ev) -> list:
     found = []
     for k in list(kinds.values())[:3]:
         where = f" ({', '.join(k['roles'])})" if k["roles"] else ""
-        found.append(([_rank_of(r) for r in k["roles"]], f"torchrun's log{where}: '{k['line'][:200]}'"
+        found.append(([_rank_of(r) for r in k["roles"]], f"the ranks' log{where}: '{k['line'][:200]}'"
                       + (f" ({k['n']} lines)" if k["n"] > 1 else "")))
     return found
 
@@ -586,7 +586,7 @@ def shm_exhaustion(ev) -> tuple:
             evidence.append(f"rank {r}: '{m.group(0)[:200]}'")
     m = SHM_ERROR.search(ev["log"])
     if m and not evidence:
-        evidence.append(f"torchrun's log: '{m.group(0)[:200]}'")
+        evidence.append(f"the ranks' log: '{m.group(0)[:200]}'")
     if evidence and peak:
         # Sampled every poll: the allocation that failed was freed at once, so this is a floor.
         evidence.append(f"/dev/shm at its fullest the watchdog saw (every {POLL_S} s): {peak[0] / 2**20:.1f} MiB "
@@ -670,7 +670,7 @@ def _exit_dead_rank(ev):
 
 
 def _exit_unexplained(ev):
-    return "crash", None, [f"torchrun exited with code {ev['rc']} and no rank left an error record"]
+    return "crash", None, [f"the rank starter exited with code {ev['rc']} and no rank left an error record"]
 
 
 # Evidence-based priority list: the first rule whose evidence holds names the cause.
@@ -708,7 +708,7 @@ def classify_exit(out: Path, rc: int, local_ranks: list, shm_peak=None):
     else:
         excerpt = ev["log"][-1500:]
     for r, c in sorted(ev["codes"].items()):
-        evidence.append(f"torchrun: rank {r} exit code {c}")
+        evidence.append(f"rank starter: rank {r} exit code {c}")
     cause, remedy = CAUSES[key][0], remedy_for(key, ev)
     who = f"rank {culprit}: " if culprit is not None else ""
     summary = f"{status}: {who}{cause_label(key, ev)} ({evidence[0][:200]})"

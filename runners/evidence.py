@@ -287,7 +287,7 @@ def exit_evidence(out: Path, rc: int, local_ranks: list, shm_peak=None) -> dict:
         hb = read_heartbeat(out / "heartbeats" / f"rank{r}.hb") or {}
         last = e if e else hb
         ranks.append({"rank": r, "exit_code": codes.get(r), "phase": "failed" if e else "?",
-                      "blocked_in": "raised an exception" if e else "stopped by torchrun after another rank failed",
+                      "blocked_in": "raised an exception" if e else "stopped by the rank starter after another rank failed",
                       "error": f"{e['type']}: {e['message'][:300]}" if e else None,
                       "epoch": last.get("epoch"), "step": last.get("step"),
                       "last_phase": (e.get("phase") if e else hb.get("phase")), "pid": infos[r].get("pid", hb.get("pid"))})
@@ -373,7 +373,7 @@ def reported_kills(out: Path, ranks, roles: dict) -> list:
             killed.append({"pid": pid, "role": roles.get(pid, f"rank{r}-worker"), "source": f"rank {r}'s loader"})
     for r, c in torchrun_exit_codes(launcher_log(out)).items():
         if c == -signal.SIGKILL:
-            killed.append({"pid": None, "role": f"rank{r}", "source": "torchrun: exit code -9 (SIGKILL)"})
+            killed.append({"pid": None, "role": f"rank{r}", "source": "rank starter: exit code -9 (SIGKILL)"})
     return killed
 
 
@@ -390,7 +390,7 @@ def oom_findings(sup) -> dict | None:
     if not count and not kills:
         return None
     roles = process_roles(sup.out, sup.watch)
-    roles[sup.proc.pid] = "torchrun agent"
+    roles[sup.proc.pid] = "rank starter"
     evidence = []
     if stats:
         evidence.append(f"memory cgroup {stats['cgroup']}: oom_kill {count}, peak {fmt_bytes(stats['peak_bytes'])} "
@@ -400,7 +400,7 @@ def oom_findings(sup) -> dict | None:
     if not killed:
         # No kernel log here: take the loader's or torchrun's own report of who died.
         evidence.append(f"kernel log not usable ({log_reason or 'no OOM line for this run'}); "
-                        "victims from the ranks' error records and torchrun's exit codes")
+                        "victims from the ranks' error records and the rank starter's exit codes")
         killed = reported_kills(sup.out, sup.watch, roles)
     for k in killed:
         evidence.append(f"killed by the OOM killer: {k['role']} (pid {k['pid']}; {k['source']})")

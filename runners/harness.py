@@ -42,6 +42,13 @@ def worker_seed(base: int, rank: int, worker_id: int) -> int:
     return (base * 1_000_003 + rank * 10_007 + worker_id + 1) % (2**31)
 
 
+def process_created() -> float:
+    """When this process was created (Unix time; the kernel's, so it includes the interpreter's start)."""
+    import psutil
+
+    return psutil.Process().create_time()
+
+
 def rank_seed(base: int, rank: int) -> int:
     """Seed of a rank's own generators (dropout, sampling in the main process)."""
     return (base * 1_000_003 + rank * 10_007) % (2**31)
@@ -236,11 +243,14 @@ class Rank:
         """Imports, recorded environment, threads and seeds; returns (torch, device, seed)."""
         cfg = self.cfg
         self.info["startup"]["process_started"] = round(T_PROCESS_START - self.launch_t, 4)
+        self.info["startup"]["process_created"] = round(process_created() - self.launch_t, 4)
         import torch
 
+        self.mark("torch_imported")
         from runners.adapters import get_adapter_class
 
         self.adapter_cls = get_adapter_class(cfg.framework)
+        self.mark("framework_imported")
         import torch._dynamo  # noqa: F401  (the first optimiser imports it: ~1 s that belongs to imports)
 
         self.mark("imports_done")
@@ -349,6 +359,7 @@ class Rank:
                                           "host": self.info["host"]})
         self.info["all_ranks"] = gathered
         self.info["finished"] = True
+        self.mark("records_written")  # the write below is the last; os._exit follows
         self.write_info()
         # No destroy_process_group(): gloo's destructor joins its worker thread while holding
         # the GIL, and that thread may need the GIL to free a finished collective's tensors, a
@@ -387,6 +398,7 @@ class Rank:
         self.mark("training_started")
         self.write_info()
         train_time = self.train(t)
+        self.mark("training_done")  # the epochs and their validations
         self.stop_probes()
         self.finish(train_time)
 

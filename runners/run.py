@@ -79,14 +79,26 @@ def check_environment(cfg: RunConfig, env: dict) -> None:
         print(f"[gnnscale] note: {note}", flush=True)
 
 
+def rank_starter(cfg: RunConfig) -> str:
+    """What starts the ranks: runners.spawn on one node (torchrun's agent would import torch
+    before any rank starts), torchrun where nodes must meet (its rendezvous)."""
+    if cfg.rank_starter == "torchrun" or (cfg.rank_starter == "auto" and cfg.nodes > 1):
+        return "torchrun"
+    return "runners.spawn"
+
+
 def launch_command(cfg: RunConfig, config_path: Path) -> list:
+    rank_module = ["-m", "runners.study_harness" if cfg.harness == "study" else "runners.harness",
+                   "--config", str(config_path)]
+    if rank_starter(cfg) == "runners.spawn":
+        return [sys.executable, "-m", "runners.spawn", "--nproc-per-node", str(cfg.devices),
+                "--master-addr", cfg.master_addr, "--master-port", str(cfg.master_port), *rank_module]
     return [
         sys.executable, "-m", "torch.distributed.run",
         "--nnodes", str(cfg.nodes), "--node-rank", str(cfg.node_rank),
         "--nproc-per-node", str(cfg.devices), "--master-addr", cfg.master_addr,
         "--master-port", str(cfg.master_port), "--max-restarts", "0", "--monitor-interval", "0.5",
-        "-m", "runners.study_harness" if cfg.harness == "study" else "runners.harness",
-        "--config", str(config_path),
+        *rank_module,
     ]
 
 
@@ -193,7 +205,7 @@ def expected_output(cfg: RunConfig, graph_meta: dict) -> dict:
     steps = math.ceil(graph_meta.get("num_train", 0) / cfg.world_size / cfg.batch_size)
     if cfg.max_steps_per_epoch:
         steps = min(steps, cfg.max_steps_per_epoch)
-    procs = 1 + cfg.devices * (1 + cfg.workers)  # the torchrun agent, ranks and loader workers
+    procs = 1 + cfg.devices * (1 + cfg.workers)  # the rank starter, ranks and loader workers
     lines_per_s = procs / cfg.cpu_sample_interval_s + cfg.devices * 2
     terms = {"fixed": OUTPUT_BYTES["fixed"], "processes": procs * OUTPUT_BYTES["per_process"],
              "epochs": cfg.devices * cfg.epochs * OUTPUT_BYTES["per_rank_epoch"],
@@ -441,6 +453,13 @@ class Launch:
     outcome: Any = None  # runners.supervisor.Outcome, once known
     cgroup_stats: dict | None = None
     cgroup_leftover: list = field(default_factory=list)
+    marks: dict = field(default_factory=dict)  # the launcher's own moments, Unix time (see timeline())
+
+    def timeline(self) -> dict:
+        """The launcher's moments in seconds since torchrun was started (the ranks' start-up marks
+        count from there too): its process created, main() reached (its imports done), the tree
+        exited, the result assembled. What a launch costs beside training (benchmarks.measure)."""
+        return {name: round(t - self.launch_t, 4) for name, t in self.marks.items()}
 
 
 def child_environment(cfg: RunConfig, network: dict | None = None) -> dict:
@@ -494,7 +513,7 @@ def launch(cfg: RunConfig, out: Path, config_path: Path, network: dict | None = 
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                     start_new_session=True, bufsize=1, preexec_fn=preexec)
     except Exception as exc:
-        run.outcome = Outcome("error", {"summary": f"could not launch torchrun: {exc}", "cause": "launch",
+        run.outcome = Outcome("error", {"summary": f"could not start the ranks ({rank_starter(cfg)}): {exc}", "cause": "launch",
                                         "ranks": [], "evidence": [str(exc)]})
     return run
 
@@ -652,12 +671,14 @@ def launched_result(cfg: RunConfig, argv: list, data: Dataset, env: dict, pre: d
     for r in m["ranks"]:
         r["exit_code"] = codes.get(r["rank"], 0 if outcome.status == "ok" else None)
     first_info = next(iter(m["infos"].values()), {})
+    run.marks["result_assembled"] = time.time()
     times = (run.started_at, now_iso(), round(time.time() - run.launch_t, 3))
     return result_record(cfg, data.identity, argv, outcome.status, times, {
         "config": {**cfg.to_json(), "adapter_choices": first_info.get("adapter_choices"),
                    "harness_settings": first_info.get("harness") or {"name": cfg.harness},
                    "lr_effective": first_info.get("lr_effective")},
-        "env": {**env, "rank_env_vars": first_info.get("env_vars"), **network_section(env, m)},
+        "env": {**env, "rank_env_vars": first_info.get("env_vars"), "rank_starter": rank_starter(cfg),
+                **network_section(env, m)},
         "seeds": {"base": cfg.seed, "per_rank": m["seeds"],
                   "rule": "rank: (seed*1000003 + rank*10007) mod 2^31; worker w: that + w + 1",
                   "split": first_info.get("seed_split")},
@@ -674,7 +695,15 @@ def launched_result(cfg: RunConfig, argv: list, data: Dataset, env: dict, pre: d
                      "orphans_killed": outcome.orphans_killed, "survivors": outcome.survivors,
                      "detected_after_s": outcome.detected_after_s, "note": outcome.note},
         "files": files_section(run.local_ranks),
+        "timeline": run.timeline(),
     })
+
+
+def launcher_created() -> float:
+    """When this launcher's process was created (Unix time), its interpreter's start included."""
+    import psutil
+
+    return psutil.Process().create_time()
 
 
 def write_and_report(stage: Path, out: Path, result: dict, run: Launch) -> int:
@@ -697,6 +726,7 @@ def write_and_report(stage: Path, out: Path, result: dict, run: Launch) -> int:
 
 def main(argv=None) -> int:
     """Check, pre-flight, launch, supervise and record one run (exit codes: the module's doc)."""
+    main_t = time.time()
     argv = list(sys.argv[1:] if argv is None else argv)
     cfg, env, skip_cause = parse_and_check(argv)
     out = Path(cfg.out)
@@ -725,9 +755,11 @@ def main(argv=None) -> int:
         return report_disk_full(stage, exc)
     pre = preflight_with_output(cfg, env, data.meta, space)
     run = launch(cfg, stage, stage / "config.json", env.get("network"))
+    run.marks.update(launcher_created=launcher_created(), launcher_main=main_t)
     failed = supervise(cfg, stage, run, log)
     if failed is not None:
         return failed
+    run.marks["tree_exited"] = time.time()
     if cfg.nodes > 1 and run.outcome.diagnosis:
         from runners import nodes
 

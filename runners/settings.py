@@ -29,6 +29,7 @@ class _Required:
 REQUIRED = _Required()  # the default of a setting that every run must give
 LANES = ("pair", "current", "own", "unmanaged")  # scripts/setup.sh; unmanaged: a Python it did not build
 HARNESSES = ("fair", "study")  # fair: the suite's DDP loop; study: the seed study's Lightning harness
+RANK_STARTERS = ("auto", "spawn", "torchrun")
 FAULTS = ("uneven-batches", "stall-rank", "freeze-rank", "hang-worker", "crash-rank", "kill-worker")
 LR_SCALINGS = ("none", "linear")
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
@@ -265,6 +266,9 @@ SETTINGS = (
     Setting("inject_step", int, 2, flag=None),
     Setting("node_rank", int, 0, group=_MULTI_NODE),
     Setting("master_addr", str, "127.0.0.1", group=_MULTI_NODE),
+    Setting("rank_starter", str, "auto", choices=RANK_STARTERS, group=_MULTI_NODE,
+            help="what starts the ranks: spawn (runners.spawn, plain Python, one node only), torchrun (its "
+            "agent imports torch first, about 1.5 s per run), auto: spawn on one node, torchrun on several"),
 )
 BY_NAME = {s.name: s for s in SETTINGS}
 GROUPS = (_CONF, "training settings", _STOP, _PROBES, _WATCHDOG, _MULTI_NODE)  # --help's order

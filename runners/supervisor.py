@@ -235,7 +235,10 @@ class Supervisor:
             stalled = self._stalled_rank(now)
             if stalled is not None:
                 return self._stop("hang", stalled, now)
-            time.sleep(POLL_S)
+            try:  # a tree that exits ends the wait at once, not at the next poll
+                self.proc.wait(timeout=POLL_S)
+            except subprocess.TimeoutExpired:
+                pass
 
     def _finished_but_lingering(self, now: float) -> bool:
         """Every rank reported 'done' yet the launcher is still running after a grace period."""

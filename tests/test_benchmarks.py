@@ -14,7 +14,9 @@ ROWS = ["probe overhead (pyg-sage)", "probe overhead (dgl-sage)",
         "memory: PSS 2 ranks / 1 rank (pyg)", "memory: PSS 2 ranks / 1 rank (dgl)",
         "start-up: command to first step (pyg)", "start-up: command to first step (dgl)",
         "sweep wall time (default, cold)", "sweep wall time (no-op rerun)",
-        "variation: CV of epoch time (pyg-sage)", "variation: CV of epoch time (dgl-sage)"]
+        "variation: CV of epoch time (pyg-sage)", "variation: CV of epoch time (dgl-sage)",
+        "launch: run minus training, over the import floor (pyg)",
+        "launch: run minus training, over the import floor (dgl)"]
 
 
 def test_quick_measure_prints_every_row(tmp_path):
@@ -36,3 +38,13 @@ def test_quick_measure_prints_every_row(tmp_path):
     assert all(f"| {name} |" in written for name in ROWS)
     raw = json.loads((tmp_path / "out" / "measure.json").read_text())
     assert len(raw["rows"]) == len(ROWS) and not raw.get("errors")
+    # The launch, part by part, for both rank starters: no part is negative (the marks are in
+    # order), the floors were measured, and the parts add up to the whole command.
+    for fw in ("pyg", "dgl"):
+        for starter in ("spawn", "torchrun"):
+            parts = raw["launch"][fw][starter]
+            assert all(v > -0.05 for v in parts.values()), (fw, starter, parts)
+            assert parts["rank: import torch"] > 0.1 and parts["training epochs"] > 0
+        floors = raw["launch"][fw]["floor"]
+        assert 0 < floors["import torch + framework"] < floors["... + torch._dynamo"] + 1.0
+    assert "Launch, part by part" in written and "| rank starter, until the ranks exist |" in written

@@ -311,7 +311,7 @@ def test_descriptor_exhaustion_outranks_the_collective_and_worker_rules():
     key, culprit, why = decide_stop(ev)
     # Both ranks wait for their own loaders: the log names rank 1's worker, but not a culprit.
     assert (key, culprit) == ("fd_limit", None)
-    assert why[0] == f"torchrun's log (rank1-worker1): '{SHM_EMFILE}'"
+    assert why[0] == f"the ranks' log (rank1-worker1): '{SHM_EMFILE}'"
     assert why[-1] == ("open-files limit of the run's processes (`ulimit -n`): 48 (hard limit 48); a rank needs "
                        "about 72 with its loader workers (pre-flight estimate)")
     # Rank 0 waits in the all-reduce for rank 1, whose loader lost a batch: rank 1 is the culprit,
@@ -336,7 +336,7 @@ def test_a_flood_of_the_same_error_is_one_line_of_evidence():
 
     log = "OSError: [Errno 24] Too many open files\n" * 5000  # a DGL worker's resource sharer, looping
     ranks, why = fd_exhaustion({"ranks": [], "log": log})
-    assert ranks == [] and why == ["torchrun's log: 'OSError: [Errno 24] Too many open files' (5000 lines)"]
+    assert ranks == [] and why == ["the ranks' log: 'OSError: [Errno 24] Too many open files' (5000 lines)"]
 
 
 def test_crash_after_descriptor_exhaustion_is_fd_limit_not_a_crash():

@@ -81,8 +81,10 @@ def dry_run(cwd, *configfiles, args=(), snakefile=ROOT / "Snakefile", **extra_en
     [
         # timing grid: frameworks x models x devices x batch x workers x repeats; convergence:
         # frameworks x models x repeats; study harness: frameworks x models x devices x repeats;
-        # the current lane: frameworks x models x repeats at one point
-        ("config.yaml", 2 * 2 * 2 * 2 * 2 * 3 + 2 * 2 * 3 + 2 * 2 * 2 * 2 + 2 * 2 * 3 + 2),
+        # the deadlock demonstrations: one per framework
+        # (the first round: the adaptive second round is planned once it has run)
+        # (workers only at batch 1024: 3 batch x workers points, not 4)
+        ("config.yaml", 2 * 2 * 2 * 3 * 2 + 2 * 2 * 2 + 2 * 2 * 2 * 1 + 2),  # + the current lane's 12 with LANES=current
         ("paper.yaml", 2 * 2 * 3 * 3 * 2),  # Reddit need not be present for -n
         ("minimal.yaml", 2),
         ("study.yaml", 2 * 2 * 2 * 2 * 2),  # harnesses x frameworks x models x devices x repeats
@@ -101,7 +103,8 @@ def test_default_sweep_covers_every_axis():
     grid = cfg["grid"]
     for axis in ("frameworks", "models", "devices", "batch_sizes", "workers"):
         assert len(grid[axis]) >= 2, axis
-    assert grid["repeats"] >= 3 and cfg["convergence"]["repeats"] >= 3
+    # two repeats give every point an interval; the second round adds more where one is wide
+    assert grid["repeats"] >= 2 and cfg["adaptive"]["max_repeats"] >= 3 and cfg["convergence"]["repeats"] >= 2
     assert len(cfg["study"]["devices"]) >= 2 and cfg["study"]["batch_size"] in grid["batch_sizes"]
     assert cfg["timing"]["until"] == "precise"
 
@@ -157,10 +160,19 @@ def test_default_sweep_run_kinds(tmp_path):
     kinds = {"conv": [c for c in commands if "/conv-" in c], "study": [c for c in commands if "/study-" in c],
              "lane": [c for c in commands if "/current-" in c], "hang": [c for c in commands if "/hang-" in c]}
     timing = [c for c in commands if c not in kinds["conv"] + kinds["study"] + kinds["lane"] + kinds["hang"]]
-    assert len(timing) == 96 and len(kinds["conv"]) == 12 and len(kinds["study"]) == 16
-    # The current lane's timing runs: the same stop rule, its own Python, --lane current; the
-    # pair's runs name no lane (the runner records the Python's own), so adding lanes reran none.
-    assert len(kinds["lane"]) == 12
+    assert len(timing) == 48 and len(kinds["conv"]) == 8 and len(kinds["study"]) == 8
+    # loader workers only at batch 1024 (grid.worker_batch_sizes), every other point at both
+    assert not any("--workers 1" in c and "--batch-size 256" in c for c in timing)
+    assert sum("--workers 1" in c for c in timing) == 16
+    # The current lane is opt-in (`make report LANES=current` passes this --config): its timing
+    # runs have the same stop rule, its own Python, --lane current; the pair's runs name no lane
+    # (the runner records the Python's own), so adding the lane reruns none of them.
+    assert kinds["lane"] == []
+    with_lane = snakemake("-n", "-p", "--configfile", str(CONFIGS / "config.yaml"), "--config",
+                          "lanes={compare: [current]}", cwd=tmp_path)
+    lane_commands = [c for c in (with_lane.stdout + with_lane.stderr).splitlines() if "runners.run" in c]
+    kinds["lane"] = [c for c in lane_commands if "/current-" in c]
+    assert len(kinds["lane"]) == 12 and sorted(set(lane_commands) - set(kinds["lane"])) == sorted(commands)
     assert all("--until precise" in c and "--lane current" in c and ".venv-current/bin/python" in c
                for c in kinds["lane"])
     assert not any("--lane" in c for c in timing + kinds["conv"] + kinds["study"])
@@ -295,9 +307,10 @@ def project_copy(tmp_path):
 
 def test_slow_runs_start_interleaved_by_repeat(tmp_path):
     """With repeats, every configuration's repeat r starts before any repeat r + 1, in the
-    shuffled order the run messages number (checked on the real runs' started_at)."""
+    shuffled order the run messages number (checked on the real runs' started_at); then the
+    adaptive second round adds repeats where the interval is too wide."""
     proj = project_copy(tmp_path)
-    cfg = minimal_with(**{"grid.repeats": 2, "max_steps_per_epoch": 2})
+    cfg = minimal_with(**{"grid.repeats": 2, "max_steps_per_epoch": 2, "epochs": 2})  # a steady epoch to compare
     (proj / "order.yaml").write_text(yaml.safe_dump(cfg))
     res = snakemake(
         "--configfile",
@@ -323,6 +336,24 @@ def test_slow_runs_start_interleaved_by_repeat(tmp_path):
     assert by_number == [(r["config"]["framework"], r["config"]["repeat"]) for r in started]
     # each repeat trains from its own seed, the same for both frameworks
     assert {(r["config"]["repeat"], r["config"]["seed"]) for r in results} == {(0, 0), (1, 1)}
+
+    # The adaptive second round: the checkpoint reads these 4 runs and, since PyG over DGL is
+    # wider than ±0.1%, adds repeats (at most 3 runs a point); the aggregate waits for them and
+    # the report says which points got them and why.
+    cfg["adaptive"] = {"precision": 0.001, "budget_min": 1, "max_repeats": 3}
+    (proj / "order.yaml").write_text(yaml.safe_dump(cfg))
+    res = snakemake("--configfile", str(proj / "order.yaml"), cwd=proj, snakefile=proj / "Snakefile", timeout=600)
+    assert res.returncode == 0, res.stdout + res.stderr
+    plan = json.loads((proj / "results/plan/repeats.json").read_text())
+    assert plan["first_round"] == 2 and plan["runs"] and all(r["repeat"] == 2 for r in plan["runs"])
+    assert plan["comparisons"][0]["comparison"] == "PyG over DGL (sage d2 b64 w0)"
+    added = sorted(f"{r['name']}-r{r['repeat']}" for r in plan["runs"])
+    assert all((proj / "results/runs/tiny" / name / "result.json").exists() for name in added)
+    runs = pd.read_csv(proj / "results/aggregate/runs.csv")
+    assert len(runs) == 4 + len(added)
+    page = (proj / "results/report/index.html").read_text()
+    assert "Second round:" in page and "PyG over DGL (sage d2 b64 w0)" in page
+    assert dry_run(proj, proj / "order.yaml", snakefile=proj / "Snakefile") == {}
 
 
 def test_slow_end_to_end_minimal_sweep(tmp_path):

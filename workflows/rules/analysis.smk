@@ -1,7 +1,10 @@
 rule aggregate:
     """Collect every run directory into one tidy table per level."""
     input:
+        # the first round is known before any run; the second once the plan is made
         runs=RUN_RESULTS,
+        added=added_run_results,
+        plan=adaptive_plan,
         # editing analysis code reruns aggregate and report, never the runs
         code=analysis_sources(),
     output:
@@ -13,17 +16,21 @@ rule aggregate:
         nvml="results/aggregate/nvml.csv",
         failures="results/aggregate/failures.json",
         history="results/aggregate/history.csv",
+        plan="results/aggregate/adaptive.json",
     log:
         "results/logs/aggregate.log",
     conda:
         "../../environment.yml"
     params:
-        run_dirs=lambda wildcards, input: [os.path.dirname(f) for f in input.runs],
+        run_dirs=lambda wildcards, input: [
+            os.path.dirname(f) for f in [*input.runs, *input.added]
+        ],
+        plan=lambda wildcards, input: f"--plan {input.plan}" if input.plan else "",
         # the report prints it (with --forcerun) beside every run's direct command
         workflow=WORKFLOW_RERUN,
     shell:
         "python -m analysis.aggregate --out-dir results/aggregate --workflow {params.workflow:q}"
-        " {params.run_dirs} > {log} 2>&1"
+        " {params.plan} {params.run_dirs} > {log} 2>&1"
 
 
 rule report:
@@ -36,6 +43,7 @@ rule report:
         cpu="results/aggregate/cpu.csv",
         nvml="results/aggregate/nvml.csv",
         failures="results/aggregate/failures.json",
+        plan="results/aggregate/adaptive.json",
         code=analysis_sources(),
     output:
         **report_outputs(),

@@ -4,8 +4,10 @@ Everything here runs at parse time, so a bad config fails before any job starts.
 """
 
 import itertools
+import json
 import os
 import shlex
+from pathlib import Path
 import sys
 
 from snakemake.exceptions import WorkflowError
@@ -59,6 +61,14 @@ for _model in GRID["models"]:
             f"models.{_model}.layers is {_layers}; give one fan-out per layer, "
             "hop nearest the seeds first",
         )
+
+_unknown = sorted(set(GRID["worker_batch_sizes"] or []) - set(GRID["batch_sizes"]))
+if _unknown:
+    config_error(
+        "grid.worker_batch_sizes",
+        f"{_unknown} not in grid.batch_sizes {sorted(GRID['batch_sizes'])}; "
+        "workers run at some of the grid's batch sizes, or null for all",
+    )
 
 # Run jobs take every core given to Snakemake, so no other job shares the CPU
 # during a timed run. Cluster executors have no such total (cores is None): there
@@ -160,13 +170,19 @@ def points(prefixes, devices, batches, workers, repeats, models=None):
 
 # One entry per run, in a stable order (used for "run i/N" messages): the grid, then the
 # convergence runs and the study-harness runs when the config asks for them.
-RUNS = points(
-    [harness_prefix(h) for h in GRID["harnesses"]],
-    DEVICES,
-    GRID["batch_sizes"],
-    GRID["workers"],
-    GRID["repeats"],
-)
+RUNS = [
+    run
+    for run in points(
+        [harness_prefix(h) for h in GRID["harnesses"]],
+        DEVICES,
+        GRID["batch_sizes"],
+        GRID["workers"],
+        GRID["repeats"],
+    )
+    if run["workers"] == 0
+    or GRID["worker_batch_sizes"] is None
+    or run["batch"] in GRID["worker_batch_sizes"]
+]
 if config.get("convergence"):
     _c = config["convergence"]
     RUNS += points(
@@ -205,6 +221,12 @@ if config.get("lanes"):
     )
 RUN_DIRS = [RUN_DIR.format(**run) for run in RUNS]
 RUN_RESULTS = [os.path.join(d, "result.json") for d in RUN_DIRS]
+# The grid's timing runs (the fair harness, the pair lane): what the adaptive plan reads.
+TIMING_RESULTS = [
+    os.path.join(RUN_DIR.format(**run), "result.json")
+    for run in RUNS
+    if run["hprefix"] == ""
+]
 
 
 class RunNumber:
@@ -314,7 +336,26 @@ def workflow_rerun():
     for path in workflow.overwrite_configfiles or []:
         rel = os.path.relpath(os.path.abspath(path), workflow.basedir)
         words += ["--configfile", path if rel.startswith("..") else rel]
+    # --config values too (`make report LANES=current` adds its lane so), or a lane's point
+    # would not be in the rerun's workflow at all
+    overrides = dict(workflow.config_settings.config or {})
+    if overrides:
+        words += [
+            "--config",
+            *(f"{key}={yaml_flow(value)}" for key, value in overrides.items()),
+        ]
     return " ".join(shlex.quote(str(w)) for w in words)
+
+
+def yaml_flow(value):
+    """A --config value as one line of YAML ({compare: [current]}), which snakemake parses back."""
+    import yaml
+
+    return (
+        yaml.safe_dump(value, default_flow_style=True, width=10**6)
+        .strip()
+        .removesuffix("\n...")
+    )
 
 
 WORKFLOW_RERUN = workflow_rerun()
@@ -387,6 +428,7 @@ REPORT_TABLES = {
     "workers": "Timing",
     "batch": "Timing",
     "plan": "Timing",
+    "adaptive": "Timing",
     "lanes": "Timing",
     "breakdown": "Timing",
     "throughput": "Timing",

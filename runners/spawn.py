@@ -1,0 +1,124 @@
+"""Start one node's ranks without torchrun's agent: a parent in plain Python (it never imports
+torch) that starts N rank processes with the environment torchrun gives them, waits for them,
+and stops the others when one fails, as torchrun does.
+
+    python -m runners.spawn --nproc-per-node 2 --master-addr 127.0.0.1 --master-port 29500 \
+        -m runners.harness --config CONFIG
+
+Why: on one node torchrun's agent only hands out ranks and an address, yet it imports torch
+first (about 1.5 s of a 2-core machine before any rank starts) and notices the ranks' exit at
+its monitor interval. Multi-node runs keep torchrun: there its rendezvous is the point.
+The ranks create their own store (rank 0 serves it at MASTER_ADDR:MASTER_PORT), as they do
+under torchrun with TORCHELASTIC_USE_AGENT_STORE=False. Lightning recognises the environment
+as torchelastic's (RANK, GROUP_RANK, LOCAL_RANK, LOCAL_WORLD_SIZE), so it starts no processes.
+
+A failure ends with torchrun's summary lines (`rank : R (local_rank: L)` and
+`exitcode : C (pid: P)`, C negative for a signal), which runners.evidence reads, and exit
+code 1; SIGTERM or SIGINT to this process is passed to the ranks, which get KILL_GRACE_S to
+leave before SIGKILL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+
+KILL_GRACE_S = 30.0  # torchrun's own grace between SIGTERM and SIGKILL when it stops its workers
+WAIT_STEP_S = 0.05
+
+
+def rank_environment(base: dict, local_rank: int, nproc: int, master_addr: str, master_port: int) -> dict:
+    """The variables torchrun sets for a worker of a one-node job (node rank 0, no restarts)."""
+    env = dict(base)
+    env.update({
+        "RANK": str(local_rank), "LOCAL_RANK": str(local_rank), "GROUP_RANK": "0", "ROLE_RANK": str(local_rank),
+        "ROLE_NAME": "default", "WORLD_SIZE": str(nproc), "LOCAL_WORLD_SIZE": str(nproc), "GROUP_WORLD_SIZE": "1",
+        "ROLE_WORLD_SIZE": str(nproc), "MASTER_ADDR": master_addr, "MASTER_PORT": str(master_port),
+        "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0",
+        "TORCHELASTIC_RUN_ID": f"gnnscale-{os.getpid()}", "TORCHELASTIC_USE_AGENT_STORE": "False",
+    })
+    return env
+
+
+def signal_name(code: int) -> str:
+    try:
+        return signal.Signals(-code).name if code < 0 else f"exit code {code}"
+    except ValueError:
+        return f"signal {-code}"
+
+
+class Ranks:
+    """The node's rank processes: started together, watched together, stopped together."""
+
+    def __init__(self, command: list, nproc: int, master_addr: str, master_port: int):
+        self.procs = [subprocess.Popen(command, env=rank_environment(os.environ, r, nproc, master_addr, master_port))
+                      for r in range(nproc)]
+        self.stop_signal: int | None = None
+
+    def wait(self) -> list:
+        """Wait until every rank has exited, or until one fails (then stop the others);
+        returns the failures [(rank, pid, code)] in the order they were seen."""
+        failures = []
+        while any(p.poll() is None for p in self.procs):
+            for rank, p in enumerate(self.procs):
+                if p.returncode not in (None, 0) and all(f[0] != rank for f in failures):
+                    failures.append((rank, p.pid, p.returncode))
+            if failures or self.stop_signal is not None:
+                break
+            time.sleep(WAIT_STEP_S)
+        failures += [(rank, p.pid, p.returncode) for rank, p in enumerate(self.procs)
+                     if p.returncode not in (None, 0) and all(f[0] != rank for f in failures)]
+        self.stop()
+        return failures
+
+    def stop(self) -> None:
+        """SIGTERM to the ranks still running, SIGKILL to those left after KILL_GRACE_S."""
+        alive = [p for p in self.procs if p.poll() is None]
+        for p in alive:
+            p.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + KILL_GRACE_S
+        while any(p.poll() is None for p in alive) and time.monotonic() < deadline:
+            time.sleep(WAIT_STEP_S)
+        for p in alive:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m runners.spawn", description=__doc__.split("\n")[0])
+    p.add_argument("--nproc-per-node", type=int, required=True)
+    p.add_argument("--master-addr", default="127.0.0.1")
+    p.add_argument("--master-port", type=int, required=True)
+    p.add_argument("-m", dest="module", required=True, help="the module every rank runs")
+    args, rest = p.parse_known_args(argv)
+    if args.nproc_per_node < 1:
+        p.error(f"--nproc-per-node {args.nproc_per_node}: must be at least 1")
+    ranks = Ranks([sys.executable, "-m", args.module, *rest], args.nproc_per_node, args.master_addr,
+                  args.master_port)
+
+    def on_signal(signum, frame):
+        ranks.stop_signal = signum
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, on_signal)
+    failures = ranks.wait()
+    if ranks.stop_signal is not None:
+        print(f"runners.spawn: stopped the ranks on {signal.Signals(ranks.stop_signal).name}", file=sys.stderr,
+              flush=True)
+        return 128 + ranks.stop_signal
+    if not failures:
+        return 0
+    lines = ["runners.spawn: a rank failed; the other ranks were stopped", "Failures (the first is the root cause):"]
+    for rank, pid, code in failures:
+        lines.append(f"  rank : {rank} (local_rank: {rank})  exitcode : {code} (pid: {pid})  {signal_name(code)}")
+    print("\n".join(lines), file=sys.stderr, flush=True)
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,124 @@
+"""The adaptive second round (analysis/adaptive.py) on constructed first rounds: its intervals
+are the report's, it adds repeats only where an interval is too wide, never because of where
+an interval lies, and it keeps to its budget and cap."""
+
+import json
+import math
+
+import pytest
+
+from analysis import adaptive, stats
+
+
+def point(fw, times, wall=10.0, model="sage", devices=2, batch=256, workers=0):
+    key = (fw, model, devices, batch, workers)
+    name = f"{fw}-{model}-d{devices}-b{batch}-w{workers}"
+    return key, adaptive.Point(key, list(times), [wall] * len(times), {"dataset": "small", "name": name})
+
+
+def points(*items):
+    return dict(items)
+
+
+def test_half_width_is_the_reports_interval():
+    a, b = [1.00, 1.06, 0.97], [0.50, 0.52, 0.49]
+    ratio, low, high = stats.ratio_interval(a, b)
+    sd = lambda xs: math.sqrt(sum((math.log(x) - sum(map(math.log, xs)) / len(xs)) ** 2 for x in xs) / (len(xs) - 1))  # noqa: E731
+    hw = adaptive.half_width(sd(a), len(a), sd(b), len(b))
+    assert hw == pytest.approx(high / ratio - 1, rel=1e-9)
+    assert hw == pytest.approx(ratio / low - 1, rel=1e-9)
+
+
+def test_only_wide_comparisons_get_repeats_within_the_budget_and_cap():
+    # PyG over DGL: narrow for GAT, wide for GraphSAGE (models are never compared with each other)
+    pts = points(point("pyg", [1.00, 1.001], model="gat"), point("dgl", [0.500, 0.5005], model="gat"),
+                 point("pyg", [1.0, 1.3]), point("dgl", [0.5, 0.52]))
+    plan = adaptive.plan(pts, precision=0.05, budget_s=10_000, max_repeats=5)
+    by = {p.label(): p for p in pts.values()}
+    assert by["pyg gat d2 b256 w0"].added == 0 and by["dgl gat d2 b256 w0"].added == 0
+    assert by["pyg sage d2 b256 w0"].added > 0
+    assert all(p.n <= 5 for p in pts.values())
+    rows = {c["comparison"]: c for c in plan.comparisons}
+    assert rows["PyG over DGL (gat d2 b256 w0)"]["status"] == "narrow enough after round 1"
+    assert rows["PyG over DGL (sage d2 b256 w0)"]["status"] == "repeats added"
+    assert "PyG over DGL (sage d2 b256 w0)" in by["pyg sage d2 b256 w0"].why
+    # the budget: one run costs its wall time plus the job around it
+    cost = 10.0 + adaptive.JOB_OVERHEAD_S
+    tight = points(point("pyg", [1.0, 1.3]), point("dgl", [0.5, 0.6]))
+    plan = adaptive.plan(tight, precision=0.01, budget_s=2.5 * cost, max_repeats=50)
+    assert sum(p.added for p in tight.values()) == 2 and plan.spent_s == pytest.approx(2 * cost)
+    assert plan.comparisons[0]["status"] == "repeats added" and plan.comparisons[0]["projected_half_width"] > 0.01
+
+
+def test_where_the_interval_lies_plays_no_part():
+    """Same spreads, a ratio of 1.0 in one sweep and 2.0 in the other: the same plan."""
+    def added(ratio):
+        pts = points(point("pyg", [1.0 * ratio, 1.1 * ratio, 0.95 * ratio]), point("dgl", [1.0, 1.04, 0.98]),
+                     point("pyg", [2.0 * ratio, 2.02 * ratio, 1.97 * ratio], devices=1),
+                     point("dgl", [2.0, 2.1, 2.05], devices=1))
+        adaptive.plan(pts, precision=0.03, budget_s=300, max_repeats=8)
+        return {p.label(): p.added for p in pts.values()}
+
+    assert added(1.0) == added(2.0) and sum(added(1.0).values()) > 0
+
+
+def test_the_pooled_spread_keeps_two_equal_times_from_looking_precise():
+    pts = points(point("pyg", [1.0, 1.0]), point("dgl", [0.5, 0.5]),  # spread 0 by chance
+                 point("pyg", [1.0, 1.2], devices=1), point("dgl", [1.0, 1.25], devices=1))
+    adaptive.plan(pts, precision=0.05, budget_s=10_000, max_repeats=4)
+    # PyG over DGL at d2 measured 0 wide (decided), but d2 over d1 is wide for both frameworks
+    by = {p.label(): p.added for p in pts.values()}
+    assert by["pyg sage d1 b256 w0"] > 0 and by["dgl sage d1 b256 w0"] > 0
+    assert by["pyg sage d2 b256 w0"] > 0  # projected with the pooled spread, not zero
+
+
+def write_result(root, fw, rep, seconds):
+    d = root / "runs" / "small" / f"{fw}-sage-d2-b256-w0-r{rep}"
+    d.mkdir(parents=True)
+    (d / "result.json").write_text(json.dumps({
+        "run_id": f"{fw}-{rep}", "status": "ok", "wall_time_s": 9.0,
+        "config": {"framework": fw, "model": "sage", "devices": 2, "batch_size": 256, "workers": 0, "repeat": rep},
+        "summary": {"steady_epoch_time_s": seconds}}))
+    return str(d / "result.json")
+
+
+def test_a_replan_keeps_the_repeats_an_earlier_plan_ran(tmp_path):
+    first = [write_result(tmp_path, fw, rep, base * noise) for fw, base in (("pyg", 1.0), ("dgl", 0.5))
+             for rep, noise in enumerate((1.0, 1.25))]
+    write_result(tmp_path, "pyg", 2, 1.1)  # an earlier second round ran r2 of PyG
+    out = tmp_path / "plan.json"
+    adaptive.main(["--precision", "0.01", "--budget-min", "1", "--max-repeats", "5", "--out", str(out), *first])
+    plan = json.loads(out.read_text())
+    pyg = sorted(r["repeat"] for r in plan["runs"] if r["name"].startswith("pyg"))
+    dgl = sorted(r["repeat"] for r in plan["runs"] if r["name"].startswith("dgl"))
+    assert pyg[0] == 2 and pyg == list(range(2, 2 + len(pyg)))  # r2 kept, new ones after it
+    assert dgl == list(range(2, 2 + len(dgl)))
+    by = {p["point"]: p for p in plan["points"]}
+    assert by["pyg sage d2 b256 w0"]["kept"] == 1 and by["pyg sage d2 b256 w0"]["first_round"] == 2
+    assert plan["comparisons"][0]["runs"] == "3+2"
+
+
+def test_command_line_plans_from_result_files(tmp_path):
+    """Real result.json files (the report's reader) in, the plan's runs out, numbered after the
+    first round's repeats."""
+    results = []
+    for fw, base in (("pyg", 1.0), ("dgl", 0.5)):
+        for rep, noise in enumerate((1.0, 1.25)):
+            d = tmp_path / "runs" / "small" / f"{fw}-sage-d2-b256-w0-r{rep}"
+            d.mkdir(parents=True)
+            (d / "result.json").write_text(json.dumps({
+                "run_id": f"{fw}-{rep}", "status": "ok", "wall_time_s": 9.0,
+                "config": {"framework": fw, "model": "sage", "devices": 2, "batch_size": 256, "workers": 0,
+                           "repeat": rep},
+                "summary": {"steady_epoch_time_s": base * noise}}))
+            results.append(str(d / "result.json"))
+    out = tmp_path / "plan.json"
+    assert adaptive.main(["--precision", "0.05", "--budget-min", "1", "--max-repeats", "4", "--out", str(out),
+                          *results]) == 0
+    plan = json.loads(out.read_text())
+    assert plan["first_round"] == 2 and plan["runs"]
+    assert {r["name"] for r in plan["runs"]} <= {"pyg-sage-d2-b256-w0", "dgl-sage-d2-b256-w0"}
+    assert min(r["repeat"] for r in plan["runs"]) == 2 and max(r["repeat"] for r in plan["runs"]) <= 3
+    assert plan["planned_s"] <= 60
+    with pytest.raises(SystemExit):
+        adaptive.main(["--precision", "5", "--budget-min", "1", "--max-repeats", "4", "--out", str(out)])
