@@ -379,7 +379,13 @@ class Rank:
         # hang (caught, with stacks) instead of a timeout crash; under NCCL the default would
         # otherwise abort the waiting ranks first.
         self.info["collective_timeout_s"] = cfg.collective_timeout_s
-        dist.init_process_group(cfg.backend, timeout=datetime.timedelta(seconds=cfg.collective_timeout_s))
+        timeout = datetime.timedelta(seconds=cfg.collective_timeout_s)
+        init_method = os.environ.get("GNNSCALE_INIT_METHOD")  # runners.spawn: a file store (its doc)
+        if init_method:
+            dist.init_process_group(cfg.backend, init_method=init_method, rank=self.rank, world_size=self.world,
+                                    timeout=timeout)
+        else:
+            dist.init_process_group(cfg.backend, timeout=timeout)
         self.mark("process_group_ready")
         if cfg.nodes > 1:
             # Every rank's host and address, known to every node from the start: a node that

@@ -92,7 +92,8 @@ def launch_command(cfg: RunConfig, config_path: Path) -> list:
                    "--config", str(config_path)]
     if rank_starter(cfg) == "runners.spawn":
         return [sys.executable, "-m", "runners.spawn", "--nproc-per-node", str(cfg.devices),
-                "--master-addr", cfg.master_addr, "--master-port", str(cfg.master_port), *rank_module]
+                "--master-addr", cfg.master_addr, "--master-port", str(cfg.master_port),
+                "--store", str(Path(config_path).parent / ".pg-store"), *rank_module]
     return [
         sys.executable, "-m", "torch.distributed.run",
         "--nnodes", str(cfg.nodes), "--node-rank", str(cfg.node_rank),

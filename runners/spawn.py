@@ -3,14 +3,18 @@ torch) that starts N rank processes with the environment torchrun gives them, wa
 and stops the others when one fails, as torchrun does.
 
     python -m runners.spawn --nproc-per-node 2 --master-addr 127.0.0.1 --master-port 29500 \
-        -m runners.harness --config CONFIG
+        --store RUN_DIR/.pg-store -m runners.harness --config CONFIG
 
 Why: on one node torchrun's agent only hands out ranks and an address, yet it imports torch
 first (about 1.5 s of a 2-core machine before any rank starts) and notices the ranks' exit at
 its monitor interval. Multi-node runs keep torchrun: there its rendezvous is the point.
-The ranks create their own store (rank 0 serves it at MASTER_ADDR:MASTER_PORT), as they do
-under torchrun with TORCHELASTIC_USE_AGENT_STORE=False. Lightning recognises the environment
-as torchelastic's (RANK, GROUP_RANK, LOCAL_RANK, LOCAL_WORLD_SIZE), so it starts no processes.
+The fair harness's ranks meet through a file store (GNNSCALE_INIT_METHOD=file://STORE; the
+launcher puts it in the run directory and this process removes it): with a TCP store served
+by rank 0, a rank that reaches it before rank 0 listens waits for the client's retry, 0.75 s
+of a DGL launch measured here. Other rank code (Lightning's, in the study harness) creates its own TCP store from MASTER_ADDR and
+MASTER_PORT, as under torchrun with TORCHELASTIC_USE_AGENT_STORE=False; Lightning recognises
+the environment as torchelastic's (RANK, GROUP_RANK, LOCAL_RANK, LOCAL_WORLD_SIZE), so it
+starts no processes.
 
 A failure ends with torchrun's summary lines (`rank : R (local_rank: L)` and
 `exitcode : C (pid: P)`, C negative for a signal), which runners.evidence reads, and exit
@@ -31,9 +35,12 @@ KILL_GRACE_S = 30.0  # torchrun's own grace between SIGTERM and SIGKILL when it 
 WAIT_STEP_S = 0.05
 
 
-def rank_environment(base: dict, local_rank: int, nproc: int, master_addr: str, master_port: int) -> dict:
-    """The variables torchrun sets for a worker of a one-node job (node rank 0, no restarts)."""
+def rank_environment(base: dict, local_rank: int, nproc: int, master_addr: str, master_port: int,
+                     store: str) -> dict:
+    """The variables torchrun sets for a worker of a one-node job (node rank 0, no restarts),
+    and the file store the fair harness meets through."""
     env = dict(base)
+    env["GNNSCALE_INIT_METHOD"] = f"file://{store}"
     env.update({
         "RANK": str(local_rank), "LOCAL_RANK": str(local_rank), "GROUP_RANK": "0", "ROLE_RANK": str(local_rank),
         "ROLE_NAME": "default", "WORLD_SIZE": str(nproc), "LOCAL_WORLD_SIZE": str(nproc), "GROUP_WORLD_SIZE": "1",
@@ -54,8 +61,9 @@ def signal_name(code: int) -> str:
 class Ranks:
     """The node's rank processes: started together, watched together, stopped together."""
 
-    def __init__(self, command: list, nproc: int, master_addr: str, master_port: int):
-        self.procs = [subprocess.Popen(command, env=rank_environment(os.environ, r, nproc, master_addr, master_port))
+    def __init__(self, command: list, nproc: int, master_addr: str, master_port: int, store: str):
+        self.procs = [subprocess.Popen(command, env=rank_environment(os.environ, r, nproc, master_addr, master_port,
+                                                                     store))
                       for r in range(nproc)]
         self.stop_signal: int | None = None
 
@@ -94,12 +102,25 @@ def main(argv=None) -> int:
     p.add_argument("--nproc-per-node", type=int, required=True)
     p.add_argument("--master-addr", default="127.0.0.1")
     p.add_argument("--master-port", type=int, required=True)
+    p.add_argument("--store", required=True, help="a path for the file store the ranks meet through (must not exist)")
     p.add_argument("-m", dest="module", required=True, help="the module every rank runs")
     args, rest = p.parse_known_args(argv)
     if args.nproc_per_node < 1:
         p.error(f"--nproc-per-node {args.nproc_per_node}: must be at least 1")
+    if os.path.exists(args.store):
+        p.error(f"--store {args.store}: exists already; a file store must start empty")
+    try:
+        return run(args, rest, args.store)
+    finally:
+        try:
+            os.remove(args.store)  # the ranks leave with os._exit, so nobody else removes it
+        except FileNotFoundError:
+            pass
+
+
+def run(args, rest: list, store: str) -> int:
     ranks = Ranks([sys.executable, "-m", args.module, *rest], args.nproc_per_node, args.master_addr,
-                  args.master_port)
+                  args.master_port, store)
 
     def on_signal(signum, frame):
         ranks.stop_signal = signum
