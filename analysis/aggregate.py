@@ -38,6 +38,7 @@ import pandas as pd
 from analysis import PHASES
 from analysis import deadlocks
 from runners import envinfo, history, record
+from runners.adapters import registry
 
 CONFIG_COLUMNS = (
     "framework", "model", "devices", "nodes", "batch_size", "workers", "dataset", "epochs",
@@ -47,7 +48,7 @@ CONFIG_COLUMNS = (
     # Written by the current runner but not required by the schema.
     "warmup_epochs", "max_steps_per_epoch", "eval_every", "lr_effective", "inject_rank",
     "time_limit_s", "stall_floor_s", "stall_factor", "harness", "lane", "until", "precision", "min_steady_epochs",
-    "max_train_s",
+    "max_train_s", "loader",
 )
 # How well a run pinned its steady-state epoch time down (summary.precision, runners/stopping.py).
 PRECISION_COLUMNS = ("stopped_by", "epochs_run", "stopped_by_cap", "precision_reached", "drift_rel", "drifting",
@@ -73,7 +74,7 @@ ENV_COLUMNS = (
     "dataset_hash", "omp_num_threads",
 )
 RUN_COLUMNS = (
-    ("run_id", "run_name", "status") + CONFIG_COLUMNS + ("world_size", "processes", "oversubscribed")
+    ("run_id", "run_name", "status") + CONFIG_COLUMNS + ("loader_variant", "world_size", "processes", "oversubscribed")
     + SUMMARY_COLUMNS + PRECISION_COLUMNS + ("steady_epoch_mean_s", "steady_seed_nodes_per_s") + BREAKDOWN_COLUMNS
     + ("wall_time_s", "started_at", "finished_at", "epochs_completed", "steps_per_epoch") + WORK_COLUMNS + (
        "seed_base", "adapter_choices", "nvml_available", "nvml_reason", "preflight_warnings",
@@ -277,6 +278,12 @@ def run_row(data: dict, result_path: Path, workflow: str | None = None) -> dict:
     row.update({k: _scalar(cfg.get(k)) for k in CONFIG_COLUMNS})
     row["harness"] = cfg.get("harness") or "fair"  # results from before --harness were all fair
     row["lane"] = cfg.get("lane") or "pair"  # results from before lanes ran on the pair's torch 2.2.1
+    # Results from before --loader ran the framework's first loader. A loader other than its
+    # framework's default is an experiment of its own (loader_variant); the defaults stay one
+    # experiment, so PyG and DGL's classic loader are still compared point by point.
+    defaults = registry.framework(cfg["framework"]).loaders
+    row["loader"] = cfg.get("loader") or defaults[0]
+    row["loader_variant"] = "default" if row["loader"] == defaults[0] else row["loader"]
     row["world_size"] = cfg["devices"] * cfg["nodes"]
     # Ranks and their loader workers on one node; more of them than cores means they take
     # turns on the CPU, which a 2-core result must say before anyone reads it as a GPU claim.

@@ -105,6 +105,10 @@ LOOP_MODELS = [m for m in registry.MODELS.values() if m.self_loops]  # models --
 FAIRNESS_ROWS = (
     ("fan-outs as given (hop nearest the seeds first)", lambda r: r["fanouts"]),
     ("fan-outs as passed to the framework's sampler", lambda r: r["fanouts_framework"]),
+    ("loader (--loader)", lambda r: r["loader"]),
+    ("each loader's sampling: replacement, self-loops",
+     lambda r: r["loader"] + ": " + r["replace"].map(lambda v: "with" if truthy(v) else "without")
+     + " replacement; self-loops: " + _choices(r, "self_loops").fillna("none")),
     ("sampler", lambda r: _choices(r, "sampler")),
     ("PyG sampler backend (recorded per run)", lambda r: r["env_pyg_sampler_backend"].where(r["framework"] == "pyg")),
     (f"self-loops ({', '.join(m.label for m in LOOP_MODELS)})",

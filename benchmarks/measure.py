@@ -7,7 +7,8 @@ Prints one markdown table (measurement, figure, target, verdict, detail) and wri
 
 1. probe overhead  the runner with probes on vs `--no-probes`: median step time.
 2. fidelity        the runner vs a minimal DDP loop in the style of each framework's own
-                   multi-GPU example (benchmarks/reference_{pyg,dgl}.py): median epoch time
+                   multi-GPU example (benchmarks/reference_{pyg,dgl}.py; DGL with --loader graphbolt
+                   against reference_graphbolt.py, its GraphBolt example): median epoch time
                    of the slowest rank; with the cost per step of the runner loop's
                    bookkeeping (runners.recorder.StepRecorder, timed in-process).
 3. memory          PSS summed over ranks of the graph as the runner's adapters hold it,
@@ -51,6 +52,10 @@ from runners.config import config_from_args
 REPO = Path(__file__).resolve().parent.parent
 PY = sys.executable
 FRAMEWORKS = ("pyg", "dgl")
+# Timed like a framework, run as a framework with another loader: label -> (framework, loader),
+# and its reference loop is benchmarks/reference_<loader>.py.
+LOADER_VARIANTS = {"dgl-graphbolt": ("dgl", "graphbolt")}
+TIMED = FRAMEWORKS + tuple(LOADER_VARIANTS)  # the timing rows' "frameworks"
 VARIANTS = ("probes-on", "probes-off", "reference")
 
 # (key prefix, measurement, target as text, limit): a figure passes when figure <= limit.
@@ -116,7 +121,9 @@ def execute(argv: list, log_path: Path, env: dict | None = None, cwd: Path = REP
 
 
 def runner_argv(s: Settings, framework: str, model: str, out: Path, probes: bool = True) -> list:
-    argv = ["--framework", framework, "--model", model, "--devices", str(s.devices),
+    framework, loader = LOADER_VARIANTS.get(framework, (framework, None))
+    argv = ["--loader", loader] if loader else []
+    argv += ["--framework", framework, "--model", model, "--devices", str(s.devices),
             "--batch-size", str(s.batch_size), "--workers", str(s.workers), "--dataset", s.dataset,
             "--epochs", str(s.epochs), "--fanouts", s.fanouts, "--data-root", s.data_root, "--out", str(out)]
     return argv + ([] if probes else ["--no-probes"])
@@ -161,7 +168,8 @@ def run_reference(s: Settings, work: Path, framework: str, model: str, label: st
             "--workers", str(cfg.workers), "--epochs", str(cfg.epochs), "--hidden", str(cfg.hidden),
             "--layers", str(cfg.layers), "--heads", str(cfg.heads), "--dropout", str(cfg.dropout),
             "--lr", str(cfg.lr), "--weight-decay", str(cfg.weight_decay), "--seed", str(cfg.seed), "--out", str(out)]
-    wall = run_torchrun(f"benchmarks.reference_{framework}", s.devices, args, work / f"{label}.log", cfg.threads_per_rank)
+    module = f"benchmarks.reference_{LOADER_VARIANTS[framework][1] if framework in LOADER_VARIANTS else framework}"
+    wall = run_torchrun(module, s.devices, args, work / f"{label}.log", cfg.threads_per_rank)
     report = json.loads(out.read_text())
     return {"epoch_s": slowest_rank_epoch([r["epoch_times_s"] for r in report["ranks"]]), "command_s": wall,
             "steps_per_epoch": report["ranks"][0]["steps_per_epoch"], "threads": report["ranks"][0]["threads"]}
@@ -291,11 +299,11 @@ def timing_variants(s: Settings) -> tuple:
 def measure_timing(s: Settings, work: Path, raw: dict) -> list:
     """Rows 1, 2, 4, 6: runner with probes on, off, and the reference, interleaved."""
     variants = timing_variants(s)
-    runs = {(fw, m, v): [] for fw in FRAMEWORKS for m in s.models for v in variants}
+    runs = {(fw, m, v): [] for fw in TIMED for m in s.models for v in variants}
     total = len(runs) * s.repeats
     for i in range(s.repeats):
         order = variants[i % len(variants):] + variants[:i % len(variants)]
-        for fw in FRAMEWORKS:
+        for fw in TIMED:
             for m in s.models:
                 for v in order:
                     label = f"{fw}-{m}-{v}-r{i}"
@@ -309,7 +317,7 @@ def measure_timing(s: Settings, work: Path, raw: dict) -> list:
     raw["timing"] = {"/".join(k): v for k, v in runs.items()}
 
     rows = []
-    for fw in FRAMEWORKS:
+    for fw in TIMED:
         for m in s.models if wanted(s, "probe") else ():
             on, off = runs[(fw, m, "probes-on")], runs[(fw, m, "probes-off")]
             step = ratio_median([(a["step_s"], b["step_s"]) for a, b in zip(on, off)]) - 1
@@ -320,7 +328,7 @@ def measure_timing(s: Settings, work: Path, raw: dict) -> list:
                             f"{statistics.median(r['step_s'] for r in off) * 1e3:.1f} ms off; epoch time "
                             f"{epoch * 100:+.2f}%; CPU sampler self-timed (its thread CPU time) {cost * 100:.1f}% of training"))
     rows += fidelity_rows(s, work, runs, raw) if wanted(s, "fidelity") else []
-    for fw in FRAMEWORKS if wanted(s, "startup") else ():
+    for fw in TIMED if wanted(s, "startup") else ():
         recs = [r for m in s.models for v in variants if v != "reference" for r in runs[(fw, m, v)]]
         split = {k: statistics.median(r["startup"][k] for r in recs) for k in recs[0]["startup"]}
         raw.setdefault("startup", {})[fw] = split
@@ -331,7 +339,7 @@ def measure_timing(s: Settings, work: Path, raw: dict) -> list:
         rows.append(row(f"startup:{fw}", split["command to first step"], f"{split['command to first step']:.1f} s",
                         "largest: " + ", ".join(f"{k} {v:.1f} s" for v, k in top[:3])
                         + f"; whole command {run_cmd:.1f} s runner vs {ref_cmd:.1f} s reference"))
-    for fw in FRAMEWORKS:
+    for fw in TIMED:
         for m in s.models if wanted(s, "cv") else ():
             times = [r["epoch_s"] for r in runs[(fw, m, "probes-on")]]
             c = cv(times)
@@ -346,7 +354,7 @@ def fidelity_rows(s: Settings, work: Path, runs: dict, raw: dict) -> list:
     and what the runner's per-step bookkeeping (recorder_cost) is of its median step."""
     rec = raw["recorder"] = recorder_cost(s, work)
     rows = []
-    for fw in FRAMEWORKS:
+    for fw in TIMED:
         for m in s.models:
             on, ref = runs[(fw, m, "probes-on")], runs[(fw, m, "reference")]
             ratios = [a["epoch_s"] / b["epoch_s"] for a, b in zip(on, ref)]
@@ -482,9 +490,9 @@ def measure_launch(s: Settings, work: Path, raw: dict) -> list:
 
 
 def expected_keys(s: Settings) -> list:
-    keys = [f"{k}:{fw}-{m}" for k in ("probe", "fidelity") for fw in FRAMEWORKS for m in s.models]
-    keys += [f"memory:{fw}" for fw in FRAMEWORKS] + [f"startup:{fw}" for fw in FRAMEWORKS]
-    keys += ["sweep:default, cold", "noop:no-op rerun"] + [f"cv:{fw}-{m}" for fw in FRAMEWORKS for m in s.models]
+    keys = [f"{k}:{fw}-{m}" for k in ("probe", "fidelity") for fw in TIMED for m in s.models]
+    keys += [f"memory:{fw}" for fw in FRAMEWORKS] + [f"startup:{fw}" for fw in TIMED]
+    keys += ["sweep:default, cold", "noop:no-op rerun"] + [f"cv:{fw}-{m}" for fw in TIMED for m in s.models]
     keys += [f"launch:{fw}" for fw in FRAMEWORKS]
     return [k for k in keys if wanted(s, k.split(":")[0])]
 

@@ -88,11 +88,17 @@ class RunConfig:
         as a readable run_id ending in a digest of them all. Runs with equal identities are
         the same measurement; the directory a run was written to plays no part."""
         settings = {k: v for k, v in self.to_json().items() if k not in NOT_IN_IDENTITY}
+        # The framework's default loader is what every run trained with before --loader
+        # existed: left out, so those runs keep their identities.
+        default_loader = self.loader is None or self.loader == registry.framework(self.framework).loaders[0]
+        if default_loader:
+            settings.pop("loader", None)
         settings["dataset_hash"] = dataset_hash
         digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
         nodes = f"x{self.nodes}" if self.nodes > 1 else ""
         lane = f"-{self.lane}" if self.lane not in (None, "pair") else ""
-        run_id = (f"{self.dataset}-{self.framework}-{self.model}-d{self.devices}{nodes}"
+        loader = "" if default_loader else f"-{self.loader}"
+        run_id = (f"{self.dataset}-{self.framework}{loader}-{self.model}-d{self.devices}{nodes}"
                   f"-b{self.batch_size}-w{self.workers}-r{self.repeat}{lane}-{digest[:10]}")
         return {"run_id": run_id, "digest": digest, "settings": settings}
 
@@ -161,6 +167,13 @@ def check_combinations(v: dict) -> None:
     _require(v["harness"] == "fair" or not (v["uneven_batches"] or v["inject"]),
              f"--harness {v['harness']}: --uneven-batches and --inject need the fair harness "
              "(the study harness builds its loaders exactly as the seed study did)")
+    if v.get("loader") is not None:
+        offered = registry.framework(v["framework"]).loaders
+        _require(v["loader"] in offered,
+                 f"--loader {v['loader']}: --framework {v['framework']} offers {', '.join(offered)}")
+        _require(v["harness"] == "fair" or v["loader"] == offered[0],
+                 f"--loader {v['loader']}: the study harness builds its loaders exactly as the seed study did "
+                 f"({offered[0]}); use --harness fair")
     inject = v["inject"]
     if inject is not None:
         _require(v["allow_fault_injection"],
@@ -206,6 +219,7 @@ def config_from_args(args: argparse.Namespace, visible_gpus: int, cpu_cores: int
         "threads_per_rank": v["threads_per_rank"] or max(1, cpu_cores // v["devices"]),
         "uneven_batches": v["uneven_batches"] or v["inject"] == "uneven-batches",
         "fanouts_framework": registry.framework(v["framework"]).framework_fanouts(v["fanouts"]),
+        "loader": v["loader"] or registry.framework(v["framework"]).loaders[0],
     })
     # The model's layers are known once its defaults are filled in.
     _require(len(cfg.fanouts) == cfg.layers,

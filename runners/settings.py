@@ -233,6 +233,11 @@ SETTINGS = (
     Setting("harness", str, HARNESSES[0], choices=HARNESSES, sweep_omits_default=True,
             help="fair: the suite's DDP loop, both frameworks split the seeds equally; study: the seed "
             "study's PyTorch Lightning harness, loaders built as it built them"),
+    # None: the framework's first loader (registry Framework.loaders), filled in by the launcher.
+    Setting("loader", str, None, choices=registry.LOADER_NAMES, sweep_omits_default=True,
+            help="the framework's neighbour-sampling loader: pyg: neighbor; dgl: classic "
+            "(dgl.dataloading.DataLoader) or graphbolt (dgl.graphbolt's pipeline, DGL's examples from 2.1); "
+            "default: the framework's first"),
     Setting("lane", str, None, choices=LANES, metavar="LANE",
             help="the software stack the run must run in (scripts/setup.sh): pair (torch 2.2.1, PyG and DGL), "
             "current (the newest torch PyG tests), own (a Python's own torch); default: the lane of the "

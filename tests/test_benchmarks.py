@@ -9,12 +9,15 @@ import sys
 
 from tests.helpers import DATA_ROOT, REPO
 
-ROWS = ["probe overhead (pyg-sage)", "probe overhead (dgl-sage)",
+ROWS = ["probe overhead (pyg-sage)", "probe overhead (dgl-sage)", "probe overhead (dgl-graphbolt-sage)",
         "fidelity: runner / reference epoch (pyg-sage)", "fidelity: runner / reference epoch (dgl-sage)",
+        "fidelity: runner / reference epoch (dgl-graphbolt-sage)",
         "memory: PSS 2 ranks / 1 rank (pyg)", "memory: PSS 2 ranks / 1 rank (dgl)",
         "start-up: command to first step (pyg)", "start-up: command to first step (dgl)",
+        "start-up: command to first step (dgl-graphbolt)",
         "sweep wall time (default, cold)", "sweep wall time (no-op rerun)",
         "variation: CV of epoch time (pyg-sage)", "variation: CV of epoch time (dgl-sage)",
+        "variation: CV of epoch time (dgl-graphbolt-sage)",
         "launch: run minus training, over the import floor (pyg)",
         "launch: run minus training, over the import floor (dgl)"]
 

@@ -1,4 +1,10 @@
-"""DGL adapter: dgl.dataloading.DataLoader with NeighborSampler over blocks, SAGEConv/GATConv/GraphConv.
+"""DGL adapter: blocks from either of DGL's loaders (`--loader`), SAGEConv/GATConv/GraphConv.
+
+Loaders: `classic` is dgl.dataloading.DataLoader with NeighborSampler; `graphbolt` is the
+dgl.graphbolt pipeline of DGL's examples from 2.1 on (ItemSampler -> sample_neighbor ->
+fetch_feature -> copy_to -> gb.DataLoader). Both sample without replacement (unless
+--replace) from the same CSC graph, with the same fan-outs (hop nearest the seeds last for
+both), over the harness's seed share, and train the same model on the blocks.
 
 Measurement choices (recorded in every result):
 - The graph is built from the memory-mapped CSC with only the CSC format materialised
@@ -30,8 +36,10 @@ import os
 os.environ.setdefault("DGLBACKEND", "pytorch")
 
 import dgl  # noqa: E402
+import dgl.graphbolt as gb  # noqa: E402  (import dgl imports it already)
 import torch  # noqa: E402
 from dgl.nn.pytorch import GATConv, GraphConv, SAGEConv  # noqa: E402
+from torch.utils.data.datapipes.iter.sharding import SHARDING_PRIORITIES, ShardingFilterIterDataPipe  # noqa: E402
 
 from runners.adapters import (Adapter, Batch, ModelBuilder, between_layers, layer_choice, shared_tensor,  # noqa: E402
                               layer_shapes, model_builder)
@@ -124,13 +132,18 @@ class DglAdapter(Adapter):
         if device.type == "cuda":
             require_cuda_build()
         self.study = cfg.harness == "study"
-        g = to_dgl_graph(graph)
-        if self.study:
-            g = dgl.add_self_loop(g)  # RedditDataset(self_loop=True), as the seed study loaded it
-        self.g = g.formats(["csc"])
+        self.graphbolt = cfg.loader == "graphbolt"
+        if self.graphbolt:
+            self._set_up_graphbolt()
+        else:
+            g = to_dgl_graph(graph)
+            if self.study:
+                g = dgl.add_self_loop(g)  # RedditDataset(self_loop=True), as the seed study loaded it
+            self.g = g.formats(["csc"])
         # The study's graph already has self-loops: its blocks get none added.
         self.loops = MODELS[cfg.model].self_loops and cfg.self_loops and not self.study
         self.choices = {
+            "loader": cfg.loader,
             "graph_input": "dgl.graph(('csc', ...)) on the memory-mapped CSC, csc format only",
             "sampler": "dgl.dataloading.NeighborSampler + DataLoader",
             "layer_compute": "blocks shrink layer by layer",
@@ -153,8 +166,22 @@ class DglAdapter(Adapter):
             "sampled_edges": "sum of the blocks' edges: a node's neighbours count once per layer they are sampled in",
         }
 
+        if self.graphbolt:
+            self.choices.update(graphbolt_choices(cfg))
+
+    def _set_up_graphbolt(self) -> None:
+        """The sampling graph and feature store, once per rank, over the memory-mapped arrays
+        (no copy: the ranks share the dataset's pages through the page cache)."""
+        self.sampling_graph = gb.fused_csc_sampling_graph(shared_tensor(self.graph.indptr),
+                                                          shared_tensor(self.graph.indices))
+        self.features = gb.BasicFeatureStore(
+            {("node", None, "feat"): gb.TorchBasedFeature(shared_tensor(self.graph.features))})
+        self.labels = shared_tensor(self.graph.labels)
+
     def seed(self, seed: int) -> None:
         dgl.seed(seed)
+        if getattr(self, "graphbolt", False):
+            gb.seed(seed)  # GraphBolt's samplers draw from their own generator
 
     def build_model(self):
         c = self.cfg
@@ -165,7 +192,28 @@ class DglAdapter(Adapter):
         return dgl.dataloading.NeighborSampler(list(self.cfg.fanouts_framework), replace=self.cfg.replace,
                                                prefetch_node_feats=["feat"], prefetch_labels=["label"])
 
+    def _graphbolt_loader(self, seeds, batch_size: int, workers: int, worker_init_fn=None):
+        """DGL's example pipeline over `seeds` in their order (a plain ItemSampler without
+        shuffling: the harness's share is already this rank's, shuffled). The ItemSet indexes
+        `seeds` itself when an epoch starts, so the harness's in-place rewrite reaches it,
+        in persistent workers too."""
+        pipe = RankItemSampler(gb.ItemSet(seeds, names="seed_nodes"), batch_size=batch_size, shuffle=False,
+                               drop_last=False)
+        pipe = WorkerShardingFilter(pipe, self.world_size)
+        pipe = pipe.sample_neighbor(self.sampling_graph, list(self.cfg.fanouts_framework), replace=self.cfg.replace)
+        pipe = pipe.fetch_feature(self.features, node_feature_keys=["feat"])
+        pipe = pipe.copy_to(self.device)  # as the example; its DataLoader prefetches up to here in a thread
+        loader = gb.DataLoader(pipe, num_workers=workers, persistent_workers=workers > 0)
+        if worker_init_fn is not None:
+            # gb.DataLoader runs the sampling stages in a torch DataLoader of its own; give its
+            # workers the harness's set-up (seeds, one thread, stack dumps, worker records).
+            for wrapper in graphbolt_worker_loaders(loader):
+                wrapper.dataloader.worker_init_fn = worker_init_fn
+        return SizedLoader(loader, seeds, batch_size)
+
     def train_loader(self, rank_seeds, worker_init_fn):
+        if self.graphbolt:
+            return self._graphbolt_loader(rank_seeds, self.cfg.batch_size, self.cfg.workers, worker_init_fn)
         kwargs = {}
         if self.cfg.workers > 0:
             kwargs = {"persistent_workers": True, "worker_init_fn": worker_init_fn}
@@ -188,15 +236,24 @@ class DglAdapter(Adapter):
         return self.eval_loader(self.graph.val_idx)
 
     def eval_loader(self, seeds):
+        if self.graphbolt:
+            return self._graphbolt_loader(torch.as_tensor(seeds), self.cfg.eval_batch_size, 0)
         return dgl.dataloading.DataLoader(self.g, torch.as_tensor(seeds), self._sampler(), device="cpu",
                                           batch_size=self.cfg.eval_batch_size, shuffle=False,
                                           drop_last=False, num_workers=0)
 
     def unpack(self, raw) -> Batch:
-        input_nodes, output_nodes, blocks = raw
+        if self.graphbolt:
+            # A GraphBolt MiniBatch: blocks, the fetched input features, and the seeds'
+            # labels (the example carries them in its ItemSet; here a gather of batch size).
+            input_nodes, output_nodes, blocks = raw.input_nodes, raw.seed_nodes, raw.blocks
+            x = raw.node_features["feat"]
+            y = self.labels[output_nodes]
+        else:
+            input_nodes, output_nodes, blocks = raw
+            x = blocks[0].srcdata["feat"]
+            y = blocks[-1].dstdata["label"]
         edges = sum(int(b.num_edges()) for b in blocks)
-        x = blocks[0].srcdata["feat"]
-        y = blocks[-1].dstdata["label"]
         if self.loops:
             blocks = [add_self_loops(b) for b in blocks]
         return Batch(inputs=(blocks, x), labels=y, seed_nodes=int(output_nodes.numel()),
@@ -213,6 +270,82 @@ class DglAdapter(Adapter):
     def forward(self, model, inputs):
         blocks, x = inputs
         return model(blocks, x)
+
+
+class RankItemSampler(gb.ItemSampler):
+    """gb.ItemSampler over seeds that are already this rank's share (see WorkerShardingFilter).
+
+    gb.DataLoader puts a sharding_filter after every stage whose type is exactly ItemSampler,
+    and torch's DataLoader shards that filter by the process group's rank and size: under DDP a
+    plain ItemSampler silently trains 1/world of the rank's batches (measured here: 5 of 10
+    with 2 ranks, DGL 2.1.0, torch 2.2.1). A subclass is left alone."""
+
+
+class WorkerShardingFilter(ShardingFilterIterDataPipe):
+    """A sharding_filter that splits a rank's batches between its loader workers only.
+
+    torch shards it as it would any filter: (world, rank) in the rank itself and
+    (world x workers, worker x world + rank) in a worker; dividing both by the world size
+    leaves (1, 0) and (workers, worker): each batch once, in order."""
+
+    def __init__(self, source_datapipe, world_size: int):
+        super().__init__(source_datapipe)
+        self.world_size = world_size
+
+    def apply_sharding(self, num_of_instances, instance_id, sharding_group=SHARDING_PRIORITIES.DEFAULT):
+        super().apply_sharding(max(1, num_of_instances // self.world_size), instance_id // self.world_size,
+                               sharding_group)
+
+
+class SizedLoader:
+    """A GraphBolt loader with a length: the harness counts a rank's steps before its first
+    epoch (gb.DataLoader, over an iterable datapipe, has none). Iterating is the loader's own."""
+
+    def __init__(self, loader, seeds, batch_size: int):
+        self.loader, self.seeds, self.batch_size = loader, seeds, batch_size
+
+    def __iter__(self):
+        return iter(self.loader)
+
+    def __len__(self) -> int:
+        return -(-len(self.seeds) // self.batch_size)
+
+
+def graphbolt_worker_loaders(loader) -> list:
+    """The MultiprocessingWrapper stages gb.DataLoader inserted (the sampling that its workers run)."""
+    import torchdata.dataloader2.graph as dp_graph
+    from dgl.graphbolt.dataloader import MultiprocessingWrapper
+
+    return dp_graph.find_dps(dp_graph.traverse_dps(loader.dataset), MultiprocessingWrapper)
+
+
+# How `--workers` maps onto GraphBolt's concurrency (recorded with every GraphBolt run).
+GRAPHBOLT_PREFETCH_BUFFER = 2  # gb.DataLoader's Prefetcher in front of copy_to (DGL 2.1.0)
+
+
+def graphbolt_choices(cfg) -> dict:
+    """The adapter choices a GraphBolt run records over the classic loader's."""
+    w = cfg.workers
+    return {
+        "sampler": ("dgl.graphbolt: ItemSampler over the harness's share -> sample_neighbor -> fetch_feature "
+                    "-> copy_to -> gb.DataLoader (DGL's multi-GPU GraphBolt example)"),
+        "graph_input": ("gb.fused_csc_sampling_graph on the memory-mapped CSC, built once per rank (no copy: "
+                        "the ranks share the dataset's pages)"),
+        "feature_gather": ("gb.BasicFeatureStore(TorchBasedFeature) over the memory-mapped features, fetched "
+                           "in the rank's prefetch thread" + (", sampling in the loader workers" if w else "")),
+        "concurrency": {
+            "workers": w,
+            "gb_dataloader_num_workers": w,
+            "persistent_workers": w > 0,
+            "prefetch_thread_buffer": GRAPHBOLT_PREFETCH_BUFFER,
+            "mapping": (f"--workers {w} -> gb.DataLoader(num_workers={w}): "
+                        + (f"{w} worker processes sample (ItemSampler + sample_neighbor), " if w else
+                           "sampling in the rank, ")
+                        + "the rank's torchdata Prefetcher thread (buffer 2) fetches features ahead of copy_to "
+                        "in every case"),
+        },
+        "labels": "gathered for the seeds in the training process (the example's ItemSet carries them)",
+    }
 
 
 ADAPTER = DglAdapter

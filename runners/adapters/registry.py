@@ -27,6 +27,9 @@ class Framework:
     label: str  # shown in tables and plots
     colour: str  # its colour in every plot
     adapter: str  # module with ADAPTER, MODEL_BUILDERS and self_check() (the doctor's check)
+    # The framework's neighbour-sampling loaders, by the name `--loader` takes; the first is
+    # the default (a run that names none trains with it, and its identity stays as before).
+    loaders: tuple
     # Fan-out order the framework's sampler expects. The suite's own order is the hop
     # nearest the seeds first (PyG's num_neighbors); DGL's NeighborSampler lists it last.
     seeds_hop_first: bool
@@ -152,7 +155,7 @@ MEMORY_TRAIT_KEYS = ("copies_adjacency_with_workers", "adjacency_copy_reason", "
 
 FRAMEWORKS = {
     f.name: f for f in (
-        Framework("pyg", "PyG", "#3b75af", "runners.adapters.pyg", seeds_hop_first=True,
+        Framework("pyg", "PyG", "#3b75af", "runners.adapters.pyg", loaders=("neighbor",), seeds_hop_first=True,
                   packages={"torch_geometric": ("torch_geometric", "torch-geometric"),
                             "pyg_lib": ("pyg_lib", "pyg-lib"), "torch_sparse": ("torch_sparse", "torch-sparse"),
                             "torch_scatter": ("torch_scatter", "torch-scatter")},
@@ -165,7 +168,10 @@ FRAMEWORKS = {
                           "edge_bytes": 24, "all_nodes_every_layer": True,
                           "baseline_bytes": {"agent": 212 * 2**20, "rank": 296 * 2**20, "worker": 112 * 2**20},
                           "shared_tensors_per_batch": 7}),
-        Framework("dgl", "DGL", "#ef8636", "runners.adapters.dgl", seeds_hop_first=False,
+        # classic: dgl.dataloading.DataLoader; graphbolt: dgl.graphbolt's datapipe (DGL's examples
+        # from 2.1 on). Both list the hop nearest the seeds last.
+        Framework("dgl", "DGL", "#ef8636", "runners.adapters.dgl", loaders=("classic", "graphbolt"),
+                  seeds_hop_first=False,
                   packages={"dgl": ("dgl",)}, env_facts={"dgl_cuda": dgl_has_cuda},
                   env_vars=("DGLBACKEND", "DGL_PREFETCHER_TIMEOUT"), check_environment=dgl_environment,
                   memory={"copies_adjacency_with_workers": False, "adjacency_copy_reason": None,
@@ -193,6 +199,9 @@ MODELS = {
 }
 
 FRAMEWORK_NAMES = tuple(FRAMEWORKS)
+# Every loader name of every framework (--loader's choices; which framework offers which is
+# checked with the framework, runners.config.check_combinations).
+LOADER_NAMES = tuple(dict.fromkeys(name for f in FRAMEWORKS.values() for name in f.loaders))
 MODEL_NAMES = tuple(MODELS)
 
 
