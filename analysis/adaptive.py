@@ -32,12 +32,14 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from analysis import FRAMEWORK_ORDER, framework_label
 from runners.stopping import t_quantile
 
 # What the report compares (each a ratio of one point's epoch time over another's that differ
 # in this axis only): axis -> (numerator value, denominator value, how the report says it).
+_FIRST, _SECOND = FRAMEWORK_ORDER[:2]  # the report's order: the first framework's time over the second's
 AXES = {
-    "framework": ("pyg", "dgl", "PyG over DGL"),
+    "framework": (_FIRST, _SECOND, f"{framework_label(_FIRST)} over {framework_label(_SECOND)}"),
     "devices": (2, 1, "2 devices over 1"),
     "workers": (1, 0, "1 loader worker over none"),
     "batch_size": (1024, 256, "batch 1024 over 256"),

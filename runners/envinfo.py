@@ -268,3 +268,19 @@ def collect() -> dict:
     }
     info.update(git_state())
     return info
+
+
+def process_created() -> float:
+    """When this process was created, on time.time()'s clock. Its age comes from two clocks
+    that both count from boot (/proc/self/stat's start time, /proc/uptime), to 10 ms; psutil's
+    create_time adds the boot time, which the kernel gives in whole seconds."""
+    import time
+
+    try:
+        start_ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return time.time() - (uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        import psutil
+
+        return psutil.Process().create_time()

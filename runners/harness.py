@@ -30,7 +30,7 @@ import numpy as np  # noqa: E402
 
 from runners import record, stopping  # noqa: E402
 from runners.config import RunConfig  # noqa: E402
-from runners.envinfo import RECORDED_ENV_VARS  # noqa: E402
+from runners.envinfo import RECORDED_ENV_VARS, process_created  # noqa: E402
 from runners.probes import (DISK_FULL_MARK, CpuSampler, CsvAppender, Heartbeat, NvmlSampler,  # noqa: E402
                             disk_full, start_nvml)
 from runners.record import EpochRow, RowAppender, StepRow, ValidationRow  # noqa: E402
@@ -40,13 +40,6 @@ from runners.recorder import StepRecorder  # noqa: E402
 def worker_seed(base: int, rank: int, worker_id: int) -> int:
     """Seed of loader worker `worker_id` of `rank`: distinct per rank and worker, reproducible."""
     return (base * 1_000_003 + rank * 10_007 + worker_id + 1) % (2**31)
-
-
-def process_created() -> float:
-    """When this process was created (Unix time; the kernel's, so it includes the interpreter's start)."""
-    import psutil
-
-    return psutil.Process().create_time()
 
 
 def rank_seed(base: int, rank: int) -> int:

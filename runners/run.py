@@ -700,13 +700,6 @@ def launched_result(cfg: RunConfig, argv: list, data: Dataset, env: dict, pre: d
     })
 
 
-def launcher_created() -> float:
-    """When this launcher's process was created (Unix time), its interpreter's start included."""
-    import psutil
-
-    return psutil.Process().create_time()
-
-
 def write_and_report(stage: Path, out: Path, result: dict, run: Launch) -> int:
     """Write result.json into the staging directory, settle the run into `out` (runners.history:
     it replaces the point's current run, or is filed under previous/ when it was interrupted
@@ -756,7 +749,7 @@ def main(argv=None) -> int:
         return report_disk_full(stage, exc)
     pre = preflight_with_output(cfg, env, data.meta, space)
     run = launch(cfg, stage, stage / "config.json", env.get("network"))
-    run.marks.update(launcher_created=launcher_created(), launcher_main=main_t)
+    run.marks.update(launcher_created=envinfo.process_created(), launcher_main=main_t)
     failed = supervise(cfg, stage, run, log)
     if failed is not None:
         return failed

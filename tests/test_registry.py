@@ -169,7 +169,9 @@ WORKFLOW_ONLY = {"raw_dir", "download", "grid.repeats", "node_gpus", "max_cpu_de
                  # The sweep's timing runs stop by the rule with caps; the runner's own default is
                  # the fixed schedule of --epochs (a command line says what it wants).
                  "timing", "timing.until", "timing.max_epochs", "timing.max_train_s", "timing.eval_every",
-                 "convergence", "study"}
+                 "convergence", "study",
+                 # the sweep's design: the second round and where loader workers run
+                 "adaptive", "grid.worker_batch_sizes"}
 
 
 def schema_defaults(node, prefix=""):
