@@ -318,7 +318,7 @@ def run_row(data: dict, result_path: Path, workflow: str | None = None) -> dict:
         **commands(data, result_path.parent, workflow), "run_dir": str(result_path.parent),
         "result_path": str(result_path),
     })
-    # Modelled vs measured peak host memory (runners.memory); older results have neither.
+    # Modelled vs measured peak host memory (runners.memory.model, runners.memory.peak); older results have neither.
     mem = data.get("memory") or {}
     row.update({
         "mem_model_bytes": mem.get("model_bytes", (data.get("preflight") or {}).get("memory_model_bytes")),

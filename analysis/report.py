@@ -277,7 +277,7 @@ def build_tables(agg: Aggregate, runs: pd.DataFrame) -> dict:
     if not memory.empty:  # the pre-flight memory model against the measured peak
         out["memory_model"] = frame_table(
             memory_frame(memory), "memory_model", "Memory model vs measured peak",
-            "Per configuration: the pre-flight model of peak host memory (runners/memory.py: ranks, "
+            "Per configuration: the pre-flight model of peak host memory (runners/memory/model.py: ranks, "
             "loader workers, batches in flight, dataset copies), the highest measured peak (PSS of ranks "
             "and workers at the worst sample), the memory cgroup's own peak and which processes the "
             "out-of-memory killer took when the run had a --memory-limit (docs/memory.md).",

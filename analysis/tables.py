@@ -793,7 +793,7 @@ MEMORY_KEYS = ("harness", "framework", "model", "dataset", "devices", "workers",
 def memory_model_table(runs: pd.DataFrame) -> pd.DataFrame:
     """Modelled vs measured peak host memory per configuration (one row per configuration).
 
-    mem_model_bytes is the pre-flight model (runners.memory); mem_peak_bytes the highest
+    mem_model_bytes is the pre-flight model (runners.memory.model); mem_peak_bytes the highest
     measured peak over the configuration's runs (PSS of ranks + loader workers at the worst
     sample of rank*/cpu.csv); mem_cgroup_peak_bytes the memory cgroup's own peak when the run
     was capped (--memory-limit). A run killed before its first epoch ended has no cpu.csv

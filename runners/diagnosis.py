@@ -12,14 +12,29 @@ from __future__ import annotations
 
 import re
 import signal
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from runners.evidence import (AT_LIMIT, POLL_S, exit_evidence, interruption_evidence, oom_findings, rank_info,
                               signal_context, stop_evidence)
 
-if TYPE_CHECKING:  # only named in annotations; the supervisor imports this module
-    from runners.supervisor import Interruption, Outcome
+if TYPE_CHECKING:  # only named in annotations
+    from runners.interruption import Interruption
+
+
+@dataclass
+class Outcome:
+    """How a supervised run ended: its status, diagnosis and what the supervisor had to do."""
+
+    status: str
+    diagnosis: dict | None
+    detected_after_s: float | None = None
+    returncode: int | None = None
+    killed_by_watchdog: bool = False
+    orphans_killed: list = field(default_factory=list)
+    survivors: list = field(default_factory=list)
+    note: str | None = None
 
 
 # Known causes: key -> (cause, remedy). The diagnosis names one and lists its evidence.
@@ -801,7 +816,7 @@ def apply_oom(outcome: Outcome, sup) -> Outcome:
     # A kill is what happened, whatever it left behind (a hang, a crash, a time limit).
     status = "killed"
     limit = (found["cgroup"] or {}).get("limit_bytes")
-    from runners.memory import fmt_bytes
+    from runners.memory.units import fmt_bytes
 
     cap = f" under the {fmt_bytes(limit)} memory cap" if limit else ""
     diag["summary"] = (f"{status}: out of memory{cap}: the OOM killer killed {victims or 'a process of the run'}"
@@ -817,7 +832,7 @@ def _memory_pressure(outcome: Outcome, sup) -> Outcome:
         return outcome
     if (last.get("usage_bytes") or 0) < AT_LIMIT * last["limit_bytes"]:
         return outcome
-    from runners.memory import fmt_bytes
+    from runners.memory.units import fmt_bytes
 
     diag = dict(outcome.diagnosis)
     cause, remedy = CAUSES["memory_pressure"]

@@ -324,7 +324,7 @@ def slurm_job_state(job_id: str) -> dict:
 
 def signal_context(sig) -> dict:
     """The launcher's ancestors and a SLURM job around it: who may have sent the signal that
-    `sig` (a runners.supervisor.Interruption) noted."""
+    `sig` (a runners.interruption.Interruption) noted."""
     ctx = {"signal": sig.name, "number": sig.signum, "count": sig.count,
            "sender": "unknown (a Python signal handler is not told which process sent the signal)"}
     chain = []
@@ -381,7 +381,8 @@ def oom_findings(sup) -> dict | None:
     """Out-of-memory evidence for a supervised run: the cgroup's OOM-kill count and peak, the
     kernel log's kills of the run's processes, and which process (rank, loader worker) died.
     None when nothing says the OOM killer acted on this run."""
-    from runners.memory import fmt_bytes, kernel_oom_kills
+    from runners.memory.cgroup import kernel_oom_kills
+    from runners.memory.units import fmt_bytes
 
     stats = sup.cgroup.stats() if sup.cgroup is not None else None
     kills, log_reason = kernel_oom_kills(pids=set(sup.seen), cgroup_path=sup.cgroup.path if sup.cgroup else None,

@@ -138,7 +138,7 @@ def _pump(stream, sink, echo, failed: list, mute: threading.Event) -> None:
 
 
 def shm_need(model: dict) -> int:
-    """/dev/shm the run's loader workers use at most (from runners.memory's model): the batches
+    """/dev/shm the run's loader workers use at most (from runners.memory.model): the batches
     each rank's workers have built and not yet handed over, and PyG's per-rank shared copy of
     the adjacency."""
     inp = model["inputs"]
@@ -150,18 +150,20 @@ def shm_need(model: dict) -> int:
 
 def preflight(cfg: RunConfig, env: dict, graph_meta: dict) -> dict:
     """Shared-memory and open-files needs of loader workers and the modelled peak host memory
-    of the whole process tree (runners.memory); warn, never refuse."""
-    from runners import descriptors, memory
+    of the whole process tree (runners.memory.model); warn, never refuse."""
+    from runners import descriptors
+    from runners.memory.model import describe_model, model_peak
+    from runners.memory.units import fmt_bytes
 
     warnings = []
-    model = memory.model_peak(cfg, graph_meta)
+    model = model_peak(cfg, graph_meta)
     if cfg.workers > 0:
         need_shm = shm_need(model)
         shm_free = env.get("shm_free_bytes")
         if shm_free is not None and need_shm > shm_free:
-            size = memory.fmt_bytes(env.get("shm_bytes"))
-            warnings.append(f"/dev/shm has {memory.fmt_bytes(shm_free)} free (of {size})"
-                            f" but the loader workers may need about {memory.fmt_bytes(need_shm)} of it (upper "
+            size = fmt_bytes(env.get("shm_bytes"))
+            warnings.append(f"/dev/shm has {fmt_bytes(shm_free)} free (of {size})"
+                            f" but the loader workers may need about {fmt_bytes(need_shm)} of it (upper "
                             "estimate): expect workers to die of SIGBUS or 'No space left on device'; enlarge "
                             "/dev/shm (docker --shm-size), or use fewer workers or smaller batches")
         elif env.get("shm_bytes") is not None and need_shm > env["shm_bytes"] * 0.5:
@@ -177,13 +179,13 @@ def preflight(cfg: RunConfig, env: dict, graph_meta: dict) -> dict:
     result["memory_model"] = model
     result["memory_model_bytes"] = model["total_bytes"]
     result["memory_limit_bytes"] = cfg.memory_limit_bytes or None
-    print(f"[gnnscale] pre-flight: {memory.describe_model(model)}", flush=True)
+    print(f"[gnnscale] pre-flight: {describe_model(model)}", flush=True)
     if cfg.memory_limit_bytes and model["total_bytes"] > cfg.memory_limit_bytes:
-        warnings.append(f"the modelled peak {memory.fmt_bytes(model['total_bytes'])} exceeds --memory-limit "
-                        f"{memory.fmt_bytes(cfg.memory_limit_bytes)}: expect the OOM killer")
+        warnings.append(f"the modelled peak {fmt_bytes(model['total_bytes'])} exceeds --memory-limit "
+                        f"{fmt_bytes(cfg.memory_limit_bytes)}: expect the OOM killer")
     elif env.get("memory_bytes") and model["total_bytes"] > env["memory_bytes"]:
-        warnings.append(f"the modelled peak {memory.fmt_bytes(model['total_bytes'])} exceeds this machine's "
-                        f"{memory.fmt_bytes(env['memory_bytes'])} of memory")
+        warnings.append(f"the modelled peak {fmt_bytes(model['total_bytes'])} exceeds this machine's "
+                        f"{fmt_bytes(env['memory_bytes'])} of memory")
     result["warnings"] = warnings
     for w in warnings:
         print(f"[gnnscale] pre-flight warning: {w}", flush=True)
@@ -218,7 +220,7 @@ def expected_output(cfg: RunConfig, graph_meta: dict) -> dict:
 
 def report_disk_full(out: Path, exc: OSError) -> int:
     """The one line a run ends with when a write failed for lack of space; EXIT_DISK_FULL."""
-    from runners.memory import fmt_bytes
+    from runners.memory.units import fmt_bytes
 
     try:
         u = shutil.disk_usage(out)
@@ -233,7 +235,7 @@ def report_disk_full(out: Path, exc: OSError) -> int:
 
 def memory_section(out: Path, local_ranks: list, cfg: RunConfig, pre: dict, cgroup_stats, leftover) -> dict:
     """result.json's `memory`: the modelled peak next to the measured one, and the cap."""
-    from runners.memory import measured_peak
+    from runners.memory.peak import measured_peak
 
     peak = measured_peak(out, local_ranks)
     cg_peak = (cgroup_stats or {}).get("peak_bytes")
@@ -311,7 +313,8 @@ def parse_and_check(argv: list) -> tuple:
             except envinfo.NoRoute as exc:
                 raise ConfigError(str(exc))
         if cfg.memory_limit_bytes:
-            from runners.memory import MemoryCgroup, MemoryLimitError
+            from runners.memory.cgroup import MemoryCgroup
+            from runners.memory.units import MemoryLimitError
 
             try:
                 MemoryCgroup.check()
@@ -331,18 +334,19 @@ MAX_PROCESSES_PER_CORE = 8
 def impossible(cfg: RunConfig, env: dict, graph_meta: dict) -> str | None:
     """Why the pre-flight calls this run impossible on this machine, or None: a modelled peak
     above its memory or the --memory-limit cap, or far more processes than cores."""
-    from runners import memory
+    from runners.memory.model import model_peak
+    from runners.memory.units import fmt_bytes
 
     procs, cores = cfg.devices * (1 + cfg.workers), env["cpu_cores"]
     if cfg.device_type == "cpu" and procs > MAX_PROCESSES_PER_CORE * cores:
         return (f"{cfg.devices} ranks x (1 + {cfg.workers} loader workers) = {procs} processes on {cores} cores, "
                 f"more than {MAX_PROCESSES_PER_CORE} per core: the run would measure the scheduler (start-up alone "
                 f"about {3 * procs / cores:.0f} s of imports); use fewer --devices or --workers")
-    peak = memory.model_peak(cfg, graph_meta)["total_bytes"]
+    peak = model_peak(cfg, graph_meta)["total_bytes"]
     cap, what = ((cfg.memory_limit_bytes, "the --memory-limit cap") if cfg.memory_limit_bytes
                  else (env.get("memory_bytes"), "this machine's memory"))
     if cap and peak > cap:
-        return (f"the modelled peak host memory {memory.fmt_bytes(peak)} exceeds {what} ({memory.fmt_bytes(cap)}): "
+        return (f"the modelled peak host memory {fmt_bytes(peak)} exceeds {what} ({fmt_bytes(cap)}): "
                 "the OOM killer would end the run; use fewer --devices, --workers or a smaller --batch-size")
     return None
 
@@ -404,7 +408,7 @@ def prepare_run_dir(cfg: RunConfig, out: Path, argv: list, graph_meta: dict) -> 
     """Make the run's (fresh, staging) directory, check its free space, write config.json and
     command.sh. Returns the output estimate, or None (after saying why) when the space cannot
     hold a run. Raises OSError when a write fails."""
-    from runners.memory import fmt_bytes
+    from runners.memory.units import fmt_bytes
 
     for sub in ("heartbeats", "logs", "stacks"):
         (out / sub).mkdir(parents=True, exist_ok=True)
@@ -426,7 +430,7 @@ def prepare_run_dir(cfg: RunConfig, out: Path, argv: list, graph_meta: dict) -> 
 
 def preflight_with_output(cfg: RunConfig, env: dict, graph_meta: dict, space: dict) -> dict:
     """The pre-flight record (see preflight) with the output estimate and its warning."""
-    from runners.memory import fmt_bytes
+    from runners.memory.units import fmt_bytes
 
     pre = preflight(cfg, env, graph_meta)
     pre["output"] = space
@@ -448,10 +452,10 @@ class Launch:
     busy_before: float  # CPU % just before the launch
     started_at: str
     launch_t: float
-    interruption: Any  # runners.supervisor.Interruption, installed at the launch
+    interruption: Any  # runners.interruption.Interruption, installed at the launch
     proc: Any = None  # torchrun's process; None when it could not start
     cgroup: Any = None  # the memory cgroup of a capped run
-    outcome: Any = None  # runners.supervisor.Outcome, once known
+    outcome: Any = None  # runners.diagnosis.Outcome, once known
     cgroup_stats: dict | None = None
     cgroup_leftover: list = field(default_factory=list)
     marks: dict = field(default_factory=dict)  # the launcher's own moments, Unix time (see timeline())
@@ -485,7 +489,8 @@ def launch(cfg: RunConfig, out: Path, config_path: Path, network: dict | None = 
     a launch that fails is recorded in the Launch's outcome."""
     import psutil
 
-    from runners.supervisor import Interruption, Outcome
+    from runners.diagnosis import Outcome
+    from runners.interruption import Interruption
 
     child_env = child_environment(cfg, network)
     # Oversubscribed cores slow multi-threaded ranks many-fold (OpenMP threads wait for each
@@ -504,7 +509,8 @@ def launch(cfg: RunConfig, out: Path, config_path: Path, network: dict | None = 
     try:
         preexec = None
         if cfg.memory_limit_bytes:
-            from runners.memory import MemoryCgroup, fmt_bytes
+            from runners.memory.cgroup import MemoryCgroup
+            from runners.memory.units import fmt_bytes
 
             name = f"gnnscale-{history.point_dir(out).name}-{os.getpid()}"
             run.cgroup = MemoryCgroup.create(name, cfg.memory_limit_bytes)

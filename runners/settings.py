@@ -142,7 +142,7 @@ def parse_eval_every(text):
 
 
 def parse_memory_limit(text) -> int:
-    from runners.memory import MemoryLimitError, parse_size
+    from runners.memory.units import MemoryLimitError, parse_size
 
     try:
         return parse_size(text)

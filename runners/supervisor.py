@@ -7,7 +7,7 @@ and process states gathered (runners.evidence), stops the whole process tree (SI
 SIGKILL after a grace period) and has the run diagnosed (runners.diagnosis). Every process
 of the run is tracked from the start, so none is left behind whatever the outcome. A
 SIGTERM or SIGINT to the launcher (Ctrl-C, Snakemake, a scheduler's time limit) stops the
-tree the same way, at the next poll (see Interruption).
+tree the same way, at the next poll (see runners.interruption).
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ import json
 import signal
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 
-from runners.diagnosis import apply_oom, classify_exit, diagnose_interruption, diagnose_stop
+from runners.diagnosis import Outcome, apply_oom, classify_exit, diagnose_interruption, diagnose_stop
 from runners.evidence import (AT_LIMIT, POLL_S, ProcessLedger, capture_stacks, is_alive, process_roles,
                               process_states, shm_usage)
 from runners.probes import read_heartbeat
@@ -29,35 +29,6 @@ from runners.probes import read_heartbeat
 COLLECTIVE_PHASES = ("backward", "epoch-sync", "evaluation")
 CPU_SAMPLE_S = 1.0  # at a hang: how long to watch whether each process's CPU time advances
 EXIT_GRACE_S = 30.0  # after every rank reported 'done'
-
-
-class Interruption:
-    """SIGTERM and SIGINT to the launcher, noted by a handler and acted on by the supervisor's
-    loop at its next poll, so no exception lands in the middle of a write. Python's handlers
-    are not told who sent a signal; runners.evidence.signal_context records what can be
-    known instead."""
-
-    SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-    def __init__(self):
-        self.signum = None
-        self.received_t = None
-        self.count = 0
-
-    def install(self) -> "Interruption":
-        for s in self.SIGNALS:
-            if signal.getsignal(s) is not signal.SIG_IGN:  # `nohup`, a background job's SIGINT
-                signal.signal(s, self._note)
-        return self
-
-    def _note(self, signum, frame) -> None:
-        self.count += 1  # a second Ctrl-C must not cut the clean-up short
-        if self.signum is None:
-            self.signum, self.received_t = signum, time.time()
-
-    @property
-    def name(self) -> str:
-        return signal.Signals(self.signum).name
 
 
 @dataclass
@@ -70,20 +41,6 @@ class RankWatch:
     last_step_key: tuple = (-1, -1)
     step_started: float = 0.0
     heartbeat: dict | None = None
-
-
-@dataclass
-class Outcome:
-    """How a supervised run ended: its status, diagnosis and what the supervisor had to do."""
-
-    status: str
-    diagnosis: dict | None
-    detected_after_s: float | None = None
-    returncode: int | None = None
-    killed_by_watchdog: bool = False
-    orphans_killed: list = field(default_factory=list)
-    survivors: list = field(default_factory=list)
-    note: str | None = None
 
 
 def process_tree(root_pid: int) -> list:
@@ -138,7 +95,7 @@ def stop_tree(procs: list, grace_s: float) -> list:
 class Supervisor:
     """Watches one torchrun process tree until it ends or must be stopped."""
 
-    cgroup = None  # a runners.memory.MemoryCgroup when the tree runs under --memory-limit
+    cgroup = None  # a runners.memory.cgroup.MemoryCgroup when the tree runs under --memory-limit
     interruption = None  # an installed Interruption: a signal to the launcher stops the run
     write_errors = None  # a list the launcher's log pump appends a failed write (OSError) to
     mute = None  # a threading.Event that stops the log pump's echo on the terminal
@@ -210,7 +167,7 @@ class Supervisor:
 
     # -- the loop ------------------------------------------------------------------------
     def run(self) -> Outcome:
-        from runners.memory import uptime_s
+        from runners.memory.cgroup import uptime_s
 
         self.launch_uptime = (uptime_s() or 0.0) - (time.time() - self.launch_t)
         outcome = self._supervise()

@@ -8,7 +8,8 @@ import jsonschema
 import psutil
 import pytest
 
-from runners import memory, run
+from runners import run
+from runners.memory import cgroup, model, peak, units
 from runners.config import ConfigError, RunConfig, build_parser, config_from_args
 from runners.supervisor import RankWatch
 from tests.helpers import REPO, run_config
@@ -27,13 +28,13 @@ def _cfg(**kw) -> RunConfig:
 @pytest.mark.parametrize("text,expected", [("512M", 512 * 2**20), ("2G", 2 * 2**30), ("1.5g", 3 * 2**29),
                                            ("2GiB", 2 * 2**30), ("104857600", 104857600)])
 def test_parse_size_accepts_binary_units(text, expected):
-    assert memory.parse_size(text) == expected
+    assert units.parse_size(text) == expected
 
 
 @pytest.mark.parametrize("text", ["2X", "abc", "", "-1G", "1 G B", "12M", "1000"])
 def test_parse_size_rejects_with_the_value_named(text):
-    with pytest.raises(memory.MemoryLimitError) as exc:
-        memory.parse_size(text)
+    with pytest.raises(units.MemoryLimitError) as exc:
+        units.parse_size(text)
     assert repr(text) in str(exc.value)
 
 
@@ -55,7 +56,7 @@ def test_memory_limit_option_reaches_the_config():
 
 
 def test_model_grows_with_workers_ranks_and_batch():
-    total = lambda **kw: memory.model_peak(_cfg(**kw), META)["total_bytes"]  # noqa: E731
+    total = lambda **kw: model.model_peak(_cfg(**kw), META)["total_bytes"]  # noqa: E731
     assert total(workers=0) < total(workers=1) < total(workers=2) < total(workers=8)
     assert total(devices=1) < total(devices=2) < total(devices=4)
     assert total(batch_size=16) < total(batch_size=64) < total(batch_size=256)
@@ -64,15 +65,15 @@ def test_model_grows_with_workers_ranks_and_batch():
 
 
 def test_model_leaves_compute_to_the_gpu_on_cuda():
-    cpu = memory.model_peak(_cfg(), META)["terms_bytes"]
-    gpu = memory.model_peak(_cfg(device_type="cuda", backend="nccl"), META)["terms_bytes"]
+    cpu = model.model_peak(_cfg(), META)["terms_bytes"]
+    gpu = model.model_peak(_cfg(device_type="cuda", backend="nccl"), META)["terms_bytes"]
     assert cpu["compute"] > 0 and cpu["parameters_optimizer"] > 0
     assert gpu["compute"] == 0 and gpu["parameters_optimizer"] == 0
     assert gpu["batches_in_flight"] == cpu["batches_in_flight"]
 
 
 def test_model_counts_pyg_adjacency_copies_only_with_workers():
-    terms = lambda **kw: memory.model_peak(_cfg(**kw), META)["terms_bytes"]  # noqa: E731
+    terms = lambda **kw: model.model_peak(_cfg(**kw), META)["terms_bytes"]  # noqa: E731
     assert terms(framework="pyg", workers=2, devices=4)["dataset_copies"] == 4 * META["adjacency_bytes"]
     assert terms(framework="pyg", workers=0)["dataset_copies"] == 0
     assert terms(framework="dgl", workers=2)["dataset_copies"] == 0
@@ -82,13 +83,13 @@ def test_model_counts_pyg_adjacency_copies_only_with_workers():
 def test_preflight_reports_the_model(capsys):
     env = {"shm_bytes": 2**34, "open_files_limit": 20000, "memory_bytes": 2**30}
     pre = run.preflight(_cfg(workers=8, devices=4, memory_limit_bytes=2**30), env, META)
-    model = pre["memory_model"]
-    assert pre["memory_model_bytes"] == model["total_bytes"] > 2**30
+    modelled = pre["memory_model"]
+    assert pre["memory_model_bytes"] == modelled["total_bytes"] > 2**30
     assert pre["memory_limit_bytes"] == 2**30
     for key in ("agent_baseline", "rank_baseline", "worker_baseline", "dataset_shared", "dataset_copies",
                 "batches_in_flight", "compute", "parameters_optimizer"):
-        assert key in model["terms_bytes"]
-    assert model["inputs"]["batch_nodes_bound"] == META["num_nodes"]  # 1024 x 10 x 10 x 10 > nodes
+        assert key in modelled["terms_bytes"]
+    assert modelled["inputs"]["batch_nodes_bound"] == META["num_nodes"]  # 1024 x 10 x 10 x 10 > nodes
     assert any("exceeds --memory-limit" in w for w in pre["warnings"])
     assert "modelled peak host memory" in capsys.readouterr().out
 
@@ -100,16 +101,16 @@ def test_measured_peak_sums_ranks_and_workers_at_the_same_sample(tmp_path):
     (tmp_path / "rank0" / "cpu.csv").write_text(cols + "0.0,1,rank,0,500,100,200\n0.5,1,rank,0,600,,\n"
                                                 "5.0,1,rank,0,700,300,400\n5.0,2,worker,0,100,10,20\n")
     (tmp_path / "rank1" / "cpu.csv").write_text(cols + "0.0,3,rank,0,500,100,900\n5.0,3,rank,0,500,100,100\n")
-    peak = memory.measured_peak(tmp_path, [0, 1])
+    measured = peak.measured_peak(tmp_path, [0, 1])
     # sample 0: 200 + 900 = 1100; sample 1: 420 + 100 = 520
-    assert peak["pss_bytes"] == 1100
-    assert peak["uss_bytes"] == 410
+    assert measured["pss_bytes"] == 1100
+    assert measured["uss_bytes"] == 410
 
 
 def _cgroup_reason():
     try:
-        memory.MemoryCgroup.check()
-    except memory.MemoryLimitError as exc:
+        cgroup.MemoryCgroup.check()
+    except units.MemoryLimitError as exc:
         return str(exc)
     return None
 
@@ -163,9 +164,9 @@ def test_too_small_memory_cap_is_diagnosed_as_oom(tmp_path):
 
 
 def test_refuses_a_cap_without_root(monkeypatch):
-    monkeypatch.setattr(memory.os, "geteuid", lambda: 1000)
-    with pytest.raises(memory.MemoryLimitError, match="needs root"):
-        memory.MemoryCgroup.check()
+    monkeypatch.setattr(cgroup.os, "geteuid", lambda: 1000)
+    with pytest.raises(units.MemoryLimitError, match="needs root"):
+        cgroup.MemoryCgroup.check()
 
 
 class _Sup:
@@ -188,7 +189,7 @@ def _stats(usage, faults):
 
 def test_a_hang_at_the_memory_cap_is_named_memory_pressure(tmp_path):
     from runners.diagnosis import apply_oom
-    from runners.supervisor import Outcome
+    from runners.diagnosis import Outcome
 
     hang = {"summary": "hang: rank 0 made no progress; cause: a loader worker stopped", "cause": "stalled_worker",
             "ranks": [], "evidence": ["rank 0: no progress"]}
@@ -224,7 +225,7 @@ def _killed_run(tmp_path, ranks=2, oom_seen=True):
 
 def test_an_oom_kill_is_status_killed_whatever_the_run_showed_after_it(tmp_path):
     from runners.diagnosis import apply_oom
-    from runners.supervisor import Outcome
+    from runners.diagnosis import Outcome
 
     hang = {"summary": "hang: ...; cause: every rank is blocked in a collective", "cause": "collective_mismatch",
             "ranks": [], "evidence": []}
@@ -242,7 +243,7 @@ def test_an_oom_kill_is_status_killed_whatever_the_run_showed_after_it(tmp_path)
 
 def test_kills_after_a_hang_at_the_cap_stay_memory_pressure(tmp_path):
     from runners.diagnosis import apply_oom
-    from runners.supervisor import Outcome
+    from runners.diagnosis import Outcome
 
     hang = {"summary": "hang: rank 0 made no progress; cause: a loader worker stopped", "cause": "stalled_worker",
             "ranks": [], "evidence": []}
