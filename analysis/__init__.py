@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from runners import record  # light: no torch or pandas
 from runners.adapters import registry  # light: no torch, PyG or DGL
+from runners.config import field_names  # light: the settings' declarations
 
 STATUSES = ("ok", "diverged", "hang", "timeout", "crashed", "killed", "interrupted", "error", "skipped")
 
@@ -50,13 +51,9 @@ PHASE_LABELS = {
 GRID_KEYS = ("framework", "model", "devices", "batch_size", "workers")
 
 # Settings that define an "experiment": runs differing in any of these are never mixed in
-# one table cell. Keys absent from a result (older runners) are simply ignored.
-EXPERIMENT_KEYS = (
-    "dataset", "device_type", "nodes", "epochs", "fanouts", "layers", "hidden", "heads",
-    "dropout", "lr", "lr_scaling", "warmup_epochs", "weight_decay", "self_loops", "replace",
-    "pyg_trim", "breakdown", "probes", "uneven_batches", "inject", "max_steps_per_epoch", "harness", "lane",
-    "until", "precision", "loader_variant",
-)
+# one table cell (declared on the settings' fields, runners/settings.py, plus the loader when it
+# is not the framework's default). Keys absent from a result (older runners) are simply ignored.
+EXPERIMENT_KEYS = field_names("experiment") + ("loader_variant",)
 
 # Settings whose defaults differ per model (the seed study's Table 1): they only split
 # experiments when they differ between runs of the SAME model.

@@ -39,17 +39,11 @@ from analysis import PHASES
 from analysis import deadlocks
 from runners import envinfo, history, record
 from runners.adapters import registry
+from runners.config import field_names
 
-CONFIG_COLUMNS = (
-    "framework", "model", "devices", "nodes", "batch_size", "workers", "dataset", "epochs",
-    "fanouts", "fanouts_framework", "repeat", "seed", "device_type", "backend", "lr",
-    "lr_scaling", "weight_decay", "layers", "hidden", "heads", "dropout", "self_loops",
-    "replace", "pyg_trim", "breakdown", "probes", "uneven_batches", "inject", "threads_per_rank",
-    # Written by the current runner but not required by the schema.
-    "warmup_epochs", "max_steps_per_epoch", "eval_every", "lr_effective", "inject_rank",
-    "time_limit_s", "stall_floor_s", "stall_factor", "harness", "lane", "until", "precision", "min_steady_epochs",
-    "max_train_s", "loader",
-)
+# Every setting declared as a runs.csv column (runners/settings.py), and the learning rate the
+# harness trained with after --lr-scaling (result.json config.lr_effective).
+CONFIG_COLUMNS = field_names("column") + ("lr_effective",)
 # How well a run pinned its steady-state epoch time down (summary.precision, runners/stopping.py).
 PRECISION_COLUMNS = ("stopped_by", "epochs_run", "stopped_by_cap", "precision_reached", "drift_rel", "drifting",
                      "precise", "lag1_autocorr")

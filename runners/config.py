@@ -1,8 +1,9 @@
 """One run's configuration: RunConfig, the runner's command line, and their validation.
 
-Every setting is declared once, in runners/settings.py: RunConfig's fields and defaults, the
-command-line options and the single-value checks derive from there. This module adds what
-joins settings: the checks across settings and the values resolved from the machine.
+Every setting is declared once, as a field of runners.settings.RunSettings: the command-line
+options, the single-value checks and the sweep's flags derive from those fields. RunConfig adds
+the values resolved from the machine; this module also holds what joins settings: the checks
+across settings.
 
 Both the launcher (`runners.run`) and every rank (`runners.worker`) read the same
 `RunConfig`, serialised to JSON in the run directory, so the two can never disagree.
@@ -14,7 +15,7 @@ import argparse
 import dataclasses
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
@@ -29,11 +30,6 @@ FAULTS_NEEDING_TWO_RANKS = ("uneven-batches", "stall-rank", "freeze-rank")
 # overridden on the command line.
 MODEL_DEFAULTS = {name: dict(m.defaults) for name, m in registry.MODELS.items()}
 
-# Fields the launcher resolves from the settings and the machine (config_from_args); no options.
-RESOLVED_FIELDS = (("fanouts_framework", list, []), ("device_type", str, "cpu"), ("backend", str, "gloo"),
-                   ("skip_reason", Optional[str], None))
-
-
 # Fields that say where a run writes or how its processes meet, not what it measures: left
 # out of a run's identity (every node of a multi-node run has the same identity). Every
 # other field, present or added later, is part of it.
@@ -42,30 +38,28 @@ NOT_IN_IDENTITY = ("out", "data_root", "master_addr", "master_port", "node_rank"
                    "rank_starter")
 
 
-def _setting_fields(cls):
-    """Make `cls` a keyword-only dataclass with one field per declared setting (in
-    runners/settings.py's order) and per resolved value."""
-    declared = [(s.name, s.type, s.default) for s in settings.SETTINGS if s.field] + list(RESOLVED_FIELDS)
-    cls.__annotations__ = {name: kind for name, kind, _ in declared}
-    for name, _, value in declared:
-        if isinstance(value, list):
-            setattr(cls, name, dataclasses.field(default_factory=value.copy))
-        elif value is not REQUIRED:
-            setattr(cls, name, value)
-    return dataclass(kw_only=True)(cls)
-
-
-@_setting_fields
-class RunConfig:
-    """Every setting of one run. Field names are the keys of result.json's `config`; fields,
-    defaults and checks are declared in runners/settings.py. The model settings left None take
-    the model's defaults from the registry.
+@dataclass(frozen=True, kw_only=True)
+class RunConfig(settings.RunSettings):
+    """Every setting of one run (the fields of runners.settings.RunSettings) and the values the
+    launcher resolves from the settings and the machine (config_from_args). Field names are
+    the keys of result.json's `config`. Frozen: a changed value is a new RunConfig
+    (dataclasses.replace). The model settings left None take the model's defaults from the
+    registry.
     """
+
+    # --fanouts in the framework's hop order
+    fanouts_framework: list = field(default_factory=list, metadata={"column": True, "experiment": False})
+    # --device resolved: cpu or cuda
+    device_type: str = field(default="cpu", metadata={"column": True, "experiment": True})
+    # the process group's: gloo on CPU, nccl on GPUs
+    backend: str = field(default="gloo", metadata={"column": True, "experiment": False})
+    # why the point is recorded as skipped, if it is
+    skip_reason: Optional[str] = field(default=None, metadata={"column": False, "experiment": False})
 
     def __post_init__(self):
         for key, value in registry.model(self.model).defaults.items():
             if getattr(self, key) is None:
-                setattr(self, key, value)
+                object.__setattr__(self, key, value)  # frozen: set once, while being built
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -127,10 +121,10 @@ class RunConfig:
         return self.time_limit_s + self.startup_timeout_s + self.stall_floor_s
 
 
-def default(name: str):
-    """The default of RunConfig field `name` (the one place the runner's defaults live)."""
-    f = RunConfig.__dataclass_fields__[name]
-    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+def field_names(role: str) -> tuple:
+    """RunConfig's fields declared with `role` ("column": a runs.csv column; "experiment": runs
+    that differ in it are never mixed in one table cell), in field order."""
+    return tuple(f.name for f in dataclasses.fields(RunConfig) if f.metadata[role])
 
 
 def build_parser() -> argparse.ArgumentParser:

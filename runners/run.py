@@ -14,6 +14,7 @@ Snakemake and schedulers redo the run), 1 only if the suite itself failed to rec
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import errno
 import math
@@ -297,15 +298,14 @@ def parse_and_check(argv: list) -> tuple:
     env = envinfo.collect()
     try:
         cfg = config_from_args(args, envinfo.visible_gpu_count(env), env["cpu_cores"])
-        cfg.lane = check_lane(cfg.lane, env["lane"])
+        cfg = dataclasses.replace(cfg, lane=check_lane(cfg.lane, env["lane"]))
         check_out(Path(cfg.out))
         unavailable = None if cfg.skip_reason else envinfo.framework_unavailable(cfg.framework, env)
         if unavailable and cfg.lane == "unmanaged":
             # `skipped` is for a lane that cannot carry the framework by design.
             raise ConfigError(outside_lanes(unavailable))
         if unavailable:
-            cfg.skip_reason = unavailable
-            return cfg, env, "framework_unavailable"
+            return dataclasses.replace(cfg, skip_reason=unavailable), env, "framework_unavailable"
         check_environment(cfg, env)
         if cfg.nodes > 1:
             try:
@@ -362,8 +362,7 @@ def check_capacity(cfg: RunConfig, env: dict, argv: list, graph_meta: dict) -> i
         print(f"[gnnscale] warning: launching anyway (--force-launch): {why}", flush=True)
         return None
     if cfg.skip_unavailable:
-        cfg.skip_reason = why
-        return record_skipped(cfg, env, argv, "over_capacity")
+        return record_skipped(dataclasses.replace(cfg, skip_reason=why), env, argv, "over_capacity")
     print(f"error: {why}; or add --force-launch to run it anyway", file=sys.stderr, flush=True)
     return 2
 
@@ -420,8 +419,6 @@ def prepare_run_dir(cfg: RunConfig, out: Path, argv: list, graph_meta: dict) -> 
               f"{fmt_bytes(space['expected_bytes'])}); free space or choose another --out", file=sys.stderr,
               flush=True)
         return None
-    if cfg.master_port == 0:
-        cfg.master_port = free_port()
     cfg.save(out / "config.json")
     (out / "command.sh").write_text("#!/bin/sh\n# reruns this configuration\ncd " + shlex.quote(
         str(envinfo.REPO_ROOT)) + " && " + shlex.join(rerun_command(argv)) + "\n")
@@ -623,7 +620,7 @@ def record_skipped(cfg: RunConfig, env: dict, argv: list, cause: str = "not_enou
         return 0
     stage = history.staging_dir(out)
     stage.mkdir(parents=True)
-    cfg.out = str(stage)
+    cfg = dataclasses.replace(cfg, out=str(stage))
     stamp = now_iso()
     identity = cfg.identity(None)  # the dataset was never prepared: no hash to claim
     result = result_record(cfg, identity, argv, "skipped", (stamp, stamp, 0.0), {
@@ -638,7 +635,6 @@ def record_skipped(cfg: RunConfig, env: dict, argv: list, cause: str = "not_enou
     })
     write_result(stage, result)
     history.promote(stage, out)
-    cfg.out = str(out)
     print(f"[gnnscale]   result: {out / 'result.json'}", flush=True)
     return 0
 
@@ -742,7 +738,8 @@ def main(argv=None) -> int:
         return refused
     # The run writes into a fresh directory; the point's current run stays until it is replaced.
     stage = history.staging_dir(out)
-    cfg.out = str(stage)
+    # The run writes into `stage`; a single-node run picks its free port now (config.json has it).
+    cfg = dataclasses.replace(cfg, out=str(stage), master_port=cfg.master_port or free_port())
     try:
         space = prepare_run_dir(cfg, stage, argv, data.meta)
         if space is None:

@@ -1,19 +1,24 @@
-"""Every setting of a run, declared once: its field, option, default, check and config key.
+"""Every setting of a run, declared once, as a field of RunSettings: its type and default in
+the source, its option, check, choices, group and config key in the field's metadata
+(`setting(...)`).
 
-From SETTINGS derive: the runner's command line (`add_options`), the fields and defaults of
-`runners.config.RunConfig`, the single-value checks with their messages (`option_values`), and
-the flags the Snakemake rules pass for a sweep config (`sweep_flags`). The sweep config's
-schema (workflows/schemas/config.schema.yaml) is data, not derived: tests/test_settings.py
-fails when it and SETTINGS disagree.
+From those fields derive (SETTINGS): the runner's command line (`add_options`), the
+single-value checks with their messages (`option_values`), the flags the Snakemake rules pass
+for a sweep config (`sweep_flags`), and the runs.csv config columns (analysis.aggregate). The
+sweep config's schema (workflows/schemas/config.schema.yaml) is data, not derived:
+tests/test_settings.py fails when it and the fields disagree. runners.config.RunConfig is
+RunSettings with the values the launcher resolves from the machine.
 
-Adding a setting: one `Setting(...)` below (plus its `config_key` and a schema entry when
-the sweep config sets it); the code that uses its value reads `cfg.<name>`.
+Adding a setting: one field below (plus its `config_key` and a schema entry when the sweep
+config sets it); the code that uses its value reads `cfg.<name>`.
 
 Light: no torch, PyG or DGL (the launcher's option checks and Snakemake at parse time read it).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import typing
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple, Optional
 
@@ -57,7 +62,8 @@ POSITIVE = Check(lambda v: v > 0, "must be positive")
 
 @dataclass(frozen=True)
 class Setting:
-    """One run setting. `name` is its RunConfig field and result.json `config` key."""
+    """One run setting, as the command line, the checks and the sweep see it. `name` is its
+    RunSettings field and result.json `config` key; built from the field (`setting(...)`)."""
 
     name: str
     type: type  # of the RunConfig field (list: a comma-separated option)
@@ -68,7 +74,7 @@ class Setting:
     flag: Optional[str] = ""  # "": "--" + name with dashes; None: no option (set by the harness only)
     option_default: Any = REQUIRED  # REQUIRED: the field's default
     parse: Optional[Callable] = None  # option text -> field value, raising ConfigError
-    field: bool = True  # False: an option with no RunConfig field of its own
+    after: Optional[str] = None  # an option with no field of its own: the field it follows
     group: str = "training settings"
     config_key: Optional[str] = None  # dotted key of the sweep config (workflows/schemas)
     config_default: Any = REQUIRED  # the sweep config's default where it differs on purpose
@@ -76,6 +82,11 @@ class Setting:
     # setting to the sweep reruns no finished run (switches never carry their default anyway).
     sweep_omits_default: bool = False
     metavar: Optional[str] = None
+
+    @property
+    def field(self) -> bool:
+        """Whether the setting is a field of RunSettings (else an option only)."""
+        return self.after is None
 
     @property
     def option(self) -> Optional[str]:
@@ -101,6 +112,41 @@ class Setting:
 
     def allowed(self) -> tuple:
         return tuple(self.choices() if callable(self.choices) else self.choices)
+
+
+def setting(default: Any = REQUIRED, *, column: bool = True, experiment: bool = False, **declared) -> Any:
+    """A RunSettings field: its default (none: every run must give it) and, in its metadata,
+    the rest of its Setting (option, check, choices, group, config key, ...) and what the
+    analysis makes of it: `column`, a runs.csv column; `experiment`, runs that differ in it are
+    never mixed in one table cell (analysis.EXPERIMENT_KEYS)."""
+    roles = {"column": column, "experiment": experiment}
+    if default is REQUIRED:
+        return dataclasses.field(metadata={"setting": declared, **roles})
+    if isinstance(default, list):
+        return dataclasses.field(default_factory=default.copy,
+                                 metadata={"setting": {"default": default, **declared}, **roles})
+    return dataclasses.field(default=default, metadata={"setting": declared, **roles})
+
+
+def _field_type(hint) -> type:
+    """A field's annotation as the option's type: Optional[int] -> int."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    return args[0] if typing.get_origin(hint) is typing.Union and len(args) == 1 else hint
+
+
+def declared(cls, option_only: tuple) -> tuple:
+    """Every setting of `cls`'s fields (those made by `setting(...)`), in field order, with each
+    option-only setting placed after the field it names."""
+    hints = typing.get_type_hints(cls)
+    found = []
+    for f in dataclasses.fields(cls):
+        if "setting" not in f.metadata:
+            continue
+        meta = dict(f.metadata["setting"])
+        default = meta.pop("default", REQUIRED if f.default is dataclasses.MISSING else f.default)
+        found.append(Setting(f.name, _field_type(hints[f.name]), default, **meta))
+        found += [s for s in option_only if s.after == f.name]
+    return tuple(found)
 
 
 def _dataset_names():
@@ -154,133 +200,149 @@ _CONF, _STOP, _PROBES, _WATCHDOG = ("the configuration", "when to stop (runners/
                                     "watchdog")
 _MULTI_NODE = "multi-node (torchrun static rendezvous)"
 
-# In the order the sweep passes them: the flags are the run rule's params, a rerun trigger, so
-# reordering them would rerun every finished run of a sweep.
-SETTINGS = (
-    Setting("framework", str, choices=registry.FRAMEWORK_NAMES, group=_CONF),
-    Setting("model", str, choices=registry.MODEL_NAMES, group=_CONF),
-    Setting("devices", int, check=at_least(1), group=_CONF,
-            help="processes per node: GPUs when present, CPU processes otherwise"),
-    Setting("batch_size", int, check=Check(lambda v: v >= 1, "must be a positive integer"), group=_CONF,
-            help="seed nodes per process and step"),
-    Setting("workers", int, check=at_least(0), group=_CONF, help="data-loader worker processes per rank"),
-    Setting("dataset", str, choices=_dataset_names, group=_CONF, help="dataset name (see runners.datasets)"),
-    Setting("out", str, group=_CONF, help="run directory to write"),
+@dataclass(frozen=True, kw_only=True)
+class RunSettings:
+    """Every setting of one run, each field with its option, check, group and config key
+    (`setting(...)`); runners.config.RunConfig adds the values the launcher resolves. In the
+    order the sweep passes them: the flags are the run rule's params, a rerun trigger, so
+    reordering them would rerun every finished run of a sweep."""
+
+    framework: str = setting(choices=registry.FRAMEWORK_NAMES, group=_CONF)
+    model: str = setting(choices=registry.MODEL_NAMES, group=_CONF)
+    devices: int = setting(check=at_least(1), group=_CONF,
+        help="processes per node: GPUs when present, CPU processes otherwise")
+    batch_size: int = setting(check=Check(lambda v: v >= 1, "must be a positive integer"), group=_CONF,
+        help="seed nodes per process and step")
+    workers: int = setting(check=at_least(0), group=_CONF, help="data-loader worker processes per rank")
+    dataset: str = setting(experiment=True, choices=_dataset_names, group=_CONF,
+                           help="dataset name (see runners.datasets)")
+    out: str = setting(column=False, group=_CONF, help="run directory to write")
     # -- when to stop; the sweep sets these per kind of run (sweep_stop_values)
-    Setting("until", str, "epochs", choices=_until_choices, group=_STOP, sweep_omits_default=True,
-            help="epochs: train exactly --epochs; precise: train until the 95%% interval of the steady-state "
-            "epoch time is within --precision of its mean (at least --min-steady-epochs after the warm-up "
-            "epoch, no drift), --epochs and --max-train-time being caps"),
-    Setting("epochs", int, check=at_least(1), group=_CONF,
-            help="epochs to train; with --until precise, the most epochs to train"),
-    Setting("precision", float, 0.03, group=_STOP,
-            check=Check(lambda v: 0 < v < 1, "must be between 0 and 1 (0.03 = 3%)"),
-            help="target relative half-width of the 95%% interval (0.03 = 3%%)"),
-    Setting("min_steady_epochs", int, 4, group=_STOP,
-            check=at_least(2, "an interval needs two epochs")),
-    Setting("max_train_s", float, 0.0, flag="--max-train-time", group=_STOP,
-            check=Check(lambda v: v >= 0, "must be 0 (no cap) or more"),
-            help="seconds of training after which a precise run stops anyway (0: no cap)"),
+    until: str = setting("epochs", experiment=True, choices=_until_choices, group=_STOP, sweep_omits_default=True,
+        help="epochs: train exactly --epochs; precise: train until the 95%% interval of the steady-state "
+        "epoch time is within --precision of its mean (at least --min-steady-epochs after the warm-up "
+        "epoch, no drift), --epochs and --max-train-time being caps")
+    epochs: int = setting(experiment=True, check=at_least(1), group=_CONF,
+        help="epochs to train; with --until precise, the most epochs to train")
+    precision: float = setting(0.03, experiment=True, group=_STOP,
+        check=Check(lambda v: 0 < v < 1, "must be between 0 and 1 (0.03 = 3%)"),
+        help="target relative half-width of the 95%% interval (0.03 = 3%%)")
+    min_steady_epochs: int = setting(4, group=_STOP,
+        check=at_least(2, "an interval needs two epochs"))
+    max_train_s: float = setting(0.0, flag="--max-train-time", group=_STOP,
+        check=Check(lambda v: v >= 0, "must be 0 (no cap) or more"),
+        help="seconds of training after which a precise run stops anyway (0: no cap)")
     # N: every N epochs and after the last; "end": after the last only; 0: never
-    Setting("eval_every", int, 1, parse=parse_eval_every,
-            help="validate every N epochs and after the last; 'end': after the last epoch only; 0: never"),
+    eval_every: int = setting(1, parse=parse_eval_every,
+        help="validate every N epochs and after the last; 'end': after the last epoch only; 0: never")
     # -- the sweep's config settings
-    Setting("fanouts", list, [10, 10, 10], parse=parse_fanouts, config_key="fanouts",
-            help="neighbours per hop, hop nearest the seeds FIRST (PyG order); translated for DGL. "
-            "Length = number of layers"),
-    Setting("seed", int, 0, config_key="seed"),  # the sweep adds the repeat index
+    fanouts: list = setting([10, 10, 10], experiment=True, parse=parse_fanouts, config_key="fanouts",
+        help="neighbours per hop, hop nearest the seeds FIRST (PyG order); translated for DGL. "
+        "Length = number of layers")
+    seed: int = setting(0, config_key="seed")  # the sweep adds the repeat index
     # Model settings: None takes the model's default (runners/adapters/registry.py); the sweep
     # passes those the model takes (registry Model.settings), its config's models.<name> overrides.
-    Setting("hidden", int, None, check=POSITIVE),
-    Setting("layers", int, None, check=at_least(1)),
-    Setting("dropout", float, None, check=Check(lambda v: 0.0 <= v < 1.0, "must be in [0, 1)")),
-    Setting("heads", int, None, check=POSITIVE),
-    Setting("lr", float, 5e-3, config_key="optimizer.lr"),
-    Setting("weight_decay", float, 5e-4, config_key="optimizer.weight_decay"),
-    Setting("lr_scaling", str, "none", choices=LR_SCALINGS, config_key="optimizer.lr_scaling",
-            help="none, or linear: lr x processes with linear warm-up over --warmup-epochs"),
-    Setting("warmup_epochs", int, 0, check=at_least(0), config_key="optimizer.warmup_epochs"),
-    Setting("device", str, "auto", choices=DEVICE_CHOICES, field=False, config_key="device",
-            help="auto: GPUs when visible, else CPU processes"),
-    Setting("max_steps_per_epoch", int, 0, check=at_least(0), config_key="max_steps_per_epoch",
-            help="cap steps per epoch (0: the whole training split); for quick checks"),
-    Setting("time_limit_s", float, 3600.0, flag="--time-limit", check=POSITIVE, group=_WATCHDOG,
-            config_key="time_limit_s", help="overall limit in seconds"),
-    Setting("stall_floor_s", float, 60.0, flag="--stall-floor", check=POSITIVE, group=_WATCHDOG,
-            config_key="stall_floor_s", help="never declare a hang before this many seconds without progress"),
-    Setting("stall_factor", float, 20.0, check=at_least(1), group=_WATCHDOG, config_key="stall_factor",
-            help="hang = no progress for factor x the slowest step seen (at least the floor)"),
-    Setting("skip_unavailable", bool, False,
-            help="record a 'skipped' result instead of failing when this node has fewer GPUs than --devices "
-            "(what a sweep wants; on the command line the error is clearer)"),
-    Setting("force_launch", bool, False,
-            help="launch a run the pre-flight calls impossible (a modelled peak above the machine's memory or "
-                 "the --memory-limit cap, or more than "
-                 "8 processes per core); recorded in the result"),
-    Setting("self_loops", bool, True, flag="--no-self-loops", config_key="sampling.self_loops",
-            help="GAT without self-attention edges (default: both frameworks add them)"),
-    Setting("replace", bool, False, config_key="sampling.replace", help="sample neighbours with replacement"),
-    Setting("pyg_trim", bool, False, config_key="sampling.pyg_trim",
-            help="PyG: trim each layer to the nodes it still needs (off as in PyG's DDP example)"),
-    Setting("nodes", int, 1, flag="--nnodes", check=at_least(1), group=_MULTI_NODE, config_key="nodes",
-            sweep_omits_default=True),
+    hidden: Optional[int] = setting(None, experiment=True, check=POSITIVE)
+    layers: Optional[int] = setting(None, experiment=True, check=at_least(1))
+    dropout: Optional[float] = setting(None, experiment=True,
+                                       check=Check(lambda v: 0.0 <= v < 1.0, "must be in [0, 1)"))
+    heads: Optional[int] = setting(None, experiment=True, check=POSITIVE)
+    lr: float = setting(5e-3, experiment=True, config_key="optimizer.lr")
+    weight_decay: float = setting(5e-4, experiment=True, config_key="optimizer.weight_decay")
+    lr_scaling: str = setting("none", experiment=True, choices=LR_SCALINGS, config_key="optimizer.lr_scaling",
+        help="none, or linear: lr x processes with linear warm-up over --warmup-epochs")
+    warmup_epochs: int = setting(0, experiment=True, check=at_least(0), config_key="optimizer.warmup_epochs")
+    max_steps_per_epoch: int = setting(0, experiment=True, check=at_least(0), config_key="max_steps_per_epoch",
+        help="cap steps per epoch (0: the whole training split); for quick checks")
+    time_limit_s: float = setting(3600.0, flag="--time-limit", check=POSITIVE, group=_WATCHDOG,
+        config_key="time_limit_s", help="overall limit in seconds")
+    stall_floor_s: float = setting(60.0, flag="--stall-floor", check=POSITIVE, group=_WATCHDOG,
+        config_key="stall_floor_s", help="never declare a hang before this many seconds without progress")
+    stall_factor: float = setting(20.0, check=at_least(1), group=_WATCHDOG, config_key="stall_factor",
+        help="hang = no progress for factor x the slowest step seen (at least the floor)")
+    skip_unavailable: bool = setting(False, column=False,
+        help="record a 'skipped' result instead of failing when this node has fewer GPUs than --devices "
+        "(what a sweep wants; on the command line the error is clearer)")
+    force_launch: bool = setting(False, column=False,
+        help="launch a run the pre-flight calls impossible (a modelled peak above the machine's memory or "
+             "the --memory-limit cap, or more than "
+                 "8 processes per core); recorded in the result")
+    self_loops: bool = setting(True, experiment=True, flag="--no-self-loops", config_key="sampling.self_loops",
+        help="GAT without self-attention edges (default: both frameworks add them)")
+    replace: bool = setting(False, experiment=True, config_key="sampling.replace",
+                            help="sample neighbours with replacement")
+    pyg_trim: bool = setting(False, experiment=True, config_key="sampling.pyg_trim",
+        help="PyG: trim each layer to the nodes it still needs (off as in PyG's DDP example)")
+    nodes: int = setting(1, experiment=True, flag="--nnodes", check=at_least(1), group=_MULTI_NODE, config_key="nodes",
+        sweep_omits_default=True)
     # A sweep passes it to multi-node runs only, which need one fixed port on every node.
-    Setting("master_port", int, 0, group=_MULTI_NODE, config_key="master_port", config_default=29500,
-            help="0: pick a free port (single node only)"),
-    Setting("threads_per_rank", int, 1, option_default=0, check=at_least(0), group=_PROBES,
-            config_key="threads_per_rank", sweep_omits_default=True,
-            help="intra-op threads per rank (0: cores // local processes)"),
-    Setting("harness", str, HARNESSES[0], choices=HARNESSES, sweep_omits_default=True,
-            help="fair: the suite's DDP loop, both frameworks split the seeds equally; study: the seed "
-            "study's PyTorch Lightning harness, loaders built as it built them"),
+    master_port: int = setting(0, column=False, group=_MULTI_NODE, config_key="master_port", config_default=29500,
+        help="0: pick a free port (single node only)")
+    threads_per_rank: int = setting(1, option_default=0, check=at_least(0), group=_PROBES,
+        config_key="threads_per_rank", sweep_omits_default=True,
+        help="intra-op threads per rank (0: cores // local processes)")
+    harness: str = setting(HARNESSES[0], experiment=True, choices=HARNESSES, sweep_omits_default=True,
+        help="fair: the suite's DDP loop, both frameworks split the seeds equally; study: the seed "
+        "study's PyTorch Lightning harness, loaders built as it built them")
     # None: the framework's first loader (registry Framework.loaders), filled in by the launcher.
-    Setting("loader", str, None, choices=registry.LOADER_NAMES, sweep_omits_default=True,
-            help="the framework's neighbour-sampling loader: pyg: neighbor; dgl: classic "
-            "(dgl.dataloading.DataLoader) or graphbolt (dgl.graphbolt's pipeline, DGL's examples from 2.1); "
-            "default: the framework's first"),
-    Setting("lane", str, None, choices=LANES, metavar="LANE",
-            help="the software stack the run must run in (scripts/setup.sh): pair (torch 2.2.1, PyG and DGL), "
-            "current (the newest torch PyG tests), own (a Python's own torch); default: the lane of the "
-            "Python that runs it. Either way the result records it, and it is part of the run's identity"),
+    loader: Optional[str] = setting(None, choices=registry.LOADER_NAMES, sweep_omits_default=True,
+        help="the framework's neighbour-sampling loader: pyg: neighbor; dgl: classic "
+        "(dgl.dataloading.DataLoader) or graphbolt (dgl.graphbolt's pipeline, DGL's examples from 2.1); "
+        "default: the framework's first")
+    lane: Optional[str] = setting(None, experiment=True, choices=LANES, metavar="LANE",
+        help="the software stack the run must run in (scripts/setup.sh): pair (torch 2.2.1, PyG and DGL), "
+        "current (the newest torch PyG tests), own (a Python's own torch); default: the lane of the "
+        "Python that runs it. Either way the result records it, and it is part of the run's identity")
     # -- runner-only settings
-    Setting("repeat", int, 0, help="repeat index (changes nothing but the label)"),
-    Setting("data_root", str, "results/datasets"),
-    Setting("eval_batch_size", int, 4096),
-    Setting("uneven_batches", bool, False,
-            help="naive split: the last rank gets one batch fewer (reproduces the DDP hang)"),
-    Setting("probes", bool, True, flag="--no-probes", group=_PROBES,
-            help="switch off the per-phase step timing, CPU and NVML samplers"),
-    Setting("breakdown", bool, True, option_default="auto", choices=BREAKDOWN_CHOICES, group=_PROBES,
-            help="split each step into phases; on GPUs this synchronises (auto: on for CPU)"),
-    Setting("cpu_sample_interval_s", float, 1.0, flag="--cpu-sample-interval", group=_PROBES),
-    Setting("nvml_sample_interval_s", float, 0.5, flag="--nvml-sample-interval", group=_PROBES),
-    Setting("startup_timeout_s", float, 600.0, flag="--startup-timeout", group=_WATCHDOG,
-            help="seconds allowed from launch to the first step"),
-    Setting("kill_grace_s", float, 5.0, flag=None),
-    Setting("memory_limit_bytes", int, 0, flag="--memory-limit", option_default=None, group=_WATCHDOG,
-            parse=parse_memory_limit, metavar="SIZE",  # 0: no cap; else the tree runs in a memory cgroup
-            help="run the whole process tree (torchrun, ranks, loader workers) under this memory cap, e.g. "
-            "512M or 2G, in a memory cgroup (needs root and a writable memory controller)"),
-    Setting("native_stacks", bool, False, group=_WATCHDOG, help="also capture native stacks (py-spy --native)"),
-    Setting("inject", str, None, choices=FAULTS, group=_WATCHDOG,
-            help=f"fault injection: one of {', '.join(FAULTS)}"),
-    Setting("allow_fault_injection", bool, False, field=False, group=_WATCHDOG,
-            help="required together with --inject, so no fault is switched on by accident"),
-    Setting("inject_rank", int, -1, group=_WATCHDOG),
-    Setting("inject_epoch", int, 0, flag=None),
-    Setting("inject_step", int, 2, flag=None),
-    Setting("node_rank", int, 0, group=_MULTI_NODE),
-    Setting("master_addr", str, "127.0.0.1", group=_MULTI_NODE),
-    Setting("rank_starter", str, "auto", choices=RANK_STARTERS, group=_MULTI_NODE,
-            help="what starts the ranks: spawn (runners.spawn, plain Python, one node only), torchrun (its "
-            "agent imports torch first, about 1.5 s per run), auto: spawn on one node, torchrun on several"),
+    repeat: int = setting(0, help="repeat index (changes nothing but the label)")
+    data_root: str = setting("results/datasets", column=False)
+    eval_batch_size: int = setting(4096, column=False)
+    uneven_batches: bool = setting(False, experiment=True,
+        help="naive split: the last rank gets one batch fewer (reproduces the DDP hang)")
+    probes: bool = setting(True, experiment=True, flag="--no-probes", group=_PROBES,
+        help="switch off the per-phase step timing, CPU and NVML samplers")
+    breakdown: bool = setting(True, experiment=True, option_default="auto", choices=BREAKDOWN_CHOICES, group=_PROBES,
+        help="split each step into phases; on GPUs this synchronises (auto: on for CPU)")
+    cpu_sample_interval_s: float = setting(1.0, column=False, flag="--cpu-sample-interval", group=_PROBES)
+    nvml_sample_interval_s: float = setting(0.5, column=False, flag="--nvml-sample-interval", group=_PROBES)
+    startup_timeout_s: float = setting(600.0, column=False, flag="--startup-timeout", group=_WATCHDOG,
+        help="seconds allowed from launch to the first step")
+    kill_grace_s: float = setting(5.0, column=False, flag=None)
+    memory_limit_bytes: int = setting(0, column=False, flag="--memory-limit", option_default=None, group=_WATCHDOG,
+        parse=parse_memory_limit, metavar="SIZE",  # 0: no cap; else the tree runs in a memory cgroup
+        help="run the whole process tree (torchrun, ranks, loader workers) under this memory cap, e.g. "
+        "512M or 2G, in a memory cgroup (needs root and a writable memory controller)")
+    native_stacks: bool = setting(False, column=False, group=_WATCHDOG,
+                                  help="also capture native stacks (py-spy --native)")
+    inject: Optional[str] = setting(None, experiment=True, choices=FAULTS, group=_WATCHDOG,
+        help=f"fault injection: one of {', '.join(FAULTS)}")
+    inject_rank: int = setting(-1, group=_WATCHDOG)
+    inject_epoch: int = setting(0, column=False, flag=None)
+    inject_step: int = setting(2, column=False, flag=None)
+    node_rank: int = setting(0, column=False, group=_MULTI_NODE)
+    master_addr: str = setting("127.0.0.1", column=False, group=_MULTI_NODE)
+    rank_starter: str = setting("auto", column=False, choices=RANK_STARTERS, group=_MULTI_NODE,
+        help="what starts the ranks: spawn (runners.spawn, plain Python, one node only), torchrun (its "
+        "agent imports torch first, about 1.5 s per run), auto: spawn on one node, torchrun on several")
+
+
+# Options with no field of their own, each placed after the field named by `after` (the
+# order of --help and of the sweep's flags).
+OPTION_ONLY = (
+    Setting("device", str, "auto", choices=DEVICE_CHOICES, config_key="device",
+            help="auto: GPUs when visible, else CPU processes", after='warmup_epochs'),
+    Setting("allow_fault_injection", bool, False, group=_WATCHDOG,
+            help="required together with --inject, so no fault is switched on by accident", after='inject'),
 )
+SETTINGS = declared(RunSettings, OPTION_ONLY)
 BY_NAME = {s.name: s for s in SETTINGS}
 GROUPS = (_CONF, "training settings", _STOP, _PROBES, _WATCHDOG, _MULTI_NODE)  # --help's order
 
 
 def default(name: str):
-    """The runner's default of setting `name` when its option is not given."""
+    """What a run gets for setting `name` when its option is not given (the one default there
+    is; for the few options whose default says "resolve it from the machine", that word:
+    threads_per_rank 0, breakdown "auto", memory_limit None, see `option_default`)."""
     return BY_NAME[name].cli_default
 
 

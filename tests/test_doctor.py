@@ -1,5 +1,6 @@
 """`python -m runners.doctor` and the launcher's pre-flight checks."""
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -93,10 +94,8 @@ def test_expected_output_grows_with_steps_epochs_and_the_time_limit():
     base = expected_output(cfg, {"num_train": 1300})
     assert base["steps_per_epoch"] == 6  # 1300 seeds / 2 ranks / 128 per batch, rounded up
     assert base["least_bytes"] < base["expected_bytes"] == sum(base["terms_bytes"].values())
-    cfg.epochs, cfg.time_limit_s = 8, 200
-    more = expected_output(cfg, {"num_train": 1300})
+    more = expected_output(dataclasses.replace(cfg, epochs=8, time_limit_s=200), {"num_train": 1300})
     assert more["terms_bytes"]["steps"] == 2 * base["terms_bytes"]["steps"]
     assert more["terms_bytes"]["samples"] == 2 * base["terms_bytes"]["samples"]
     assert more["least_bytes"] == base["least_bytes"]
-    cfg.max_steps_per_epoch = 2
-    assert expected_output(cfg, {"num_train": 1300})["steps_per_epoch"] == 2
+    assert expected_output(dataclasses.replace(cfg, max_steps_per_epoch=2), {"num_train": 1300})["steps_per_epoch"] == 2

@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from runners.adapters import registry
-from runners.config import MODEL_DEFAULTS, ConfigError, RunConfig, build_parser, config_from_args, default
+from runners.config import MODEL_DEFAULTS, ConfigError, RunConfig, build_parser, config_from_args
+from runners.settings import default
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG_SCHEMA = yaml.safe_load((ROOT / "workflows" / "schemas" / "config.schema.yaml").read_text())

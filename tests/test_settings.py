@@ -107,3 +107,38 @@ def test_every_framework_declares_what_the_launcher_reads():
     for f in registry.FRAMEWORKS.values():
         assert set(f.memory) == set(registry.MEMORY_TRAIT_KEYS), f.name
         assert f.packages and callable(f.check_environment), f.name
+
+
+def test_every_runconfig_field_is_written_in_the_source():
+    """A search of the source for a field finds its declaration (no field is injected)."""
+    import ast
+    import dataclasses
+
+    from runners.config import RunConfig
+
+    written = set()
+    for path in ("runners/settings.py", "runners/config.py"):
+        for node in ast.walk(ast.parse((ROOT / path).read_text())):
+            if isinstance(node, ast.ClassDef) and node.name in ("RunSettings", "RunConfig"):
+                written |= {s.target.id for s in node.body if isinstance(s, ast.AnnAssign)}
+    assert {f.name for f in dataclasses.fields(RunConfig)} == written
+
+
+def test_a_runconfig_is_frozen_and_replaced_whole():
+    import dataclasses
+
+    cfg = config_from_args(build_parser().parse_args(runner_argv()), 0, 2)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.out = "/elsewhere"
+    moved = dataclasses.replace(cfg, out="/elsewhere")
+    assert moved.out == "/elsewhere" and cfg.out == "/tmp/x" and moved.hidden == cfg.hidden
+
+
+def test_runs_csv_and_experiments_take_their_settings_from_the_fields():
+    from analysis import EXPERIMENT_KEYS
+    from analysis.aggregate import CONFIG_COLUMNS, RUN_COLUMNS
+    from runners.config import field_names
+
+    assert set(field_names("column")) <= set(CONFIG_COLUMNS) <= set(RUN_COLUMNS)
+    assert "out" not in CONFIG_COLUMNS and "lr" in CONFIG_COLUMNS  # declared column=False / by default
+    assert set(field_names("experiment")) <= set(EXPERIMENT_KEYS) and "seed" not in EXPERIMENT_KEYS
