@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from analysis import FRAMEWORK_ORDER, framework_label
+from runners.rundir import RunDir
 from runners.stopping import t_quantile
 
 # What the report compares (each a ratio of one point's epoch time over another's that differ
@@ -216,7 +217,7 @@ def keep_earlier_second_round(p: Point, first_round: int) -> None:
     p.first_ok = len(p.times)
     rep = first_round
     while True:
-        path = p.result_dir / f"{p.run['name']}-r{rep}" / "result.json"
+        path = RunDir(p.result_dir / f"{p.run['name']}-r{rep}").result
         try:
             data = json.loads(path.read_text())
         except (OSError, ValueError):

@@ -37,9 +37,10 @@ import pandas as pd
 
 from analysis import PHASES
 from analysis import deadlocks
-from runners import envinfo, history, record
+from runners import envinfo, history, record, rundir
 from runners.adapters import registry
 from runners.config import field_names
+from runners.rundir import RunDir
 
 # Every setting declared as a runs.csv column (runners/settings.py), and the learning rate the
 # harness trained with after --lr-scaling (result.json config.lr_effective).
@@ -158,21 +159,21 @@ def _frame(rows, columns) -> pd.DataFrame:
 
 def _looks_like_run_dir(d: Path) -> bool:
     """A directory the runner started writing (it writes these before launching anything)."""
-    return (d / "command.sh").exists() or (d / "config.json").exists() or (d / "heartbeats").is_dir()
+    return RunDir(d).is_run()
 
 
 def find_results(paths) -> tuple[list, list]:
     """result.json files under `paths`, and invalid rows for places that should have one."""
     found, invalid = [], []
     for p in (Path(x).resolve() for x in paths):
-        if p.is_file() and p.name == "result.json":
+        if p.is_file() and p.name == rundir.RESULT:
             found.append(p.resolve())
             continue
         if not p.is_dir():
             invalid.append({"path": str(p), "run_id": None, "reason": "no such run directory"})
             continue
         # Earlier runs (previous/) and runs in progress (staging) are not a point's current run.
-        hits = sorted(h for h in p.rglob("result.json") if not history.in_history(h.relative_to(p).parent))
+        hits = sorted(h for h in p.rglob(rundir.RESULT) if not history.in_history(h.relative_to(p).parent))
         found += [h.resolve() for h in hits]
         with_result = {h.parent for h in hits}
         candidates = [p] + [d for d in p.rglob("*") if d.is_dir() and not history.in_history(d.relative_to(p))]
@@ -243,7 +244,7 @@ def commands(data: dict, run_dir: Path, workflow: str | None = None) -> dict:
     lane = (data["env"].get("lane") or {}).get("lane") or data["config"].get("lane") or "pair"
     if argv and argv[0] == "python" and envinfo.lane_interpreter(lane):
         argv[0] = envinfo.lane_interpreter(lane)
-    target = os.path.relpath(Path(run_dir) / record.RESULT_FILE)
+    target = os.path.relpath(RunDir(run_dir).result)
     through = f"{workflow} --forcerun {shlex.quote(target)}" if workflow and not target.startswith("..") else None
     return {"command": shlex.join(argv), "workflow_command": through,
             "previous_runs": len(history.history(run_dir))}
@@ -368,8 +369,8 @@ def epoch_rows(data: dict, run_id=None) -> list:
 def rank_csvs(run_dir: Path, run_id: str, name: str) -> list:
     """rank*/NAME.csv of one run, each with run_id and rank columns (missing files skipped)."""
     frames = []
-    for rank, _ in record.rank_dirs(run_dir):
-        path = record.rank_file(run_dir, rank, name)
+    for rank, _ in RunDir(run_dir).ranks():
+        path = RunDir(run_dir).rank_file(rank, name)
         if not path.exists():
             continue
         df = _read_csv(path, RANK_FILES[name])
@@ -422,7 +423,7 @@ def aggregate(paths, workflow: str | None = None) -> Aggregate:
         if rid is None:
             invalid.append({"path": str(path), "run_id": data["run_id"],
                             "reason": f"node {node} of a multi-node run whose node-0 result "
-                                      f"({path.parent.parent / 'result.json'}) is not among the "
+                                      f"({RunDir(path.parent.parent).result}) is not among the "
                                       "results; not a run of its own"})
             continue
         epochs += epoch_rows(data, rid)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import STATUS_SEVERITY, framework_label, model_label
+from runners.rundir import RunDir
 from runners.stacks import OWN_CODE, main_first, parse_stack_text
 
 TOP_FRAMES = 6
@@ -26,7 +27,7 @@ def read_stacks(run_dir: Path, top: int = TOP_FRAMES) -> list:
 
     py-spy dumps are preferred; a faulthandler dump is used for a role whose py-spy dump is
     missing or failed (e.g. py-spy not installed or not permitted)."""
-    stacks_dir = Path(run_dir) / "stacks"
+    stacks_dir = RunDir(run_dir).stacks
     found = {}
     for path in sorted(stacks_dir.glob("*.txt")) if stacks_dir.is_dir() else []:
         m = STACK_FILE_RE.match(path.name)
@@ -41,7 +42,7 @@ def read_stacks(run_dir: Path, top: int = TOP_FRAMES) -> list:
         if not threads and source == "faulthandler":
             continue  # every rank registers a dump file; most stay empty
         entry = {"role": m.group("role"), "pid": int(m.group("pid")), "source": source,
-                 "file": f"stacks/{path.name}",
+                 "file": str(path.relative_to(run_dir)),
                  "threads": [{"name": t["name"], "state": t["state"], "frames": t["frames"][:top],
                               "own_frame": _own_frame(t["frames"])}
                              for t in main_first(threads)],

@@ -48,6 +48,7 @@ from pathlib import Path
 from runners import datasets, envinfo, record
 from runners.config import build_parser as runner_parser
 from runners.config import config_from_args
+from runners.rundir import RunDir
 
 REPO = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -133,7 +134,7 @@ def run_runner(s: Settings, work: Path, framework: str, model: str, label: str, 
     """One runner configuration via `python -m runners.run`; its result.json and step times."""
     out = work / label
     wall = execute([PY, "-m", "runners.run", *runner_argv(s, framework, model, out, probes)], work / f"{label}.log")
-    result = json.loads(record.result_path(out).read_text())
+    result = json.loads(RunDir(out).result.read_text())
     if result["status"] != "ok":
         raise MeasureError(f"{label}: runner status {result['status']}: "
                            f"{(result.get('diagnosis') or {}).get('summary')}; see {out}")
@@ -259,7 +260,7 @@ def recorder_cost(s: Settings, work: Path, steps: int = 5000, rounds: int = 5) -
 
     cfg = config_from_args(runner_parser().parse_args(runner_argv(s, "pyg", "sage", work / "recorder")), 0,
                            envinfo.cpu_cores())
-    hb = Heartbeat(work / "recorder" / "rank0.hb")
+    hb = Heartbeat(RunDir(work / "recorder").heartbeat(0))
     rec = StepRecorder(hb, Faults(cfg, 0), lambda: None, breakdown=True, phases_valid=True)
     batch = Batch(inputs=None, labels=None, seed_nodes=s.batch_size, sampled_nodes=0, sampled_edges=0,
                   seed_ids=torch.arange(s.batch_size))
@@ -463,7 +464,7 @@ def measure_launch(s: Settings, work: Path, raw: dict) -> list:
                     continue
                 out = work / label
                 wall = execute([PY, "-m", "runners.run", *launch_argv(s, fw, out, v)], work / f"{label}.log")
-                result = json.loads(record.result_path(out).read_text())
+                result = json.loads(RunDir(out).result.read_text())
                 if result["status"] != "ok":
                     raise MeasureError(f"{label}: runner status {result['status']}; see {out}")
                 recs[(fw, v)].append(launch_parts(result, out, wall))

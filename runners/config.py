@@ -21,6 +21,7 @@ from typing import Optional
 
 from runners import settings
 from runners.adapters import registry  # light: no torch, PyG or DGL
+from runners.rundir import RunDir
 from runners.settings import FAULTS, REQUIRED, ConfigError, parse_fanouts  # noqa: F401 (re-exported)
 
 FAULTS_NEEDING_WORKERS = ("hang-worker", "kill-worker")
@@ -203,7 +204,7 @@ def config_from_args(args: argparse.Namespace, visible_gpus: int, cpu_cores: int
     out = Path(v["out"]).resolve()
     if v["nodes"] > 1 and v["node_rank"] > 0:
         # Nodes may share a file system: node 0 owns result.json, the others write beside it.
-        out = out / f"node{v['node_rank']}"
+        out = RunDir(out).node(v["node_rank"]).path
     fields = {s.name for s in settings.SETTINGS if s.field}
     cfg = RunConfig(**{
         **{k: value for k, value in v.items() if k in fields},

@@ -23,6 +23,7 @@ import psutil
 
 from runners.probes import PHASE_BLOCKED_IN, describe_wait_status, proc_stat, read_heartbeat
 from runners import record
+from runners.rundir import RunDir
 from runners.stacks import top_frames
 
 POLL_S = 0.5  # how often the supervisor samples heartbeats, processes and /dev/shm
@@ -47,7 +48,7 @@ def launcher_log(out: Path) -> str:
     """torchrun's output as the launcher logged it, its first and last LOG_READ_BYTES when it is
     longer ('' where there is none)."""
     try:
-        with open(out / "logs" / "launcher.log", "rb") as fh:
+        with open(RunDir(out).launcher_log, "rb") as fh:
             head = fh.read(LOG_READ_BYTES + 1)
             if len(head) <= LOG_READ_BYTES:
                 return head.decode(errors="replace")
@@ -66,7 +67,7 @@ def fd_facts(out: Path) -> dict:
 
     soft, hard = descriptors.limits()
     try:
-        need = descriptors.fd_need(RunConfig.load(out / "config.json"))["per_process"]
+        need = descriptors.fd_need(RunConfig.load(RunDir(out).config))["per_process"]
     except (OSError, ValueError, KeyError, TypeError):
         need = None
     return {"soft_limit": soft, "hard_limit": hard, "needed_per_process": need}
@@ -97,7 +98,7 @@ def process_roles(out: Path, watch: dict | None = None) -> dict:
     """pid -> role label ('rank1', 'rank1-worker0', ...) from heartbeats and worker records."""
     roles = {}
     if watch is None:
-        for f in (out / "heartbeats").glob("rank*.hb"):
+        for f in RunDir(out).heartbeat_files():
             hb = read_heartbeat(f)
             if hb:
                 roles[hb["pid"]] = f.stem
@@ -105,7 +106,7 @@ def process_roles(out: Path, watch: dict | None = None) -> dict:
         for r, w in watch.items():
             if w.heartbeat:
                 roles[w.heartbeat["pid"]] = f"rank{r}"
-    for f in (out / "workers").glob("*.json") if (out / "workers").exists() else []:
+    for f in RunDir(out).worker_files():
         try:
             rec = json.loads(f.read_text())
             roles[rec["pid"]] = f"rank{rec['rank']}-worker{rec['worker_id']}"
@@ -195,7 +196,7 @@ def py_spy_dump(py_spy: str, pid: int, native: bool) -> str:
 
 def capture_stacks(out: Path, procs, watch: dict, native: bool = False) -> dict:
     """Dump every thread's stack of every rank and loader worker; return role -> file."""
-    stacks_dir = out / "stacks"
+    stacks_dir = RunDir(out).stacks
     stacks_dir.mkdir(exist_ok=True)
     roles = process_roles(out, watch)
     files = {}
@@ -214,7 +215,7 @@ def capture_stacks(out: Path, procs, watch: dict, native: bool = False) -> dict:
             text = py_spy_dump(py_spy, p.pid, native)
         else:
             text = "py-spy not installed; see the faulthandler-*.txt dumps"
-        path = stacks_dir / f"{role}-pid{p.pid}.txt"
+        path = RunDir(out).stack_dump(role, p.pid)
         path.write_text(text)
         files[role] = path.name
     time.sleep(0.5)  # let the faulthandler dumps land
@@ -248,7 +249,7 @@ def stop_evidence(out: Path, status: str, watch: dict, states: dict, stacks: dic
         hb = w.heartbeat or {"epoch": -1, "step": -1, "phase": "starting", "pid": None}
         st = states.get(hb.get("pid"), {})
         stack_file = stacks.get(f"rank{r}")
-        frames = top_frames((out / "stacks" / stack_file).read_text()) if stack_file else []
+        frames = top_frames((RunDir(out).stacks / stack_file).read_text()) if stack_file else []
         ranks.append({"rank": r, "pid": hb.get("pid"), "epoch": hb["epoch"], "step": hb["step"],
                       "phase": hb["phase"], "blocked_in": PHASE_BLOCKED_IN.get(hb["phase"], hb["phase"]),
                       "idle_s": round(now - w.last_change, 2), "stack_top": frames,
@@ -267,7 +268,7 @@ def stop_evidence(out: Path, status: str, watch: dict, states: dict, stacks: dic
                             "stack_file": stacks.get(role)})
     counts = next((i.get("steps_per_rank") for i in infos.values() if i and i.get("steps_per_rank")), None)
     # A rank that failed (or a worker that printed an error) may say why the others wait.
-    errors = {r: e for r in watch if (e := record.read_json(out / f"rank{r}" / "error.json"))}
+    errors = {r: e for r in watch if (e := record.read_json(RunDir(out).rank_error(r)))}
     return {"status": status, "ranks": ranks, "workers": workers, "counts": counts, "shm": shm_usage(),
             "errors": errors, "log": launcher_log(out), "roles": roles, "fd": fd_facts(out)}
 
@@ -278,13 +279,13 @@ def exit_evidence(out: Path, rc: int, local_ranks: list, shm_peak=None) -> dict:
     its fullest during the run and the space left on the run directory's filesystem. Which
     error is the cause is runners.diagnosis's to say."""
     infos = {r: rank_info(out, r) or {} for r in local_ranks}
-    errors = {r: e for r in local_ranks if (e := record.read_json(out / f"rank{r}" / "error.json"))}
+    errors = {r: e for r in local_ranks if (e := record.read_json(RunDir(out).rank_error(r)))}
     log = launcher_log(out)
     codes = torchrun_exit_codes(log)
     ranks = []
     for r in local_ranks:
         e = errors.get(r)
-        hb = read_heartbeat(out / "heartbeats" / f"rank{r}.hb") or {}
+        hb = read_heartbeat(RunDir(out).heartbeat(r)) or {}
         last = e if e else hb
         ranks.append({"rank": r, "exit_code": codes.get(r), "phase": "failed" if e else "?",
                       "blocked_in": "raised an exception" if e else "stopped by the rank starter after another rank failed",
@@ -292,7 +293,7 @@ def exit_evidence(out: Path, rc: int, local_ranks: list, shm_peak=None) -> dict:
                       "epoch": last.get("epoch"), "step": last.get("step"),
                       "last_phase": (e.get("phase") if e else hb.get("phase")), "pid": infos[r].get("pid", hb.get("pid"))})
     return {"rc": rc, "ranks": ranks, "errors": errors, "log": log, "roles": process_roles(out),
-            "fd": fd_facts(out), "codes": codes, "ledger": record.read_json(out / "processes.json") or [],
+            "fd": fd_facts(out), "codes": codes, "ledger": record.read_json(RunDir(out).processes) or [],
             "counts": next((i.get("steps_per_rank") for i in infos.values() if i.get("steps_per_rank")), None),
             "shm_peak": shm_peak, "disk": disk_usage(out)}
 
@@ -350,7 +351,7 @@ def interruption_evidence(out: Path, watch: dict) -> dict:
     ranks = []
     for r, w in sorted(watch.items()):
         # The ranks ran on until the tree was stopped: their last heartbeat, not the last poll's.
-        hb = (read_heartbeat(out / "heartbeats" / f"rank{r}.hb") or w.heartbeat
+        hb = (read_heartbeat(RunDir(out).heartbeat(r)) or w.heartbeat
               or {"epoch": -1, "step": -1, "phase": "starting", "pid": None})
         ranks.append({"rank": r, "pid": hb.get("pid"), "epoch": hb["epoch"], "step": hb["step"],
                       "phase": hb["phase"], "blocked_in": PHASE_BLOCKED_IN.get(hb["phase"], hb["phase"])})
@@ -367,7 +368,7 @@ def reported_kills(out: Path, ranks, roles: dict) -> list:
     ranks' error records, ranks that torchrun saw end by SIGKILL."""
     killed = []
     for r in ranks:
-        err = record.read_json(out / f"rank{r}" / "error.json") or {}
+        err = record.read_json(RunDir(out).rank_error(r)) or {}
         m = WORKER_PIDS.search((err.get("worker_failure") or "") + err.get("message", ""))
         for pid in (int(x) for x in (m.group(1).replace(",", " ").split() if m else [])):
             killed.append({"pid": pid, "role": roles.get(pid, f"rank{r}-worker"), "source": f"rank {r}'s loader"})

@@ -24,6 +24,7 @@ from runners import envinfo
 from runners.adapters.registry import FRAMEWORK_NAMES as FRAMEWORKS
 from runners.adapters.registry import MODEL_NAMES as MODELS
 # Points a machine or a lane cannot run are recorded with their reason, not failures of the check.
+from runners.rundir import RunDir
 from runners.run import SKIP_CAUSES
 
 
@@ -67,7 +68,7 @@ def print_runs(runs: list, nvml_rows: dict) -> list:
     print(f"\n{'run':<18} {'status':<8} {'epoch s':>8} {'NVML samples':>13} {'phases':>7}")
     for run_dir in runs:
         try:
-            res = json.loads((run_dir / "result.json").read_text())
+            res = json.loads(RunDir(run_dir).result.read_text())
         except (OSError, ValueError):
             res = {"status": "missing", "summary": None, "probes": {}}
         summary = res.get("summary") or {}

@@ -35,6 +35,7 @@ from runners.probes import (DISK_FULL_MARK, CpuSampler, CsvAppender, Heartbeat, 
                             disk_full, start_nvml)
 from runners.record import EpochRow, RowAppender, StepRow, ValidationRow  # noqa: E402
 from runners.recorder import StepRecorder  # noqa: E402
+from runners.rundir import RunDir  # noqa: E402
 
 
 def worker_seed(base: int, rank: int, worker_id: int) -> int:
@@ -156,18 +157,18 @@ class Rank:
         self.world = int(os.environ["WORLD_SIZE"])
         self.local_rank = int(os.environ.get("LOCAL_RANK", 0))
         self.out = Path(cfg.out)
-        self.dir = record.rank_dir(self.out, self.rank)
+        self.run_dir = RunDir(self.out)
+        self.dir = self.run_dir.rank(self.rank)
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.hb = Heartbeat(self.out / "heartbeats" / f"rank{self.rank}.hb")
+        self.hb = Heartbeat(self.run_dir.heartbeat(self.rank))
         self.info: dict = {"rank": self.rank, "pid": os.getpid(), "host": os.uname().nodename,
                            "local_rank": self.local_rank, "startup": {}, "workers": []}
         self.launch_t = float(os.environ.get("GNNSCALE_LAUNCH_TIME", T_PROCESS_START))
         self.faults = Faults(cfg, self.rank)
         self.adapter = None
-        stacks = self.out / "stacks"
-        stacks.mkdir(exist_ok=True)
+        self.run_dir.stacks.mkdir(exist_ok=True)
         # SIGUSR1 dumps every thread's Python stack: the watchdog's fallback when py-spy can't attach.
-        self._fh_stacks = open(stacks / f"faulthandler-rank{self.rank}-pid{os.getpid()}.txt", "w")
+        self._fh_stacks = open(self.run_dir.faulthandler_dump(self.rank, os.getpid()), "w")
         faulthandler.register(signal.SIGUSR1, file=self._fh_stacks, all_threads=True)
         # SIGUSR2: the launcher is stopping the run (it was interrupted); keep the steps of the
         # epoch in progress, then leave. Not SIGTERM: a rank hung in a C call could not act on
@@ -203,10 +204,10 @@ class Rank:
             self.adapter.seed(seed)
         # Workers share the rank's cores; oversubscribing them would slow the trainer.
         torch.set_num_threads(1)
-        fh = open(self.out / "stacks" / f"faulthandler-rank{self.rank}-worker{worker_id}-pid{os.getpid()}.txt", "w")
+        fh = open(self.run_dir.faulthandler_dump(self.rank, os.getpid(), worker_id), "w")
         faulthandler.register(signal.SIGUSR1, file=fh, all_threads=True)
-        (self.out / "workers").mkdir(exist_ok=True)
-        (self.out / "workers" / f"{os.getpid()}.json").write_text(
+        self.run_dir.workers.mkdir(exist_ok=True)
+        self.run_dir.worker(os.getpid()).write_text(
             json.dumps({"pid": os.getpid(), "rank": self.rank, "worker_id": worker_id, "seed": seed}))
 
     def worker_exits(self) -> list:
@@ -218,7 +219,7 @@ class Rank:
         from runners.probes import exit_of
 
         dead = []
-        for f in sorted((self.out / "workers").glob("*.json")) if (self.out / "workers").exists() else []:
+        for f in self.run_dir.worker_files():
             try:
                 rec = json.loads(f.read_text())
             except (OSError, ValueError):
@@ -296,15 +297,15 @@ class Rank:
         self.cpu = CpuSampler(cfg.cpu_sample_interval_s) if cfg.probes else None
         if self.cpu:
             self.cpu.start()
-        cpu_path, nvml_path = (record.rank_file(self.out, self.rank, name) for name in ("cpu", "nvml"))
+        cpu_path, nvml_path = (self.run_dir.rank_file(self.rank, name) for name in ("cpu", "nvml"))
         self.cpu_csv = CsvAppender(cpu_path, CpuSampler.COLUMNS) if self.cpu else None
         self.nvml_csv = CsvAppender(nvml_path, NvmlSampler.COLUMNS) if self.nvml else None
 
     def open_records(self) -> None:
         """The per-rank steps, epochs and validation CSVs (appended as training goes)."""
-        self.step_csv = RowAppender(record.rank_file(self.out, self.rank, "steps"), StepRow)
-        self.epoch_csv = RowAppender(record.rank_file(self.out, self.rank, "epochs"), EpochRow)
-        self.val_csv = RowAppender(record.rank_file(self.out, self.rank, "validation"), ValidationRow)
+        self.step_csv = RowAppender(self.run_dir.rank_file(self.rank, "steps"), StepRow)
+        self.epoch_csv = RowAppender(self.run_dir.rank_file(self.rank, "epochs"), EpochRow)
+        self.val_csv = RowAppender(self.run_dir.rank_file(self.rank, "validation"), ValidationRow)
 
     def drain_probes(self) -> None:
         if self.cpu:
@@ -607,7 +608,7 @@ def main(argv=None, rank_class=None) -> int:
                "worker_failure": worker_failure, "dead_workers": dead, "traceback": tb,
                "epoch": rank.hb.epoch, "step": rank.hb.step, "phase": phase}
         try:
-            (rank.dir / "error.json").write_text(json.dumps(err, indent=1))
+            rank.run_dir.rank_error(rank.rank).write_text(json.dumps(err, indent=1))
             rank.write_info()
         except OSError as werr:
             if not disk_full(werr):

@@ -19,7 +19,8 @@ import re
 import time
 from pathlib import Path
 
-from runners import record
+from runners import record, rundir
+from runners.rundir import RunDir
 
 PREVIOUS = "previous"
 _STAGING = re.compile(r"^\.(?P<name>.+)\.run-(?P<stamp>\d{8}T\d{6}Z)-(?P<pid>\d+)$")
@@ -62,19 +63,19 @@ def run_entries(d: Path) -> list:
     if not Path(d).is_dir():
         return []
     return sorted(e for e in Path(d).iterdir()
-                  if e.name in record.RUN_DIR_ENTRIES or (e.name.startswith("rank") and e.name[4:].isdigit()))
+                  if rundir.is_run_entry(e.name))
 
 
 def current_result(out: Path) -> Path | None:
     """result.json of the point's current run; None when the point has no recorded run."""
-    path = record.result_path(out)
+    path = RunDir(out).result
     return path if path.is_file() else None
 
 
 def _label(d: Path) -> str:
     """previous/'s name for the run in `d`: its start (UTC) and status, from its result;
     'unfinished' (and the time of its newest file) when it never wrote one."""
-    data = record.read_json(record.result_path(d))
+    data = record.read_json(RunDir(d).result)
     if data and data.get("started_at"):
         try:
             started = dt.datetime.fromisoformat(data["started_at"]).astimezone(dt.timezone.utc)
@@ -98,8 +99,7 @@ def _free_slot(out: Path, label: str) -> Path:
 
 def _rename_paths(src: Path, dest: Path) -> None:
     """result.json and config.json name the directory a run was written in; name `dest`."""
-    for name in (record.RESULT_FILE, "config.json"):
-        path = Path(src) / name
+    for path in (RunDir(src).result, RunDir(src).config):
         try:
             text = path.read_text()
         except OSError:
@@ -123,7 +123,7 @@ def file_away(out: Path, src: Path | None = None) -> Path | None:
     if src == out:
         slot.mkdir()
         # result.json first: a reader of `out` never takes the old result for the new run's files.
-        for e in sorted(run_entries(out), key=lambda e: e.name != record.RESULT_FILE):
+        for e in sorted(run_entries(out), key=lambda e: e.name != rundir.RESULT):
             os.rename(e, slot / e.name)
     else:
         _rename_paths(src, slot)
@@ -138,7 +138,7 @@ def promote(stage: Path, out: Path) -> Path | None:
     _rename_paths(stage, out)
     out.mkdir(parents=True, exist_ok=True)
     replaced = file_away(out)
-    for e in sorted(stage.iterdir(), key=lambda e: e.name == record.RESULT_FILE):
+    for e in sorted(stage.iterdir(), key=lambda e: e.name == rundir.RESULT):
         os.rename(e, out / e.name)  # result.json last: the new run appears whole
     stage.rmdir()
     return replaced
@@ -160,7 +160,7 @@ def salvage(out: Path) -> list:
     one line each."""
     out, done = Path(out), []
     for stage in stagings(out):
-        if (stage / record.RESULT_FILE).is_file():
+        if RunDir(stage).result.is_file():
             promote(stage, out)
             done.append(f"promoted the finished run left in {stage.name}")
         else:
@@ -174,4 +174,4 @@ def history(out: Path) -> list:
     """The earlier runs of `out`, oldest first: (directory, its result or None)."""
     prev = Path(out) / PREVIOUS
     dirs = sorted(d for d in prev.iterdir() if d.is_dir()) if prev.is_dir() else []
-    return [(d, record.read_json(d / record.RESULT_FILE)) for d in dirs]
+    return [(d, record.read_json(RunDir(d).result)) for d in dirs]

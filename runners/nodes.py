@@ -13,6 +13,7 @@ from pathlib import Path
 
 from runners import diagnosis as rulebook
 from runners import history, record
+from runners.rundir import RunDir
 
 # A gloo error names the peer it lost: "Read error [10.231.7.11]:63165: Connection reset by peer".
 PEER_ADDRESS = re.compile(r"\[([0-9a-fA-F.:]+)\]:\d+")
@@ -107,7 +108,7 @@ def other_results(cfg, job: Path, started_at: str, wait_s: float = OTHER_RESULT_
     deadline = time.time() + wait_s
     while True:
         for k in range(1, cfg.nodes):
-            res = record.read_json(job / f"node{k}" / "result.json") if k not in found else None
+            res = record.read_json(RunDir(job).node(k).result) if k not in found else None
             if res and _when(res.get("finished_at")) >= t0 and abs(_when(res.get("started_at")) - t0) <= cfg.startup_timeout_s:
                 found[k] = res
         if len(found) == cfg.nodes - 1 or time.time() > deadline:
@@ -128,7 +129,7 @@ def _adopt_remote_culprit(cfg, out: Path, diag: dict, started_at: str) -> dict:
                 "cause": theirs.get("cause"), "cause_text": theirs.get("cause_text"), "remedy": theirs.get("remedy"),
                 "culprit_rank": theirs["culprit_rank"],
                 "culprit_node": {"node": k, "host": res.get("env", {}).get("hostname"),
-                                 "result": str(Path(f"node{k}") / "result.json")},
+                                 "result": str(RunDir(Path()).node(k).result)},
                 "evidence": [f"node {k}'s result: {theirs['summary']}"] + list(diag.get("evidence") or [])}
     diag["summary"] += (f" (every rank of node {cfg.node_rank} waited: the culprit is on another node; "
                         "see the other nodes' results, node{K}/result.json)")

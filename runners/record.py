@@ -1,10 +1,10 @@
 """The run record: what a run directory holds, how it is written and read, and the figures
 result.json derives from it.
 
-One module owns the layout (rank{R}/ files, result.json, the files a new run clears), the
-per-rank record columns (named rows: StepRow, EpochRow, ValidationRow), the writers the
-harnesses append with, the readers the launcher, the watchdog, the benchmarks and the
-analysis use, and the summary statistics (steady state, work per rank, steps per epoch).
+Its paths come from runners.rundir (RunDir). This module owns the per-rank record columns
+(named rows: StepRow, EpochRow, ValidationRow), the writers the harnesses append with, the
+readers the launcher, the watchdog, the benchmarks and the analysis use, and the summary
+statistics (steady state, work per rank, steps per epoch).
 Light on purpose (no torch, no pandas): analysis imports it.
 """
 
@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from runners.probes import CpuSampler, CsvAppender, NvmlSampler
+from runners.rundir import RunDir
 from runners.stopping import WARMUP_EPOCHS
 
 if TYPE_CHECKING:
@@ -30,7 +31,6 @@ if TYPE_CHECKING:
 
 SCHEMA_VERSION = 1
 SCHEMA_PATH = Path(__file__).resolve().parent / "schemas" / "result.schema.json"
-RESULT_FILE = "result.json"
 
 # The timed phases of one training step, in steps.csv's order (see StepRow).
 PHASES = ("load_wait_s", "prepare_s", "copy_s", "forward_s", "backward_s", "optimizer_s")
@@ -110,42 +110,6 @@ RANK_TABLES = {"steps": STEP_COLUMNS, "epochs": EPOCH_COLUMNS, "validation": Val
                "cpu": tuple(CpuSampler.COLUMNS), "nvml": tuple(NvmlSampler.COLUMNS)}
 
 
-# -- paths ---------------------------------------------------------------------------------------
-
-def rank_dir(out: Path, rank: int) -> Path:
-    """rank{R}/ of run directory `out`."""
-    return Path(out) / f"rank{rank}"
-
-
-def rank_file(out: Path, rank: int, name: str) -> Path:
-    """rank{R}/NAME.csv (NAME one of RANK_TABLES), or rank{R}/NAME when NAME has a suffix."""
-    return rank_dir(out, rank) / (name if "." in name else f"{name}.csv")
-
-
-def result_path(out: Path) -> Path:
-    return Path(out) / RESULT_FILE
-
-
-def rank_dirs(out: Path) -> list:
-    """(rank, directory) of every rank{R}/ in `out`, by rank."""
-    found = [(int(d.name[4:]), d) for d in Path(out).glob("rank*") if d.is_dir() and d.name[4:].isdigit()]
-    return sorted(found)
-
-
-def files_section(local_ranks: list) -> dict:
-    """result.json's `files`: where the run's records are, relative to its directory."""
-    return {"config": "config.json", "command": "command.sh", "launcher_log": "logs/launcher.log",
-            "timeline": "heartbeats/timeline.jsonl",
-            "ranks": {r: {k: f"rank{r}/{k}.csv" for k in ("steps", "epochs", "cpu", "validation")}
-                      for r in local_ranks}}
-
-
-# What one run writes into its directory besides rank{R}/ (runners.history files these away
-# as one run).
-RUN_DIR_ENTRIES = ("result.json", "result.json.tmp", "config.json", "config.json.tmp", "command.sh", "processes.json",
-                   "heartbeats", "logs", "stacks", "workers")
-
-
 # -- writing -------------------------------------------------------------------------------------
 
 class RowAppender(CsvAppender):
@@ -172,7 +136,7 @@ def write_atomic(path: Path, data: dict) -> None:
 
 def write_rank_info(out: Path, rank: int, info: dict) -> None:
     """rank{R}/rank.json: the rank's start-up marks, seeds, environment and final figures."""
-    write_atomic(rank_file(out, rank, "rank.json"), info)
+    write_atomic(RunDir(out).rank_info(rank), info)
 
 
 def write_result(out: Path, result: dict) -> list:
@@ -186,7 +150,7 @@ def write_result(out: Path, result: dict) -> list:
         result["schema_errors"] = errors
         for e in errors:
             print(f"[gnnscale] error: result.json breaks its schema: {e}", file=sys.stderr, flush=True)
-    write_atomic(result_path(out), result)
+    write_atomic(RunDir(out).result, result)
     return errors
 
 
@@ -202,13 +166,13 @@ def read_json(path: Path):
 
 def read_rank_info(out: Path, rank: int) -> dict | None:
     """rank{R}/rank.json of run directory `out`, or None when missing or unreadable."""
-    return read_json(rank_file(out, rank, "rank.json"))
+    return read_json(RunDir(out).rank_info(rank))
 
 
 def read_rank_rows(out: Path, rank: int, name: str) -> list | None:
     """rank{R}/NAME.csv as dicts of text (column -> cell), or None when it cannot be read."""
     try:
-        with open(rank_file(out, rank, name), newline="") as fh:
+        with open(RunDir(out).rank_file(rank, name), newline="") as fh:
             return list(csv.DictReader(fh))
     except OSError:
         return None
@@ -217,7 +181,7 @@ def read_rank_rows(out: Path, rank: int, name: str) -> list | None:
 def count_rows(out: Path, rank: int, name: str = "steps") -> int:
     """How many rows rank{R}/NAME.csv holds (0 when missing), without parsing them."""
     try:
-        with open(rank_file(out, rank, name)) as fh:
+        with open(RunDir(out).rank_file(rank, name)) as fh:
             return max(0, sum(1 for _ in fh) - 1)
     except OSError:
         return 0

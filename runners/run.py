@@ -49,8 +49,8 @@ try:
     from runners import envinfo, history
     from runners.config import ConfigError, RunConfig, build_parser, config_from_args
     from runners.probes import DISK_FULL_MARK, disk_full
-    from runners.record import (SCHEMA_VERSION, collect_measurements, files_section, result_path, summarise,
-                                write_result)
+    from runners.record import SCHEMA_VERSION, collect_measurements, summarise, write_result
+    from runners.rundir import RunDir, relative_files
 except ImportError as _exc:  # pragma: no cover (a bare interpreter: exercised by tests in a subprocess)
     if __name__ != "__main__":
         raise
@@ -94,7 +94,7 @@ def launch_command(cfg: RunConfig, config_path: Path) -> list:
     if rank_starter(cfg) == "runners.spawn":
         return [sys.executable, "-m", "runners.spawn", "--nproc-per-node", str(cfg.devices),
                 "--master-addr", cfg.master_addr, "--master-port", str(cfg.master_port),
-                "--store", str(Path(config_path).parent / ".pg-store"), *rank_module]
+                "--store", str(RunDir(Path(config_path).parent).pg_store), *rank_module]
     return [
         sys.executable, "-m", "torch.distributed.run",
         "--nnodes", str(cfg.nodes), "--node-rank", str(cfg.node_rank),
@@ -409,8 +409,7 @@ def prepare_run_dir(cfg: RunConfig, out: Path, argv: list, graph_meta: dict) -> 
     hold a run. Raises OSError when a write fails."""
     from runners.memory.units import fmt_bytes
 
-    for sub in ("heartbeats", "logs", "stacks"):
-        (out / sub).mkdir(parents=True, exist_ok=True)
+    RunDir(out).make()
     space = expected_output(cfg, graph_meta)
     space["free_bytes"] = shutil.disk_usage(out).free
     if space["free_bytes"] < space["least_bytes"]:
@@ -419,8 +418,8 @@ def prepare_run_dir(cfg: RunConfig, out: Path, argv: list, graph_meta: dict) -> 
               f"{fmt_bytes(space['expected_bytes'])}); free space or choose another --out", file=sys.stderr,
               flush=True)
         return None
-    cfg.save(out / "config.json")
-    (out / "command.sh").write_text("#!/bin/sh\n# reruns this configuration\ncd " + shlex.quote(
+    cfg.save(RunDir(out).config)
+    RunDir(out).command.write_text("#!/bin/sh\n# reruns this configuration\ncd " + shlex.quote(
         str(envinfo.REPO_ROOT)) + " && " + shlex.join(rerun_command(argv)) + "\n")
     return space
 
@@ -635,7 +634,7 @@ def record_skipped(cfg: RunConfig, env: dict, argv: list, cause: str = "not_enou
     })
     write_result(stage, result)
     history.promote(stage, out)
-    print(f"[gnnscale]   result: {out / 'result.json'}", flush=True)
+    print(f"[gnnscale]   result: {RunDir(out).result}", flush=True)
     return 0
 
 
@@ -697,7 +696,7 @@ def launched_result(cfg: RunConfig, argv: list, data: Dataset, env: dict, pre: d
         "watchdog": {"returncode": outcome.returncode, "killed_by_watchdog": outcome.killed_by_watchdog,
                      "orphans_killed": outcome.orphans_killed, "survivors": outcome.survivors,
                      "detected_after_s": outcome.detected_after_s, "note": outcome.note},
-        "files": files_section(run.local_ranks),
+        "files": relative_files(run.local_ranks),
         "timeline": run.timeline(),
     })
 
@@ -712,7 +711,7 @@ def write_and_report(stage: Path, out: Path, result: dict, run: Launch) -> int:
     except OSError as exc:
         if not disk_full(exc):
             raise
-        return report_disk_full(stage, OSError(exc.errno, exc.strerror, str(result_path(stage))))
+        return report_disk_full(stage, OSError(exc.errno, exc.strerror, str(RunDir(stage).result)))
     try:
         print_summary(result, where, replaced)
     except BrokenPipeError:  # nobody reads our output any more (a Ctrl-C'd `| tee`)
@@ -745,13 +744,13 @@ def main(argv=None) -> int:
         if space is None:
             shutil.rmtree(stage, ignore_errors=True)  # empty: refused before anything was written
             return 2
-        log = open(stage / "logs" / "launcher.log", "w")
+        log = open(RunDir(stage).launcher_log, "w")
     except OSError as exc:
         if not disk_full(exc):
             raise
         return report_disk_full(stage, exc)
     pre = preflight_with_output(cfg, env, data.meta, space)
-    run = launch(cfg, stage, stage / "config.json", env.get("network"))
+    run = launch(cfg, stage, RunDir(stage).config, env.get("network"))
     run.marks.update(launcher_created=envinfo.process_created(), launcher_main=main_t)
     failed = supervise(cfg, stage, run, log)
     if failed is not None:
@@ -789,7 +788,7 @@ def print_summary(result: dict, where: Path, replaced: Path | None) -> None:
                   f"training split", flush=True)
     if result["diagnosis"]:
         print(f"[gnnscale]   {result['diagnosis']['summary']}", flush=True)
-    print(f"[gnnscale]   result: {Path(where) / 'result.json'}", flush=True)
+    print(f"[gnnscale]   result: {RunDir(where).result}", flush=True)
     if replaced is not None:
         print(f"[gnnscale]   the run it replaced: {replaced}", flush=True)
     elif Path(where).parent.name == history.PREVIOUS:

@@ -25,6 +25,7 @@ from runners.diagnosis import Outcome, apply_oom, classify_exit, diagnose_interr
 from runners.evidence import (AT_LIMIT, POLL_S, ProcessLedger, capture_stacks, is_alive, process_roles,
                               process_states, shm_usage)
 from runners.probes import read_heartbeat
+from runners.rundir import RunDir
 
 COLLECTIVE_PHASES = ("backward", "epoch-sync", "evaluation")
 CPU_SAMPLE_S = 1.0  # at a hang: how long to watch whether each process's CPU time advances
@@ -107,7 +108,7 @@ class Supervisor:
         self.ledger = ProcessLedger()
         self.max_step_s = 0.0
         self.shm_peak = None  # (used, total, seconds after launch) of /dev/shm at its fullest
-        self.timeline = open(self.out / "heartbeats" / "timeline.jsonl", "a")
+        self.timeline = open(RunDir(self.out).timeline, "a")
 
     # -- observation ---------------------------------------------------------------------
     def _track_processes(self) -> None:
@@ -122,7 +123,7 @@ class Supervisor:
 
     def _write_ledger(self) -> None:
         self.ledger.observe(list(self.seen), time.time())
-        self.ledger.write(self.out / "processes.json", process_roles(self.out))
+        self.ledger.write(RunDir(self.out).processes, process_roles(self.out))
 
     def _watch_oom(self) -> None:
         """Remember where every rank was when the cgroup's OOM-kill count first rose, and the
@@ -141,7 +142,7 @@ class Supervisor:
 
     def _poll_heartbeats(self, now: float) -> None:
         for r, w in self.watch.items():
-            hb = read_heartbeat(self.out / "heartbeats" / f"rank{r}.hb")
+            hb = read_heartbeat(RunDir(self.out).heartbeat(r))
             if hb is None or hb["beats"] == w.beats:
                 continue
             w.beats, w.last_change, w.heartbeat = hb["beats"], now, hb

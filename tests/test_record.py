@@ -2,6 +2,7 @@
 
 from runners import record
 from runners.record import EpochRow, RowAppender, StepRow
+from runners.rundir import RunDir, is_run_entry, relative_files
 
 
 def _step(epoch, step, seeds, phases, loss):
@@ -16,8 +17,8 @@ def test_rows_are_written_in_the_contract_order_and_read_back_by_name(tmp_path):
                                    "prepare_s", "copy_s", "forward_s", "backward_s", "optimizer_s", "step_s",
                                    "loss", "seed_id_sum")
     steps = [_step(0, 0, 4, [0.5, 0.1, 0.0, 0.2, 0.3, 0.1], 2.0), _step(0, 1, 2, [0.25] * 6, 1.0)]
-    RowAppender(record.rank_file(tmp_path, 1, "steps"), StepRow).write(steps)
-    RowAppender(record.rank_file(tmp_path, 1, "epochs"), EpochRow).write(
+    RowAppender(RunDir(tmp_path).rank_file(1, "steps"), StepRow).write(steps)
+    RowAppender(RunDir(tmp_path).rank_file(1, "epochs"), EpochRow).write(
         [EpochRow.of_steps(0, 1, steps, 1.2345678, phases_valid=True)])
     back = record.read_rank_rows(tmp_path, 1, "steps")
     assert [r["seed_nodes"] for r in back] == ["4", "2"] and back[1]["forward_s"] == "0.25"
@@ -39,3 +40,19 @@ def test_steps_per_epoch_is_the_most_any_rank_takes():
     ranks = [{"rank": 0, "steps_per_epoch": 5}, {"rank": 1, "steps_per_epoch": 4}, {"rank": 2, "steps_per_epoch": None}]
     assert record.steps_per_epoch(ranks) == 5
     assert record.steps_per_epoch([{"rank": 0, "steps_per_epoch": None}]) is None
+
+
+def test_a_run_directory_hands_out_the_contract_layout(tmp_path):
+    # docs/CONTRACTS.md, "Run directory files": every module finds them through RunDir
+    run = RunDir(tmp_path)
+    assert run.result == tmp_path / "result.json" and run.config == tmp_path / "config.json"
+    assert run.heartbeat(3) == tmp_path / "heartbeats" / "rank3.hb"
+    assert run.timeline == tmp_path / "heartbeats" / "timeline.jsonl"
+    assert run.rank_file(1, "steps") == tmp_path / "rank1" / "steps.csv"
+    assert run.rank_error(1) == tmp_path / "rank1" / "error.json"
+    assert run.node(2).result == tmp_path / "node2" / "result.json"
+    assert relative_files([0])["ranks"][0]["cpu"] == "rank0/cpu.csv"
+    assert not run.is_run()
+    run.make()
+    assert run.is_run() and run.launcher_log.parent.is_dir() and run.stacks.is_dir()
+    assert is_run_entry("rank12") and is_run_entry("processes.json") and not is_run_entry("previous")
