@@ -37,7 +37,7 @@ import pandas as pd
 
 from analysis import PHASES
 from analysis import deadlocks
-from runners import envinfo, history, record, rundir
+from runners import history, record, result, rundir
 from runners.adapters import registry
 from runners.config import field_names
 from runners.rundir import RunDir
@@ -47,7 +47,7 @@ from runners.rundir import RunDir
 CONFIG_COLUMNS = field_names("column") + ("lr_effective",)
 # How well a run pinned its steady-state epoch time down (summary.precision, runners/stopping.py).
 PRECISION_COLUMNS = ("stopped_by", "epochs_run", "stopped_by_cap", "precision_reached", "drift_rel", "drifting",
-                     "precise", "lag1_autocorr")
+                     "precise", "lag1_autocorr", "steady_epoch_mean_s")
 # Work per rank (computed from the per-epoch records, so older results have it too).
 WORK_COLUMNS = ("seed_nodes_per_rank_epoch", "seed_nodes_per_epoch_all_ranks", "train_split_seed_nodes",
                 "split_passes_per_epoch")
@@ -70,7 +70,7 @@ ENV_COLUMNS = (
 )
 RUN_COLUMNS = (
     ("run_id", "run_name", "status") + CONFIG_COLUMNS + ("loader_variant", "world_size", "processes", "oversubscribed")
-    + SUMMARY_COLUMNS + PRECISION_COLUMNS + ("steady_epoch_mean_s", "steady_seed_nodes_per_s") + BREAKDOWN_COLUMNS
+    + SUMMARY_COLUMNS + PRECISION_COLUMNS + ("steady_seed_nodes_per_s",) + BREAKDOWN_COLUMNS
     + ("wall_time_s", "started_at", "finished_at", "epochs_completed", "steps_per_epoch") + WORK_COLUMNS + (
        "seed_base", "adapter_choices", "nvml_available", "nvml_reason", "preflight_warnings",
        "diag_cause", "diag_summary", "diag_remedy", "detected_after_s", "cpu_busy_before",
@@ -194,7 +194,7 @@ def find_results(paths) -> tuple[list, list]:
 
 def problems(data) -> list:
     """Why a parsed result.json cannot be used (empty list: usable)."""
-    errors = record.schema_problems(data, message_chars=200)
+    errors = result.schema_problems(data, message_chars=200)
     out = errors[:3]
     if len(errors) > 3:
         out.append(f"... and {len(errors) - 3} more schema errors")
@@ -204,14 +204,16 @@ def problems(data) -> list:
 
 
 def read_result(path: Path):
-    """(result dict, None) or (None, reason)."""
+    """(result dict upgraded to runners.result.SCHEMA_VERSION, None) or (None, reason)."""
     try:
-        data = json.loads(Path(path).read_text())
+        data = result.read(path)
     except OSError as exc:
         return None, f"unreadable: {exc}"
+    except result.ResultVersionError as exc:
+        return None, str(exc)
     except ValueError as exc:
         return None, f"not valid JSON: {exc}"
-    if isinstance(data, dict) and data.get("schema_errors"):
+    if data.get("schema_errors"):
         # The runner found these when it wrote the file; the measurements are on disk, but
         # fields a reader relies on may be missing or wrong.
         errors = [str(e) for e in data["schema_errors"]]
@@ -239,11 +241,8 @@ def commands(data: dict, run_dir: Path, workflow: str | None = None) -> dict:
     through the workflow (`workflow`, the snakemake command of the sweep, + --forcerun its
     result; None for a run outside the working directory, or without one), and how many
     earlier runs of the point are kept. Results from before the rerun commands named their
-    interpreter say `python`; that word becomes the lane's interpreter."""
-    argv = list(data["command"]["argv"])
-    lane = (data["env"].get("lane") or {}).get("lane") or data["config"].get("lane") or "pair"
-    if argv and argv[0] == "python" and envinfo.lane_interpreter(lane):
-        argv[0] = envinfo.lane_interpreter(lane)
+    interpreter said `python`; runners.result's upgrade names the lane's interpreter instead."""
+    argv = data["command"]["argv"]
     target = os.path.relpath(RunDir(run_dir).result)
     through = f"{workflow} --forcerun {shlex.quote(target)}" if workflow and not target.startswith("..") else None
     return {"command": shlex.join(argv), "workflow_command": through,
@@ -271,14 +270,10 @@ def run_row(data: dict, result_path: Path, workflow: str | None = None) -> dict:
     row = {"run_id": data["run_id"], "run_name": data.get("run_name", result_path.parent.name),
            "status": data["status"]}
     row.update({k: _scalar(cfg.get(k)) for k in CONFIG_COLUMNS})
-    row["harness"] = cfg.get("harness") or "fair"  # results from before --harness were all fair
-    row["lane"] = cfg.get("lane") or "pair"  # results from before lanes ran on the pair's torch 2.2.1
-    # Results from before --loader ran the framework's first loader. A loader other than its
-    # framework's default is an experiment of its own (loader_variant); the defaults stay one
-    # experiment, so PyG and DGL's classic loader are still compared point by point.
-    defaults = registry.framework(cfg["framework"]).loaders
-    row["loader"] = cfg.get("loader") or defaults[0]
-    row["loader_variant"] = "default" if row["loader"] == defaults[0] else row["loader"]
+    # A loader other than its framework's default is an experiment of its own (loader_variant);
+    # the defaults stay one experiment, so PyG and DGL's classic loader are compared point by point.
+    default_loader = registry.framework(cfg["framework"]).loaders[0]
+    row["loader_variant"] = "default" if row["loader"] == default_loader else row["loader"]
     row["world_size"] = cfg["devices"] * cfg["nodes"]
     # Ranks and their loader workers on one node; more of them than cores means they take
     # turns on the CPU, which a 2-core result must say before anyone reads it as a GPU claim.
@@ -288,8 +283,6 @@ def run_row(data: dict, result_path: Path, workflow: str | None = None) -> dict:
     row.update({k: summary.get(k) for k in SUMMARY_COLUMNS})
     prec = summary.get("precision") or {}
     row.update({k: prec.get(k) for k in PRECISION_COLUMNS})
-    row["precision_reached"] = prec.get("rel_halfwidth")
-    row["steady_epoch_mean_s"] = prec.get("mean_s")
     row.update({f"step_{p}": breakdown.get(p) for p in PHASES})
     row["step_s"] = breakdown.get("step_s")
     per_rank_epochs = {}
@@ -313,10 +306,11 @@ def run_row(data: dict, result_path: Path, workflow: str | None = None) -> dict:
         **commands(data, result_path.parent, workflow), "run_dir": str(result_path.parent),
         "result_path": str(result_path),
     })
-    # Modelled vs measured peak host memory (runners.memory.model, runners.memory.peak); older results have neither.
+    # Modelled vs measured peak host memory (runners.memory.model, runners.memory.peak); a
+    # skipped point has neither, only its cap.
     mem = data.get("memory") or {}
     row.update({
-        "mem_model_bytes": mem.get("model_bytes", (data.get("preflight") or {}).get("memory_model_bytes")),
+        "mem_model_bytes": mem.get("model_bytes"),
         "mem_peak_bytes": mem.get("peak_bytes"), "mem_peak_source": mem.get("peak_source"),
         "mem_limit_bytes": mem.get("limit_bytes") or cfg.get("memory_limit_bytes") or None,
         "mem_cgroup_peak_bytes": mem.get("cgroup_peak_bytes"),

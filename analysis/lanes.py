@@ -25,13 +25,12 @@ COLUMNS = ["model", "devices", "batch_size", "workers", "framework", "lane", "to
 
 
 def lane_runs(runs: pd.DataFrame) -> pd.DataFrame:
-    """Runs of the fair harness, each with its lane (results from before lanes: the pair)."""
+    """Runs of the fair harness, each with its lane (runners.result's upgrade gives results from
+    before lanes the pair, and from before --harness the fair harness)."""
     if runs.empty or "until" not in runs:
         return runs.iloc[0:0]
     r = performance_runs(runs)
-    r = r[r["harness"].fillna("fair") == "fair"].copy()
-    r["lane"] = r["lane"].fillna(BASE_LANE) if "lane" in r else BASE_LANE
-    return r
+    return r[r["harness"] == "fair"].copy()
 
 
 def _times(g: pd.DataFrame) -> pd.Series:

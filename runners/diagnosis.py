@@ -750,6 +750,26 @@ def diagnose_divergence(infos: dict):
                         "first_nonfinite": {"epoch": epoch, "step": step, "rank": rank, "loss": loss}}
 
 
+# -- points that never ran ------------------------------------------------------------------
+# Why a grid point can be skipped: (what the cause means, what to do about it).
+SKIP_CAUSES = {
+    "not_enough_devices": ("the grid point asks for more GPUs than this node has",
+                           "run it on a node with enough GPUs, or drop it from the grid"),
+    "over_capacity": ("the pre-flight found the run impossible on this machine (memory or processes per core)",
+                      "run the point on a larger machine, or drop it from the grid (--force-launch runs it anyway)"),
+    "framework_unavailable": ("the framework cannot be imported in this lane (not installed, or its "
+                              "release does not load on this torch)",
+                              "run the point in a lane that carries the framework (the pair lane carries "
+                              "both), or drop it from this lane's grid"),
+}
+
+
+def skipped(reason: str, cause: str) -> dict:
+    """The diagnosis of a skipped point: its cause (SKIP_CAUSES) and the reason it was given."""
+    return {"summary": f"skipped: {reason}", "cause": cause, "cause_text": SKIP_CAUSES[cause][0],
+            "remedy": SKIP_CAUSES[cause][1], "evidence": [reason], "ranks": [], "culprit_rank": None}
+
+
 # -- runs stopped by a signal to the launcher -----------------------------------------------
 def diagnose_interruption(out: Path, sig: Interruption, watch: dict, after_s: float) -> dict:
     """Say which signal stopped the run, what may have sent it and what was measured before it."""

@@ -1,10 +1,10 @@
-"""The run record: what a run directory holds, how it is written and read, and the figures
-result.json derives from it.
+"""The run record: the per-rank records of a run directory, how they are written and read, and
+the figures result.json's summary derives from them.
 
-Its paths come from runners.rundir (RunDir). This module owns the per-rank record columns
-(named rows: StepRow, EpochRow, ValidationRow), the writers the harnesses append with, the
-readers the launcher, the watchdog, the benchmarks and the analysis use, and the summary
-statistics (steady state, work per rank, steps per epoch).
+Its paths come from runners.rundir (RunDir); result.json itself is runners.result's to build.
+This module owns the per-rank record columns (named rows: StepRow, EpochRow, ValidationRow),
+the writers the harnesses append with, the readers the launcher, the watchdog, the benchmarks
+and the analysis use, and the summary statistics (steady state, work per rank, steps per epoch).
 Light on purpose (no torch, no pandas): analysis imports it.
 """
 
@@ -14,9 +14,7 @@ import csv
 import json
 import os
 import statistics
-import sys
 from dataclasses import dataclass, fields, make_dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -29,8 +27,6 @@ from runners.stopping import WARMUP_EPOCHS
 if TYPE_CHECKING:
     from runners.config import RunConfig
 
-SCHEMA_VERSION = 1
-SCHEMA_PATH = Path(__file__).resolve().parent / "schemas" / "result.schema.json"
 
 # The timed phases of one training step, in steps.csv's order (see StepRow).
 PHASES = ("load_wait_s", "prepare_s", "copy_s", "forward_s", "backward_s", "optimizer_s")
@@ -139,21 +135,6 @@ def write_rank_info(out: Path, rank: int, info: dict) -> None:
     write_atomic(RunDir(out).rank_info(rank), info)
 
 
-def write_result(out: Path, result: dict) -> list:
-    """Validate the result against its schema, then write result.json whatever the verdict.
-
-    A violation is a bug of the suite, not of the run: the measurements are kept, the status
-    is left as it was, and the errors go into `schema_errors` so that analysis lists the
-    result as unusable with the reason instead of reading half-valid fields. Returns them."""
-    errors = schema_problems(json.loads(json.dumps(result, default=str)))  # as it will read back
-    if errors:
-        result["schema_errors"] = errors
-        for e in errors:
-            print(f"[gnnscale] error: result.json breaks its schema: {e}", file=sys.stderr, flush=True)
-    write_atomic(RunDir(out).result, result)
-    return errors
-
-
 # -- reading -------------------------------------------------------------------------------------
 
 def read_json(path: Path):
@@ -185,20 +166,6 @@ def count_rows(out: Path, rank: int, name: str = "steps") -> int:
             return max(0, sum(1 for _ in fh) - 1)
     except OSError:
         return 0
-
-
-@lru_cache(maxsize=1)
-def _validator():
-    import jsonschema
-
-    return jsonschema.Draft202012Validator(json.loads(SCHEMA_PATH.read_text()))
-
-
-def schema_problems(data, message_chars: int = 300) -> list:
-    """Where a parsed result breaks result.schema.json, one line each (empty: valid)."""
-    errors = sorted(_validator().iter_errors(data), key=lambda e: list(e.absolute_path))
-    return [f"{'.'.join(str(x) for x in e.absolute_path) or '(top level)'}: {e.message[:message_chars]}"
-            for e in errors]
 
 
 # -- the measurements, assembled -----------------------------------------------------------------

@@ -49,8 +49,9 @@ try:
     from runners import envinfo, history
     from runners.config import ConfigError, RunConfig, build_parser, config_from_args
     from runners.probes import DISK_FULL_MARK, disk_full
-    from runners.record import SCHEMA_VERSION, collect_measurements, summarise, write_result
-    from runners.rundir import RunDir, relative_files
+    from runners import result
+    from runners.record import collect_measurements, summarise
+    from runners.rundir import RunDir
 except ImportError as _exc:  # pragma: no cover (a bare interpreter: exercised by tests in a subprocess)
     if __name__ != "__main__":
         raise
@@ -170,16 +171,16 @@ def preflight(cfg: RunConfig, env: dict, graph_meta: dict) -> dict:
         elif env.get("shm_bytes") is not None and need_shm > env["shm_bytes"] * 0.5:
             warnings.append(f"/dev/shm is {env['shm_bytes'] / 2**20:.0f} MiB; workers may need about "
                             f"{need_shm / 2**20:.0f} MiB of it (upper estimate)")
-        result = {"shm_bytes": env.get("shm_bytes"), "shm_free_bytes": shm_free,
+        checks = {"shm_bytes": env.get("shm_bytes"), "shm_free_bytes": shm_free,
                   "shm_needed_estimate_bytes": need_shm}
     else:
-        result = {"shm_bytes": env.get("shm_bytes")}
-    result["open_files_limit"] = env["open_files_limit"]
-    result["open_files"] = descriptors.preflight_check(cfg, env["open_files_limit"])
-    warnings += [result["open_files"]["warning"]] if result["open_files"]["warning"] else []
-    result["memory_model"] = model
-    result["memory_model_bytes"] = model["total_bytes"]
-    result["memory_limit_bytes"] = cfg.memory_limit_bytes or None
+        checks = {"shm_bytes": env.get("shm_bytes")}
+    checks["open_files_limit"] = env["open_files_limit"]
+    checks["open_files"] = descriptors.preflight_check(cfg, env["open_files_limit"])
+    warnings += [checks["open_files"]["warning"]] if checks["open_files"]["warning"] else []
+    checks["memory_model"] = model
+    checks["memory_model_bytes"] = model["total_bytes"]
+    checks["memory_limit_bytes"] = cfg.memory_limit_bytes or None
     print(f"[gnnscale] pre-flight: {describe_model(model)}", flush=True)
     if cfg.memory_limit_bytes and model["total_bytes"] > cfg.memory_limit_bytes:
         warnings.append(f"the modelled peak {fmt_bytes(model['total_bytes'])} exceeds --memory-limit "
@@ -187,10 +188,10 @@ def preflight(cfg: RunConfig, env: dict, graph_meta: dict) -> dict:
     elif env.get("memory_bytes") and model["total_bytes"] > env["memory_bytes"]:
         warnings.append(f"the modelled peak {fmt_bytes(model['total_bytes'])} exceeds this machine's "
                         f"{fmt_bytes(env['memory_bytes'])} of memory")
-    result["warnings"] = warnings
+    checks["warnings"] = warnings
     for w in warnings:
         print(f"[gnnscale] pre-flight warning: {w}", flush=True)
-    return result
+    return checks
 
 
 # What a run writes into its directory, per unit, from tiny CPU runs' directories with about 2x
@@ -232,22 +233,6 @@ def report_disk_full(out: Path, exc: OSError) -> int:
           "filesystem); stopped the run, no result was recorded; free space or choose another --out, then "
           "rerun", file=sys.stderr, flush=True)
     return EXIT_DISK_FULL
-
-
-def memory_section(out: Path, local_ranks: list, cfg: RunConfig, pre: dict, cgroup_stats, leftover) -> dict:
-    """result.json's `memory`: the modelled peak next to the measured one, and the cap."""
-    from runners.memory.peak import measured_peak
-
-    peak = measured_peak(out, local_ranks)
-    cg_peak = (cgroup_stats or {}).get("peak_bytes")
-    return {"limit_bytes": cfg.memory_limit_bytes or None,
-            "model_bytes": pre.get("memory_model_bytes"),
-            "peak_bytes": peak.get("pss_bytes") or peak.get("uss_bytes"),
-            "peak_source": ("rank*/cpu.csv PSS (ranks + loader workers, worst sample)" if peak.get("pss_bytes")
-                            else "rank*/cpu.csv USS (ranks + loader workers, worst sample)" if peak.get("uss_bytes")
-                            else None),
-            "measured": peak, "cgroup_peak_bytes": cg_peak, "cgroup": cgroup_stats,
-            "cgroup_leftover_pids": leftover}
 
 
 # -- the steps of one run, in the order main() takes them --------------------------------------
@@ -292,7 +277,7 @@ def check_out(out: Path) -> None:
 def parse_and_check(argv: list) -> tuple:
     """(cfg, env, skip cause) from the options; invalid options or an unusable environment exit
     2 here, before anything runs (parser.error). A point this node or lane cannot run is not an
-    error: its cause (SKIP_CAUSES) comes back, with the reason in cfg.skip_reason."""
+    error: its cause (runners.diagnosis.SKIP_CAUSES) comes back, with the reason in cfg.skip_reason."""
     parser = build_parser()
     args = parser.parse_args(argv)
     env = envinfo.collect()
@@ -582,35 +567,12 @@ def recheck_dataset(data: Dataset, env: dict) -> None:
 
 # -- result.json -------------------------------------------------------------------------------
 
-def result_record(cfg: RunConfig, identity: dict, argv: list, status: str, times: tuple, sections: dict) -> dict:
-    """result.json of any run (skipped, failed or ok): its identity, status, times
-    (started_at, finished_at, wall_time_s) and rerun command, then `sections` in order."""
-    started_at, finished_at, wall_time_s = times
-    rerun, point = rerun_command(argv), history.point_dir(Path(cfg.out))
-    return {"schema_version": SCHEMA_VERSION, "run_id": identity["run_id"], "run_name": point.name,
-            "identity": identity, "status": status, "started_at": started_at, "finished_at": finished_at,
-            "wall_time_s": wall_time_s,
-            "command": {"argv": rerun, "shell": shlex.join(rerun)},
-            **sections}
-
-
-# Why a grid point can be skipped: (what the cause means, what to do about it).
-SKIP_CAUSES = {
-    "not_enough_devices": ("the grid point asks for more GPUs than this node has",
-                           "run it on a node with enough GPUs, or drop it from the grid"),
-    "over_capacity": ("the pre-flight found the run impossible on this machine (memory or processes per core)",
-                      "run the point on a larger machine, or drop it from the grid (--force-launch runs it anyway)"),
-    "framework_unavailable": ("the framework cannot be imported in this lane (not installed, or its "
-                              "release does not load on this torch)",
-                              "run the point in a lane that carries the framework (the pair lane carries "
-                              "both), or drop it from this lane's grid"),
-}
-
-
 def record_skipped(cfg: RunConfig, env: dict, argv: list, cause: str = "not_enough_devices") -> int:
     """A grid point this node or lane cannot run (more GPUs than it has, a framework its torch
     cannot import): a result that says so, so the sweep goes on and the report shows the point
     as skipped, with the reason. A point that already has a result keeps it, untouched."""
+    from runners.diagnosis import skipped
+
     out = Path(cfg.out)
     print(f"[gnnscale] SKIPPED {cfg.framework}/{cfg.model} devices={cfg.devices}: {cfg.skip_reason}", flush=True)
     kept = history.current_result(out)
@@ -622,98 +584,45 @@ def record_skipped(cfg: RunConfig, env: dict, argv: list, cause: str = "not_enou
     cfg = dataclasses.replace(cfg, out=str(stage))
     stamp = now_iso()
     identity = cfg.identity(None)  # the dataset was never prepared: no hash to claim
-    result = result_record(cfg, identity, argv, "skipped", (stamp, stamp, 0.0), {
-        "config": cfg.to_json(), "env": env,
-        "seeds": {"base": cfg.seed, "per_rank": []}, "ranks": [], "epochs": [], "validation": [],
-        "summary": None,
-        "diagnosis": {"summary": f"skipped: {cfg.skip_reason}", "cause": cause,
-                      "cause_text": SKIP_CAUSES[cause][0], "remedy": SKIP_CAUSES[cause][1],
-                      "evidence": [cfg.skip_reason], "ranks": [], "culprit_rank": None},
-        "probes": {"nvml": {"available": False, "reason": "the run was skipped"},
-                   "cpu": {"available": False, "interval_s": cfg.cpu_sample_interval_s, "cost_s": []}},
-    })
-    write_result(stage, result)
+    head = result.Head(identity["run_id"], history.point_dir(stage).name, identity, "skipped", stamp, stamp, 0.0,
+                       rerun_command(argv))
+    result.write(stage, result.build(head, result.skipped(cfg, env, skipped(cfg.skip_reason, cause))))
     history.promote(stage, out)
     print(f"[gnnscale]   result: {RunDir(out).result}", flush=True)
     return 0
 
 
-def probes_section(cfg: RunConfig, env: dict, first_info: dict, m: dict) -> dict:
-    """result.json's `probes`: what was sampled and whether the phase times are measurements."""
-    return {
-        "nvml": (first_info.get("nvml") or {"available": False,
-                                             "reason": env["nvml"]["reason"] or "rank never started"}),
-        "cpu": {"available": cfg.probes, "interval_s": cfg.cpu_sample_interval_s,
-                "cost_s": [r.get("probe_cost_s") for r in m["ranks"]]},
-        "breakdown_synchronised": cfg.device_type == "cuda" and cfg.breakdown,
-        # CUDA without breakdown: phase times would be CPU launch times, so none are kept.
-        "phases_recorded": cfg.device_type != "cuda" or cfg.breakdown,
-    }
-
-
-def network_section(env: dict, m: dict) -> dict:
-    """A multi-node run's `env.network` with every rank's host: the hosts this node saw, and
-    the whole job's once the ranks have exchanged them at the end (harness: `all_ranks`)."""
-    if "network" not in env:
-        return {}
-    all_ranks = next((i["all_ranks"] for i in m["infos"].values() if i.get("all_ranks")), None)
-    seen = all_ranks or [{"rank": r["rank"], "host": r.get("host")} for r in m["ranks"]]
-    hosts: dict = {}
-    for r in sorted(seen, key=lambda r: r["rank"]):
-        hosts.setdefault(r.get("host"), []).append(r["rank"])
-    return {"network": {**env["network"], "ranks_by_host": hosts, "all_ranks_known": all_ranks is not None}}
-
-
 def launched_result(cfg: RunConfig, argv: list, data: Dataset, env: dict, pre: dict, run: Launch) -> dict:
     """result.json of a run that was launched: the ranks' records, the summary (ok runs only)
-    and everything the launcher and the watchdog saw."""
+    and everything the launcher and the watchdog saw (runners.result builds it)."""
     out, outcome = Path(cfg.out), run.outcome
     m = collect_measurements(out, run.local_ranks)
     codes = {x["rank"]: x.get("exit_code") for x in (outcome.diagnosis or {}).get("ranks", [])}
     for r in m["ranks"]:
         r["exit_code"] = codes.get(r["rank"], 0 if outcome.status == "ok" else None)
-    first_info = next(iter(m["infos"].values()), {})
     run.marks["result_assembled"] = time.time()
-    times = (run.started_at, now_iso(), round(time.time() - run.launch_t, 3))
-    return result_record(cfg, data.identity, argv, outcome.status, times, {
-        "config": {**cfg.to_json(), "adapter_choices": first_info.get("adapter_choices"),
-                   "harness_settings": first_info.get("harness") or {"name": cfg.harness},
-                   "lr_effective": first_info.get("lr_effective")},
-        "env": {**env, "rank_env_vars": first_info.get("env_vars"), "rank_starter": rank_starter(cfg),
-                **network_section(env, m)},
-        "seeds": {"base": cfg.seed, "per_rank": m["seeds"],
-                  "rule": "rank: (seed*1000003 + rank*10007) mod 2^31; worker w: that + w + 1",
-                  "split": first_info.get("seed_split")},
-        "ranks": m["ranks"], "epochs": m["epochs"], "validation": m["validation"],
-        "accuracy_reference": data.reference,
-        "summary": summarise(m, cfg, data.reference) if outcome.status == "ok" else None,
-        "diagnosis": outcome.diagnosis,
-        "probes": probes_section(cfg, env, first_info, m),
-        "preflight": pre,
-        "memory": memory_section(out, run.local_ranks, cfg, pre, run.cgroup_stats, run.cgroup_leftover),
-        "machine_load": {"cpu_busy_percent_before": run.busy_before, "loadavg_after": list(os.getloadavg()),
-                         "cpu_cores": env["cpu_cores"]},
-        "watchdog": {"returncode": outcome.returncode, "killed_by_watchdog": outcome.killed_by_watchdog,
-                     "orphans_killed": outcome.orphans_killed, "survivors": outcome.survivors,
-                     "detected_after_s": outcome.detected_after_s, "note": outcome.note},
-        "files": relative_files(run.local_ranks),
-        "timeline": run.timeline(),
-    })
+    head = result.Head(data.identity["run_id"], history.point_dir(out).name, data.identity, outcome.status,
+                       run.started_at, now_iso(), round(time.time() - run.launch_t, 3), rerun_command(argv))
+    return result.build(head, result.launched(
+        cfg, m, outcome, env, reference=data.reference, pre=pre,
+        summary=summarise(m, cfg, data.reference) if outcome.status == "ok" else None,
+        memory_section=result.memory(out, run.local_ranks, cfg, pre, run.cgroup_stats, run.cgroup_leftover),
+        busy_before=run.busy_before, timeline=run.timeline(), rank_starter=rank_starter(cfg)))
 
 
-def write_and_report(stage: Path, out: Path, result: dict, run: Launch) -> int:
+def write_and_report(stage: Path, out: Path, document: dict, run: Launch) -> int:
     """Write result.json into the staging directory, settle the run into `out` (runners.history:
     it replaces the point's current run, or is filed under previous/ when it was interrupted
     and the point has a result) and print its summary; the run's exit code (the module's doc)."""
     try:
-        write_result(stage, result)
-        where, replaced = history.settle(stage, out, result["status"])
+        result.write(stage, document)
+        where, replaced = history.settle(stage, out, document["status"])
     except OSError as exc:
         if not disk_full(exc):
             raise
         return report_disk_full(stage, OSError(exc.errno, exc.strerror, str(RunDir(stage).result)))
     try:
-        print_summary(result, where, replaced)
+        print_summary(document, where, replaced)
     except BrokenPipeError:  # nobody reads our output any more (a Ctrl-C'd `| tee`)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return EXIT_SIGNAL_BASE + run.interruption.signum if run.outcome.status == "interrupted" else 0

@@ -63,25 +63,25 @@ class StopRule:
 def assess(epoch_times: list, precision: float = 0.03, warmup: int = WARMUP_EPOCHS) -> dict:
     """Precision and drift of the steady-state part of `epoch_times` (seconds per epoch).
 
-    Returns the number of steady epochs, their mean, the 95 % interval (absolute and as a
-    relative half-width), the OLS drift over the window (relative to the mean), whether it is
+    Returns the number of steady epochs, their mean (steady_epoch_mean_s), the 95 % interval
+    (absolute, and as a relative half-width: precision_reached), the OLS drift over the window (relative to the mean), whether it is
     significant, the lag-1 autocorrelation and `precise`: interval within `precision` and no
     drift. Values that need more epochs than there are are None.
     """
     steady = [float(t) for t in epoch_times[warmup:]]
     n = len(steady)
-    out = {"steady_epochs": n, "mean_s": None, "ci_low_s": None, "ci_high_s": None, "rel_halfwidth": None,
-           "drift_rel": None, "drift_significant": None, "drifting": None, "lag1_autocorr": None,
-           "precise": False}
+    out = {"steady_epochs": n, "steady_epoch_mean_s": None, "ci_low_s": None, "ci_high_s": None,
+           "precision_reached": None, "drift_rel": None, "drift_significant": None, "drifting": None,
+           "lag1_autocorr": None, "precise": False}
     if n == 0:
         return out
     mean = sum(steady) / n
-    out["mean_s"] = mean
+    out["steady_epoch_mean_s"] = mean
     if n < 2 or mean <= 0:
         return out
     sd = math.sqrt(sum((x - mean) ** 2 for x in steady) / (n - 1))
     half = t_quantile(n - 1) * sd / math.sqrt(n)
-    out.update(ci_low_s=mean - half, ci_high_s=mean + half, rel_halfwidth=half / mean)
+    out.update(ci_low_s=mean - half, ci_high_s=mean + half, precision_reached=half / mean)
     drifting = False
     if n >= 3:
         xs = range(n)
@@ -99,7 +99,7 @@ def assess(epoch_times: list, precision: float = 0.03, warmup: int = WARMUP_EPOC
         var = sum((x - mean) ** 2 for x in steady)
         out["lag1_autocorr"] = (sum((steady[i] - mean) * (steady[i + 1] - mean) for i in range(n - 1)) / var
                                 if var > 0 else 0.0)
-    out["precise"] = bool(out["rel_halfwidth"] <= precision and not drifting)
+    out["precise"] = bool(out["precision_reached"] <= precision and not drifting)
     return out
 
 

@@ -11,7 +11,7 @@ import pytest
 from analysis import aggregate, report
 from runners import envinfo
 from runners.config import ConfigError, build_parser, config_from_args
-from runners.record import SCHEMA_PATH
+from runners.result import SCHEMA_PATH
 from runners.run import record_skipped
 from tests import _runs
 

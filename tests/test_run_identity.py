@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from analysis import aggregate
-from runners import record
+from runners import result
 from runners.config import NOT_IN_IDENTITY, RunConfig
 from tests import _runs
 from tests.helpers import free_port, run_config
@@ -102,13 +102,13 @@ def test_invalid_result_is_caught_when_written_and_kept(runs_dir, tmp_path):
     run_dir = tmp_path / "broken"
     shutil.copytree(runs_dir / "dgl-sage-d1", run_dir)
     good = _result(run_dir)
-    assert record.write_result(run_dir, dict(good)) == []
+    assert result.write(run_dir, dict(good)) == []
     assert "schema_errors" not in _result(run_dir)
 
     bad = json.loads(json.dumps(good))
     bad["config"]["devices"] = 0  # what a bug in the runner could produce
     del bad["env"]["hostname"]
-    errors = record.write_result(run_dir, bad)
+    errors = result.write(run_dir, bad)
     assert any(e.startswith("config.devices") for e in errors) and any("hostname" in e for e in errors)
     on_disk = _result(run_dir)
     # Written anyway: status unchanged, measurements kept, the errors recorded.

@@ -35,7 +35,7 @@ def test_known_variance_stops_when_the_interval_reaches_the_target(cv):
         assert half / steady.mean() <= 0.03  # precise when it stopped ...
         for k in range(4, len(steady)):  # ... and not at any earlier epoch past the floor
             earlier = assess(series[:1 + k], 0.03)
-            assert earlier["rel_halfwidth"] > 0.03 or earlier["drifting"]
+            assert earlier["precision_reached"] > 0.03 or earlier["drifting"]
         used_all.append(len(steady))
         covered += abs(steady.mean() - 1.0) <= half
     expected = epochs_needed(cv, 0.03, floor=4)
@@ -54,7 +54,7 @@ def test_drifting_series_is_not_called_precise():
     rng = np.random.default_rng(3)
     steady = [1.0 + 0.01 * i + 0.001 * rng.standard_normal() for i in range(12)]
     a = assess([5.0] + steady, precision=0.03)
-    assert a["rel_halfwidth"] < 0.03  # the interval alone would pass ...
+    assert a["precision_reached"] < 0.03  # the interval alone would pass ...
     assert a["drifting"] and a["drift_significant"] and a["drift_rel"] > 0.03
     assert not a["precise"]
     rule = StopRule(until="precise", max_epochs=13)  # default floor: 4 steady epochs
@@ -101,7 +101,7 @@ def test_real_run_stops_by_the_rule_on_every_rank_alike(tmp_path):
     assert p["stopped_by"] in ("precise", "epoch_cap")
     assert p["stopped_by_cap"] is (p["stopped_by"] == "epoch_cap")
     if p["stopped_by"] == "precise":
-        assert p["rel_halfwidth"] <= 0.5 and p["precise"]
+        assert p["precision_reached"] <= 0.5 and p["precise"]
     else:
         assert p["epochs_run"] == 12 and not p["precise"]
     assert [v["epoch"] for v in result["validation"]] == [p["epochs_run"] - 1]
