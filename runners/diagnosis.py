@@ -5,7 +5,9 @@ torchrun's exit codes, the ledger of process deaths, /dev/shm, disk and memory f
 decides why a run hung, timed out, crashed, was killed, ran out of memory or was
 interrupted: which known cause applies (CAUSES, with its remedy), which rank is to blame,
 the evidence for it and the one-line summary. The decisions (`decide_stop`, `decide_exit`,
-`blame`) are pure functions of the evidence, tested with constructed evidence.
+`blame`, `apply_oom`, `diagnose_interruption`) are pure functions of the evidence (dicts, and
+runners.evidence's OomEvidence, MemoryWatch and InterruptionEvidence), tested with constructed
+evidence.
 """
 
 from __future__ import annotations
@@ -14,13 +16,9 @@ import re
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from runners.evidence import (AT_LIMIT, POLL_S, exit_evidence, interruption_evidence, oom_findings, rank_info,
-                              signal_context, stop_evidence)
-
-if TYPE_CHECKING:  # only named in annotations
-    from runners.interruption import Interruption
+from runners.evidence import (AT_LIMIT, POLL_S, InterruptionEvidence, MemoryWatch, OomEvidence, exit_evidence,
+                              rank_info, stop_evidence)
 
 
 @dataclass
@@ -771,13 +769,11 @@ def skipped(reason: str, cause: str) -> dict:
 
 
 # -- runs stopped by a signal to the launcher -----------------------------------------------
-def diagnose_interruption(out: Path, sig: Interruption, watch: dict, after_s: float) -> dict:
+def diagnose_interruption(ev: InterruptionEvidence) -> dict:
     """Say which signal stopped the run, what may have sent it and what was measured before it."""
-    ctx = signal_context(sig)
-    progress = interruption_evidence(out, watch)
-    ranks, steps, epochs = progress["ranks"], progress["steps"], progress["epochs"]
+    ctx, after_s, ranks, steps, epochs = ev.context, ev.after_s, ev.ranks, ev.steps, ev.epochs
     cause, remedy = CAUSES["interrupted"]
-    evidence = [f"{sig.name} to the launcher {after_s:.1f} s after launch; sender: {ctx['sender']}"]
+    evidence = [f"{ev.signal} to the launcher {after_s:.1f} s after launch; sender: {ctx['sender']}"]
     if ctx["launcher_ancestors"]:
         evidence.append("the launcher's parents: " + " <- ".join(
             f"{a['name']} (pid {a['pid']})" for a in ctx["launcher_ancestors"]))
@@ -793,7 +789,7 @@ def diagnose_interruption(out: Path, sig: Interruption, watch: dict, after_s: fl
                     "rank*/steps.csv (the steps of the epoch in progress included: each rank that could still act "
                     "wrote them on the launcher's SIGUSR2 before the tree was stopped)")
     evidence += [f"rank {x['rank']}: epoch {x['epoch']} step {x['step']} phase '{x['phase']}'" for x in ranks]
-    summary = (f"interrupted: {sig.name} to the launcher {after_s:.1f} s after launch stopped the run; "
+    summary = (f"interrupted: {ev.signal} to the launcher {after_s:.1f} s after launch stopped the run; "
                f"{epochs} epoch(s) and {steps} step(s) were measured before it; rank progress: "
                + progress_line(ranks))
     if slurm.get("why"):
@@ -804,23 +800,23 @@ def diagnose_interruption(out: Path, sig: Interruption, watch: dict, after_s: fl
 
 
 # -- out of memory: a cause that outranks what the rules above named ------------------------
-def apply_oom(outcome: Outcome, sup) -> Outcome:
-    """Name an out-of-memory kill as the cause when the cgroup or the kernel saw one."""
+def apply_oom(outcome: Outcome, oom: OomEvidence | None, memory: MemoryWatch, note: str | None = None) -> Outcome:
+    """Name an out-of-memory kill as the cause when the cgroup or the kernel saw one (`oom`:
+    runners.evidence.oom_evidence; `memory`: the cgroup as the supervisor watched it; `note`:
+    why the OOM evidence could not be read, if it could not)."""
     if outcome.status == "ok":
         return outcome
-    try:
-        found = oom_findings(sup)
-    except Exception as exc:  # evidence gathering must never lose the run's result
-        found = None
-        outcome.note = f"OOM evidence could not be read: {exc}"
-    if not found:
-        return _memory_pressure(outcome, sup)
-    if outcome.status == "hang" and not getattr(sup, "oom_seen", None):
+    if note:
+        outcome.note = note
+    if oom is None:
+        return _memory_pressure(outcome, memory)
+    found = oom.to_json()
+    if outcome.status == "hang" and not memory.oom_seen:
         # The kills came after the hang was detected (while stacks were taken): the stall at the
         # cap is the cause, the kills its consequence.
         found["evidence"].append("the OOM kills happened after the hang was detected (while the stacks were "
                                  "taken and the tree was stopped)")
-        pressured = _memory_pressure(outcome, sup)
+        pressured = _memory_pressure(outcome, memory)
         if pressured.diagnosis.get("cause") == "memory_pressure":
             pressured.diagnosis["oom"] = found
             pressured.diagnosis["evidence"] = pressured.diagnosis["evidence"] + found["evidence"]
@@ -845,9 +841,9 @@ def apply_oom(outcome: Outcome, sup) -> Outcome:
     return outcome
 
 
-def _memory_pressure(outcome: Outcome, sup) -> Outcome:
+def _memory_pressure(outcome: Outcome, memory: MemoryWatch) -> Outcome:
     """A hang while the run's memory cgroup sat at its cap (no process killed): name it."""
-    last, full = getattr(sup, "cg_last", None), getattr(sup, "cg_full", None)
+    last, full = memory.last, memory.full
     if outcome.status != "hang" or not last or not full or not last.get("limit_bytes"):
         return outcome
     if (last.get("usage_bytes") or 0) < AT_LIMIT * last["limit_bytes"]:

@@ -10,6 +10,7 @@ launcher. It gathers and writes facts; runners.diagnosis turns them into a cause
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -17,6 +18,7 @@ import shutil
 import signal
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -345,9 +347,23 @@ def signal_context(sig) -> dict:
     return ctx
 
 
-def interruption_evidence(out: Path, watch: dict) -> dict:
-    """How far an interrupted run got: every rank's last position, and the steps (all ranks)
-    and finished epochs (the fewest of any rank) on disk."""
+@dataclass(frozen=True)
+class InterruptionEvidence:
+    """A run stopped by a signal to the launcher: the signal, when, what may have sent it, and
+    how far the run got (every rank's last position, the steps of all ranks and the finished
+    epochs of the least advanced rank on disk)."""
+
+    signal: str
+    after_s: float
+    context: dict  # signal_context
+    ranks: list
+    steps: int
+    epochs: int
+
+
+def interruption_evidence(out: Path, sig, watch: dict, after_s: float) -> InterruptionEvidence:
+    """What an interrupted run shows, `after_s` seconds after launch (`sig`: the
+    runners.interruption.Interruption that noted the signal)."""
     ranks = []
     for r, w in sorted(watch.items()):
         # The ranks ran on until the tree was stopped: their last heartbeat, not the last poll's.
@@ -357,7 +373,8 @@ def interruption_evidence(out: Path, watch: dict) -> dict:
                       "phase": hb["phase"], "blocked_in": PHASE_BLOCKED_IN.get(hb["phase"], hb["phase"])})
     steps = sum(recorded_rows(out, r, "steps") for r in watch)
     epochs = min((recorded_rows(out, r, "epochs") for r in watch), default=0)
-    return {"ranks": ranks, "steps": steps, "epochs": epochs}
+    return InterruptionEvidence(signal=sig.name, after_s=after_s, context=signal_context(sig), ranks=ranks,
+                                steps=steps, epochs=epochs)
 
 
 WORKER_PIDS = re.compile(r"DataLoader worker \(pids?\(?s?\)?\s*([\d, ]+)\)")
@@ -378,21 +395,59 @@ def reported_kills(out: Path, ranks, roles: dict) -> list:
     return killed
 
 
-def oom_findings(sup) -> dict | None:
-    """Out-of-memory evidence for a supervised run: the cgroup's OOM-kill count and peak, the
-    kernel log's kills of the run's processes, and which process (rank, loader worker) died.
-    None when nothing says the OOM killer acted on this run."""
+@dataclass
+class MemoryWatch:
+    """A capped run's memory cgroup as the supervisor saw it while the run went on."""
+
+    last: dict | None = None  # the cgroup's state at the last poll (`t`: seconds after launch)
+    full: dict | None = None  # its state when its usage first reached AT_LIMIT of the cap
+    oom_seen: dict | None = None  # when its OOM-kill count first rose, and every rank's phase then
+
+    def observe(self, stats: dict, t: float, phases) -> None:
+        """One poll's cgroup `stats`, `t` seconds after launch; `phases()`: every rank's phase now."""
+        self.last = dict(stats, t=t)
+        if stats.get("usage_bytes") and stats.get("limit_bytes") and not self.full \
+                and stats["usage_bytes"] >= AT_LIMIT * stats["limit_bytes"]:
+            self.full = self.last
+        count = stats.get("oom_kill") or 0
+        if not self.oom_seen and count > 0:
+            self.oom_seen = {"t": t, "oom_kill": count, "phases": phases()}
+
+
+@dataclass(frozen=True)
+class OomEvidence:
+    """What says the OOM killer acted on a run: who was killed, which ranks were left waiting,
+    the cgroup's record, and the lines of evidence."""
+
+    killed: list
+    ranks_left_waiting: list
+    cgroup: dict | None
+    evidence: list
+    kernel_log: str
+    first_seen_s: float | None
+    phases_at_kill: dict
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def oom_evidence(out: Path, watch: dict, pids: set, root_pid: int, cgroup, since_uptime: float | None,
+                 memory: MemoryWatch) -> OomEvidence | None:
+    """Out-of-memory evidence for a supervised run: the cgroup's OOM-kill count and peak (`cgroup`:
+    a runners.memory.cgroup.MemoryCgroup, or None), the kernel log's kills of the run's `pids`
+    since `since_uptime`, and which process (rank, loader worker) died. None when nothing says
+    the OOM killer acted on this run."""
     from runners.memory.cgroup import kernel_oom_kills
     from runners.memory.units import fmt_bytes
 
-    stats = sup.cgroup.stats() if sup.cgroup is not None else None
-    kills, log_reason = kernel_oom_kills(pids=set(sup.seen), cgroup_path=sup.cgroup.path if sup.cgroup else None,
-                                         since_uptime=getattr(sup, "launch_uptime", None))
+    stats = cgroup.stats() if cgroup is not None else None
+    kills, log_reason = kernel_oom_kills(pids=pids, cgroup_path=cgroup.path if cgroup else None,
+                                         since_uptime=since_uptime)
     count = (stats or {}).get("oom_kill") or 0
     if not count and not kills:
         return None
-    roles = process_roles(sup.out, sup.watch)
-    roles[sup.proc.pid] = "rank starter"
+    roles = process_roles(out, watch)
+    roles[root_pid] = "rank starter"
     evidence = []
     if stats:
         evidence.append(f"memory cgroup {stats['cgroup']}: oom_kill {count}, peak {fmt_bytes(stats['peak_bytes'])} "
@@ -403,12 +458,12 @@ def oom_findings(sup) -> dict | None:
         # No kernel log here: take the loader's or torchrun's own report of who died.
         evidence.append(f"kernel log not usable ({log_reason or 'no OOM line for this run'}); "
                         "victims from the ranks' error records and the rank starter's exit codes")
-        killed = reported_kills(sup.out, sup.watch, roles)
+        killed = reported_kills(out, watch, roles)
     for k in killed:
         evidence.append(f"killed by the OOM killer: {k['role']} (pid {k['pid']}; {k['source']})")
-    snap = getattr(sup, "oom_seen", None)
+    snap = memory.oom_seen
     phases = snap["phases"] if snap else {r: (w.heartbeat or {"phase": "starting"})["phase"]
-                                         for r, w in sup.watch.items()}
+                                         for r, w in watch.items()}
     victim_ranks = set()
     for k in killed:
         m = re.match(r"rank(\d+)", k["role"])
@@ -419,6 +474,6 @@ def oom_findings(sup) -> dict | None:
     if snap:
         evidence.append(f"first OOM kill seen {snap['t']} s after launch; rank phases then: "
                         + ", ".join(f"rank {r} '{p}'" for r, p in sorted(phases.items())))
-    return {"killed": killed, "ranks_left_waiting": waiting, "cgroup": stats, "evidence": evidence,
-            "kernel_log": log_reason or "read", "first_seen_s": snap["t"] if snap else None,
-            "phases_at_kill": {str(r): p for r, p in phases.items()}}
+    return OomEvidence(killed=killed, ranks_left_waiting=waiting, cgroup=stats, evidence=evidence,
+                       kernel_log=log_reason or "read", first_seen_s=snap["t"] if snap else None,
+                       phases_at_kill={str(r): p for r, p in phases.items()})

@@ -520,9 +520,8 @@ def supervise(cfg: RunConfig, out: Path, run: Launch, log) -> int | None:
         pump.start()
         supervisor = None
         try:
-            supervisor = Supervisor(cfg, out, run.proc, run.local_ranks, run.launch_t)
-            supervisor.cgroup, supervisor.interruption = run.cgroup, run.interruption
-            supervisor.write_errors, supervisor.mute = write_errors, mute
+            supervisor = Supervisor(cfg, out, run.proc, run.local_ranks, run.launch_t, cgroup=run.cgroup,
+                                    interruption=run.interruption, write_errors=write_errors, mute=mute)
             run.outcome = supervisor.run()
         except OSError as exc:
             if not disk_full(exc):

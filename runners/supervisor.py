@@ -22,8 +22,8 @@ from pathlib import Path
 import psutil
 
 from runners.diagnosis import Outcome, apply_oom, classify_exit, diagnose_interruption, diagnose_stop
-from runners.evidence import (AT_LIMIT, POLL_S, ProcessLedger, capture_stacks, is_alive, process_roles,
-                              process_states, shm_usage)
+from runners.evidence import (POLL_S, MemoryWatch, ProcessLedger, capture_stacks, interruption_evidence, is_alive,
+                              oom_evidence, process_roles, process_states, shm_usage)
 from runners.probes import read_heartbeat
 from runners.rundir import RunDir
 
@@ -94,15 +94,19 @@ def stop_tree(procs: list, grace_s: float) -> list:
 
 
 class Supervisor:
-    """Watches one torchrun process tree until it ends or must be stopped."""
+    """Watches one torchrun process tree until it ends or must be stopped.
 
-    cgroup = None  # a runners.memory.cgroup.MemoryCgroup when the tree runs under --memory-limit
-    interruption = None  # an installed Interruption: a signal to the launcher stops the run
-    write_errors = None  # a list the launcher's log pump appends a failed write (OSError) to
-    mute = None  # a threading.Event that stops the log pump's echo on the terminal
+    `cgroup`: a runners.memory.cgroup.MemoryCgroup when the tree runs under --memory-limit;
+    `interruption`: an installed runners.interruption.Interruption (a signal to the launcher
+    stops the run); `write_errors`: a list the launcher's log pump appends a failed write
+    (OSError) to; `mute`: a threading.Event that stops the log pump's echo on the terminal."""
 
-    def __init__(self, cfg, out: Path, proc: subprocess.Popen, local_ranks: list, launch_t: float):
+    def __init__(self, cfg, out: Path, proc: subprocess.Popen, local_ranks: list, launch_t: float, *,
+                 cgroup=None, interruption=None, write_errors: list | None = None, mute=None):
         self.cfg, self.out, self.proc, self.launch_t = cfg, Path(out), proc, launch_t
+        self.cgroup, self.interruption, self.write_errors, self.mute = cgroup, interruption, write_errors, mute
+        self.memory = MemoryWatch()  # the cgroup as seen at every poll (capped runs)
+        self.launch_uptime = None  # the kernel clock at launch (its log's time stamps), set when the watch starts
         self.watch = {r: RankWatch(r, last_change=time.time()) for r in local_ranks}
         self.seen: dict = {}  # pid -> psutil.Process, every process of the run ever seen
         self.ledger = ProcessLedger()
@@ -119,26 +123,12 @@ class Supervisor:
         if shm and (self.shm_peak is None or shm[0] > self.shm_peak[0]):
             self.shm_peak = (shm[0], shm[1], round(time.time() - self.launch_t, 2))
         if self.cgroup is not None:
-            self._watch_oom()
+            self.memory.observe(self.cgroup.stats(), round(time.time() - self.launch_t, 2), lambda: {
+                r: (w.heartbeat or {"phase": "starting"})["phase"] for r, w in self.watch.items()})
 
     def _write_ledger(self) -> None:
         self.ledger.observe(list(self.seen), time.time())
         self.ledger.write(RunDir(self.out).processes, process_roles(self.out))
-
-    def _watch_oom(self) -> None:
-        """Remember where every rank was when the cgroup's OOM-kill count first rose, and the
-        cgroup's state at the last poll and when it first reached its limit."""
-        stats = self.cgroup.stats()
-        self.cg_last = dict(stats, t=round(time.time() - self.launch_t, 2))
-        if stats.get("usage_bytes") and stats.get("limit_bytes") and not getattr(self, "cg_full", None) \
-                and stats["usage_bytes"] >= AT_LIMIT * stats["limit_bytes"]:
-            self.cg_full = self.cg_last
-        if getattr(self, "oom_seen", None):
-            return
-        count = stats.get("oom_kill") or 0
-        if count > 0:
-            self.oom_seen = {"t": round(time.time() - self.launch_t, 2), "oom_kill": count, "phases": {
-                r: (w.heartbeat or {"phase": "starting"})["phase"] for r, w in self.watch.items()}}
 
     def _poll_heartbeats(self, now: float) -> None:
         for r, w in self.watch.items():
@@ -172,7 +162,14 @@ class Supervisor:
 
         self.launch_uptime = (uptime_s() or 0.0) - (time.time() - self.launch_t)
         outcome = self._supervise()
-        return outcome if outcome.status == "interrupted" else apply_oom(outcome, self)
+        if outcome.status in ("ok", "interrupted"):
+            return outcome
+        try:
+            oom, note = oom_evidence(self.out, self.watch, set(self.seen), self.proc.pid, self.cgroup,
+                                     self.launch_uptime, self.memory), None
+        except Exception as exc:  # evidence gathering must never lose the run's result
+            oom, note = None, f"OOM evidence could not be read: {exc}"
+        return apply_oom(outcome, oom, self.memory, note)
 
     def _supervise(self) -> Outcome:
         while True:
@@ -244,7 +241,7 @@ class Supervisor:
         keep_partial_epochs(self.watch, PARTIAL_EPOCH_WAIT_S)
         survivors, rc = self._stop_tree()
         after = sig.received_t - self.launch_t
-        diagnosis = diagnose_interruption(self.out, sig, self.watch, after)
+        diagnosis = diagnose_interruption(interruption_evidence(self.out, sig, self.watch, after))
         return Outcome("interrupted", diagnosis, detected_after_s=after, returncode=rc, killed_by_watchdog=True,
                        survivors=survivors, note=f"stopped on {sig.name} to the launcher")
 

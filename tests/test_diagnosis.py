@@ -362,3 +362,19 @@ def test_fd_limit_remedy_names_ulimit_the_limit_found_and_the_need():
     assert "`ulimit -n`" in CAUSES["fd_limit"][1] and "'file_system'" in CAUSES["fd_limit"][1]
     assert fd_remedy(None) == CAUSES["fd_limit"][1]
     assert cause_label("fd_limit", {"fd": FD}) == "too many open files (`ulimit -n` 48, a rank needs about 72)"
+
+
+def test_an_interruption_is_diagnosed_from_its_evidence_alone():
+    from runners.diagnosis import diagnose_interruption
+    from runners.evidence import InterruptionEvidence
+
+    ev = InterruptionEvidence(signal="SIGTERM", after_s=12.34, ranks=[
+        {"rank": 0, "pid": 1, "epoch": 2, "step": 5, "phase": "backward", "blocked_in": "all-reduce"}],
+        steps=17, epochs=2, context={"sender": "unknown", "launcher_ancestors": [],
+                                     "slurm": {"SLURM_JOB_ID": "42", "why": "the job reached its time limit",
+                                               "job_state": "TIMEOUT", "job_reason": "TimeLimit"}})
+    d = diagnose_interruption(ev)
+    assert d["cause"] == "interrupted" and d["detected_after_s"] == 12.34 and d["signal"] is ev.context
+    assert d["summary"].startswith("interrupted: SIGTERM to the launcher 12.3 s after launch stopped the run; "
+                                   "2 epoch(s) and 17 step(s) were measured before it")
+    assert d["summary"].endswith("; SLURM job 42: the job reached its time limit")

@@ -11,6 +11,7 @@ import pytest
 from runners import run
 from runners.memory import cgroup, model, peak, units
 from runners.config import ConfigError, RunConfig, build_parser, config_from_args
+from runners.evidence import MemoryWatch, oom_evidence
 from runners.supervisor import RankWatch
 from tests.helpers import REPO, run_config
 
@@ -169,19 +170,6 @@ def test_refuses_a_cap_without_root(monkeypatch):
         cgroup.MemoryCgroup.check()
 
 
-class _Sup:
-    """The few attributes of a Supervisor that the memory diagnosis reads, for a run that
-    never started (no heartbeats) and whose cgroup state was recorded while it ran."""
-
-    def __init__(self, tmp_path, last, full, oom_seen=None):
-        from runners.supervisor import RankWatch
-
-        self.out, self.cgroup, self.seen = tmp_path, None, {}
-        self.watch = {0: RankWatch(0), 1: RankWatch(1)}
-        self.proc = type("P", (), {"pid": -1})()
-        self.cg_last, self.cg_full, self.oom_seen = last, full, oom_seen
-
-
 def _stats(usage, faults):
     return {"cgroup": "/sys/fs/cgroup/memory/x", "limit_bytes": 1000, "usage_bytes": usage, "peak_bytes": 1000,
             "anon_bytes": 600, "file_bytes": 100, "shmem_bytes": 300, "major_faults": faults, "t": 5.0}
@@ -193,11 +181,11 @@ def test_a_hang_at_the_memory_cap_is_named_memory_pressure(tmp_path):
 
     hang = {"summary": "hang: rank 0 made no progress; cause: a loader worker stopped", "cause": "stalled_worker",
             "ranks": [], "evidence": ["rank 0: no progress"]}
-    out = apply_oom(Outcome("hang", dict(hang)), _Sup(tmp_path, _stats(990, 500), _stats(960, 20)))
+    out = apply_oom(Outcome("hang", dict(hang)), None, MemoryWatch(last=_stats(990, 500), full=_stats(960, 20)))
     assert out.diagnosis["cause"] == "memory_pressure" and out.diagnosis["previous_cause"] == "stalled_worker"
     assert "480 major page faults" in " ".join(out.diagnosis["evidence"])
     # below the cap at detection: the hang keeps its own diagnosis
-    out = apply_oom(Outcome("hang", dict(hang)), _Sup(tmp_path, _stats(500, 500), _stats(960, 20)))
+    out = apply_oom(Outcome("hang", dict(hang)), None, MemoryWatch(last=_stats(500, 500), full=_stats(960, 20)))
     assert out.diagnosis["cause"] == "stalled_worker"
 
 
@@ -210,17 +198,17 @@ class _Cgroup:
         return dict(_stats(990, 500), oom_kill=1)
 
 
-def _killed_run(tmp_path, ranks=2, oom_seen=True):
-    """A supervisor's record of a capped run whose rank 0 loader worker the OOM killer took."""
+def _killed_run(tmp_path, ranks=2, oom_seen=True) -> tuple:
+    """(OOM evidence, memory watch) of a capped run whose rank 0 loader worker the OOM killer
+    took, gathered from its directory and cgroup record as the supervisor gathers them."""
     (tmp_path / "rank0").mkdir()
     (tmp_path / "rank0" / "error.json").write_text(json.dumps({
         "message": "DataLoader worker (pid(s) 4242) exited unexpectedly", "worker_failure": None}))
     phases = {0: "loading", **{r: "backward" for r in range(1, ranks)}}
-    sup = _Sup(tmp_path, _stats(990, 500), _stats(960, 20),
-               oom_seen={"t": 3.0, "oom_kill": 1, "phases": phases} if oom_seen else None)
-    sup.watch = {r: RankWatch(r) for r in range(ranks)}
-    sup.cgroup = _Cgroup()
-    return sup
+    memory = MemoryWatch(last=_stats(990, 500), full=_stats(960, 20),
+                         oom_seen={"t": 3.0, "oom_kill": 1, "phases": phases} if oom_seen else None)
+    watch = {r: RankWatch(r) for r in range(ranks)}
+    return oom_evidence(tmp_path, watch, set(), -1, _Cgroup(), None, memory), memory
 
 
 def test_an_oom_kill_is_status_killed_whatever_the_run_showed_after_it(tmp_path):
@@ -232,7 +220,7 @@ def test_an_oom_kill_is_status_killed_whatever_the_run_showed_after_it(tmp_path)
     for status in ("hang", "crashed", "timeout"):
         run_dir = tmp_path / status
         run_dir.mkdir()
-        out = apply_oom(Outcome(status, dict(hang)), _killed_run(run_dir, ranks=8))
+        out = apply_oom(Outcome(status, dict(hang)), *_killed_run(run_dir, ranks=8))
         assert out.status == "killed", status
         d = out.diagnosis
         assert (d["cause"], d["previous_status"], d["previous_cause"]) == ("oom", status, "collective_mismatch")
@@ -247,6 +235,22 @@ def test_kills_after_a_hang_at_the_cap_stay_memory_pressure(tmp_path):
 
     hang = {"summary": "hang: rank 0 made no progress; cause: a loader worker stopped", "cause": "stalled_worker",
             "ranks": [], "evidence": []}
-    out = apply_oom(Outcome("hang", dict(hang)), _killed_run(tmp_path, oom_seen=False))
+    out = apply_oom(Outcome("hang", dict(hang)), *_killed_run(tmp_path, oom_seen=False))
     assert out.status == "hang" and out.diagnosis["cause"] == "memory_pressure"
     assert out.diagnosis["oom"]["killed"][0]["pid"] == 4242
+
+
+def test_the_memory_watch_keeps_the_first_time_at_the_cap_and_the_first_kill():
+    watch, asked = MemoryWatch(), []
+
+    def phases():
+        asked.append(1)
+        return {0: "backward"}
+
+    watch.observe(_stats(500, 1), 1.0, phases)
+    assert watch.full is None and watch.oom_seen is None and not asked  # below the cap, no kill
+    watch.observe(_stats(960, 2), 2.0, phases)
+    watch.observe(dict(_stats(999, 3), oom_kill=1), 3.0, phases)
+    watch.observe(dict(_stats(999, 4), oom_kill=2), 4.0, phases)
+    assert watch.full["t"] == 2.0 and watch.last["t"] == 4.0
+    assert watch.oom_seen == {"t": 3.0, "oom_kill": 1, "phases": {0: "backward"}} and len(asked) == 1
