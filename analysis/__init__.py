@@ -37,7 +37,7 @@ FRAMEWORK_LABELS = {f.name: f.label for f in registry.FRAMEWORKS.values()}
 FRAMEWORK_COLOURS = {f.name: f.colour for f in registry.FRAMEWORKS.values()}
 MODEL_LABELS = {m.name: m.label for m in registry.MODELS.values()}
 
-PHASES = record.PHASES  # the timed phases of a step, as the harness records them
+PHASE_COLUMNS = record.PHASE_COLUMNS  # the timed phases of a step, as the harness records them
 PHASE_LABELS = {
     "load_wait_s": "waiting for loader",
     "prepare_s": "batch preparation (framework)",

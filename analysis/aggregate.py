@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import PHASES
+from analysis import PHASE_COLUMNS
 from analysis import deadlocks
 from runners import history, record, result, rundir
 from runners.adapters import registry
@@ -61,7 +61,7 @@ SUMMARY_COLUMNS = (
     "learned",
 )
 # The mean time per step and per phase (summary.step_breakdown_s).
-BREAKDOWN_COLUMNS = tuple(f"step_{p}" for p in PHASES) + ("step_s",)
+BREAKDOWN_COLUMNS = tuple(f"step_{p}" for p in PHASE_COLUMNS) + ("step_s",)
 ENV_COLUMNS = (
     "python", "torch", "torch_geometric", "dgl", "pyg_lib", "torch_sparse", "numpy",
     "pyg_sampler_backend", "dgl_cuda", "gpus", "cpu_model", "cpu_cores", "memory_bytes",
@@ -283,7 +283,7 @@ def run_row(data: dict, result_path: Path, workflow: str | None = None) -> dict:
     row.update({k: summary.get(k) for k in SUMMARY_COLUMNS})
     prec = summary.get("precision") or {}
     row.update({k: prec.get(k) for k in PRECISION_COLUMNS})
-    row.update({f"step_{p}": breakdown.get(p) for p in PHASES})
+    row.update({f"step_{p}": breakdown.get(p) for p in PHASE_COLUMNS})
     row["step_s"] = breakdown.get("step_s")
     per_rank_epochs = {}
     for e in data["epochs"]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from analysis import FRAMEWORK_ORDER, PHASE_LABELS, PHASES, framework_label, model_label
+from analysis import FRAMEWORK_ORDER, PHASE_LABELS, PHASE_COLUMNS, framework_label, model_label
 from analysis import speedup_gap, tables
 from analysis.comparisons import comparison_labels, framework_comparison, framework_pairs
 from analysis.formatting import fmt_pct
@@ -243,13 +243,13 @@ def step_answer(points: pd.DataFrame, exp) -> Answer:
     """Per framework the phase that takes most of a step, and the loader's wait (median shares)."""
     ans = Answer("breakdown", "Where does a step's time go?")
     p = points[(points["experiment"] == exp) & (points["n_ok"] > 0) & (points["step_s_mean"] > 0)]
-    p = p.dropna(subset=[f"step_{ph}_mean" for ph in PHASES])
+    p = p.dropna(subset=[f"step_{ph}_mean" for ph in PHASE_COLUMNS])
     if p.empty:
         ans.parts = [("Not measured: no ok run recorded its phases.", "#breakdown")]
         return ans
     for i, fw in enumerate(f for f in FRAMEWORK_ORDER if f in set(p["framework"])):
         g = p[p["framework"] == fw]
-        share = {ph: (g[f"step_{ph}_mean"] / g["step_s_mean"]).median() for ph in PHASES}
+        share = {ph: (g[f"step_{ph}_mean"] / g["step_s_mean"]).median() for ph in PHASE_COLUMNS}
         top = max(share, key=share.get)
         ans.parts += [(("; " if i else "") + f"{framework_label(fw)}: mostly {PHASE_LABELS[top]} (", None),
                       (f"{100 * share[top]:.0f}%", "#breakdown"), ("), loader wait ", None),

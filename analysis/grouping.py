@@ -10,7 +10,7 @@ from collections import Counter
 
 import pandas as pd
 
-from analysis import EXPERIMENT_KEYS, FRAMEWORK_ORDER, GRID_KEYS, MODEL_KEYS, MODEL_ORDER, PHASES, model_label
+from analysis import EXPERIMENT_KEYS, FRAMEWORK_ORDER, GRID_KEYS, MODEL_KEYS, MODEL_ORDER, PHASE_COLUMNS, model_label
 from analysis.formatting import status_text, worst_status
 from analysis.stats import mean_ci
 
@@ -147,7 +147,7 @@ POINT_VALUES = ("train_time_s", "median_epoch_time_s", "throughput_seed_nodes_pe
                 "sampled_edges_per_s", "final_val_acc", "startup_s", "step_s",
                 "steady_epoch_time_s", "steady_epoch_cv", "warmup_epoch_time_s", "steps_per_epoch",
                 "timed_to_startup_ratio", "baseline_val_acc", "target_val_acc", "time_to_target_s",
-                "epochs_to_target") + tuple(f"step_{p}" for p in PHASES)
+                "epochs_to_target") + tuple(f"step_{p}" for p in PHASE_COLUMNS)
 
 
 def performance_points(runs: pd.DataFrame) -> pd.DataFrame:

@@ -16,7 +16,7 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.transforms import blended_transform_factory  # noqa: E402
 
-from analysis import (FRAMEWORK_COLOURS, FRAMEWORK_ORDER, MODEL_ORDER, PHASE_LABELS, PHASES,  # noqa: E402
+from analysis import (FRAMEWORK_COLOURS, FRAMEWORK_ORDER, MODEL_ORDER, PHASE_LABELS, PHASE_COLUMNS,  # noqa: E402
                       STATUS_COLOURS, STATUSES, framework_label, model_label)
 from analysis import speedup_gap, tables  # noqa: E402
 from analysis.formatting import fmt_si, worst_status  # noqa: E402
@@ -25,7 +25,7 @@ from analysis.grouping import paper_order  # noqa: E402
 sns.set_theme(style="whitegrid", context="notebook", font_scale=0.85)
 LINESTYLES = ("-", "--", ":", "-.")
 MARKERS = ("o", "s", "^", "D", "v", "P")
-PHASE_COLOURS = dict(zip(PHASES, sns.color_palette("Set2", len(PHASES))))
+PHASE_COLOURS = dict(zip(PHASE_COLUMNS, sns.color_palette("Set2", len(PHASE_COLUMNS))))
 PANEL_W, PANEL_H = 3.8, 2.9
 
 
@@ -180,7 +180,7 @@ def breakdown_bars(points: pd.DataFrame):
     """Stacked per-step time by phase for every configuration."""
     title = "Where a training step's time goes (mean per step; bars: framework, devices d, loader workers w)"
     ok = points[points["n_ok"] > 0] if not points.empty else points
-    if ok.empty or ok[[f"step_{p}_mean" for p in PHASES]].isna().all().all():
+    if ok.empty or ok[[f"step_{p}_mean" for p in PHASE_COLUMNS]].isna().all().all():
         return placeholder(title, "No ok run recorded a step breakdown.")
     nbars = ok.groupby(["experiment", "model", "batch_size"]).size().max()
     fig, axes, rows = _facets(ok, "batch_size", w=max(PANEL_W, 0.36 * nbars + 1.0), h=PANEL_H + 0.3)
@@ -192,7 +192,7 @@ def breakdown_bars(points: pd.DataFrame):
             panel = paper_order(panel, ["framework", "devices", "workers"])
             x = np.arange(len(panel))
             bottom = np.zeros(len(panel))
-            for ph in PHASES:
+            for ph in PHASE_COLUMNS:
                 vals = 1000 * panel[f"step_{ph}_mean"].fillna(0).to_numpy()
                 ax.bar(x, vals, bottom=bottom, color=PHASE_COLOURS[ph], width=0.75, edgecolor="white", linewidth=0.5)
                 bottom += vals
@@ -204,7 +204,7 @@ def breakdown_bars(points: pd.DataFrame):
             ax.set_title(_panel_title(exp, n_exps, f"{model_label(model)}, batch {batch} per process"), fontsize=9)
             ax.set_ylabel("time per step (ms)" if j == 0 else "")
             ax.grid(axis="x", visible=False)
-    _finish(fig, title, [Patch(color=PHASE_COLOURS[p], label=PHASE_LABELS[p]) for p in PHASES])
+    _finish(fig, title, [Patch(color=PHASE_COLOURS[p], label=PHASE_LABELS[p]) for p in PHASE_COLUMNS])
     return fig
 
 

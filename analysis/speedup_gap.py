@@ -26,7 +26,7 @@ import math
 
 import pandas as pd
 
-from analysis import PHASES, framework_label, model_label
+from analysis import PHASE_COLUMNS, framework_label, model_label
 from analysis.display import frame_table, row_anchor
 from analysis.formatting import fmt_duration
 from analysis.grouping import add_experiment, performance_points, performance_runs
@@ -86,10 +86,10 @@ def slowest_epochs(epochs: pd.DataFrame) -> pd.DataFrame:
 def epoch_steps(slowest: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     """Per run and steady epoch: its time, the slowest rank's step count and summed phase times;
     `phased` is False where a step of it has no phase times."""
-    s = _keyed(steps.reindex(columns=["run_id", "rank", "epoch", *PHASES]))
-    s["phased"] = s[list(PHASES)].notna().all(axis=1)
+    s = _keyed(steps.reindex(columns=["run_id", "rank", "epoch", *PHASE_COLUMNS]))
+    s["phased"] = s[list(PHASE_COLUMNS)].notna().all(axis=1)
     sums = s.groupby(["run_id", "rank", "epoch"]).agg(
-        steps=("epoch", "size"), phased=("phased", "all"), **{p: (p, "sum") for p in PHASES}).reset_index()
+        steps=("epoch", "size"), phased=("phased", "all"), **{p: (p, "sum") for p in PHASE_COLUMNS}).reset_index()
     out = slowest.merge(sums, on=["run_id", "rank", "epoch"], how="left")
     out["steps"] = out["steps"].fillna(0)
     out["phased"] = out["phased"].eq(True) & (out["steps"] > 0)
@@ -101,10 +101,10 @@ def run_profiles(epochs: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     sums, and whether every such epoch has phase times."""
     slowest = slowest_epochs(epochs)
     if slowest.empty:
-        return pd.DataFrame(columns=["run_id", "T", "S", *PHASES, "phased"])
+        return pd.DataFrame(columns=["run_id", "T", "S", *PHASE_COLUMNS, "phased"])
     per = epoch_steps(slowest, steps).rename(columns={"time_s": "T", "steps": "S"})
     return per.groupby("run_id").agg(T=("T", "mean"), S=("S", "mean"), phased=("phased", "all"),
-                                     **{p: (p, "mean") for p in PHASES}).reset_index()
+                                     **{p: (p, "mean") for p in PHASE_COLUMNS}).reset_index()
 
 
 # -- per point: the profile of its repeats and the split --------------------------------------
@@ -120,15 +120,15 @@ def point_profile(profiles: pd.DataFrame, run_ids) -> tuple:
         return None, "no step rows of the slowest rank in a steady epoch"
     if not p["phased"].all():
         return None, NO_PHASES
-    m = p[["T", "S", *PHASES]].mean()
-    return {"T": m["T"], "S": m["S"], **{ph: m[ph] / m["S"] for ph in PHASES}, "n": len(p)}, None
+    m = p[["T", "S", *PHASE_COLUMNS]].mean()
+    return {"T": m["T"], "S": m["S"], **{ph: m[ph] / m["S"] for ph in PHASE_COLUMNS}, "n": len(p)}, None
 
 
 def split_gap(base: dict, point: dict, n: float) -> dict:
     """The gap of `point` (N = n times the base's devices) to ideal scaling of `base`, in seconds
     per epoch, and its parts (see the module's docstring); profiles as from point_profile."""
-    t1 = sum(base[ph] for ph in PHASES)
-    rest = [ph for ph in PHASES if ph not in ("load_wait_s", "backward_s")]  # p, c, f, o
+    t1 = sum(base[ph] for ph in PHASE_COLUMNS)
+    rest = [ph for ph in PHASE_COLUMNS if ph not in ("load_wait_s", "backward_s")]  # p, c, f, o
     slowdown = point["forward_s"] / base["forward_s"]  # the backward's compute slows as the forward did
     s_n = point["S"]
     ideal = base["T"] / n

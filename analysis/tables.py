@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import FRAMEWORK_ORDER, GRID_KEYS, PHASE_LABELS, PHASES, framework_label, model_label
+from analysis import FRAMEWORK_ORDER, GRID_KEYS, PHASE_LABELS, PHASE_COLUMNS, framework_label, model_label
 from analysis.comparisons import framework_comparison, framework_pairs
 from analysis.display import Cell, GridTable, TableSet, index_cells, row_anchor, value_cell
 from analysis.formatting import fmt_duration, fmt_num, fmt_pct, fmt_si, status_text
@@ -469,13 +469,13 @@ def flat_grids(points: pd.DataFrame, columns: list, name: str = "") -> list:
 
 def breakdown_table(points: pd.DataFrame) -> TableSet:
     """Mean time per training step split into phases, and the loader's share."""
-    phase_cols = [f"step_{p}" for p in PHASES]
+    phase_cols = [f"step_{p}" for p in PHASE_COLUMNS]
     def ms(col):
         return lambda p: Cell(fmt_num(1000 * p[f"{col}_mean"]) if not pd.isna(p[f"{col}_mean"]) else "n/a")
     def share(p):
         total = p["step_s_mean"]
         return Cell(fmt_pct(p["step_load_wait_s_mean"] / total) if total and not pd.isna(total) else "n/a")
-    columns = [(f"{PHASE_LABELS[ph]} (ms)", ms(f"step_{ph}")) for ph in PHASES]
+    columns = [(f"{PHASE_LABELS[ph]} (ms)", ms(f"step_{ph}")) for ph in PHASE_COLUMNS]
     columns += [("whole step (ms)", ms("step_s")), ("loader share", share)]
     keep = ["experiment", *GRID_KEYS, "n_ok"] + [f"{c}_mean" for c in phase_cols + ["step_s"]]
     return TableSet(

@@ -34,7 +34,7 @@ from runners.envinfo import RECORDED_ENV_VARS, process_created  # noqa: E402
 from runners.probes import (DISK_FULL_MARK, CpuSampler, CsvAppender, Heartbeat, NvmlSampler,  # noqa: E402
                             disk_full, start_nvml)
 from runners.record import EpochRow, RowAppender, StepRow, ValidationRow  # noqa: E402
-from runners.recorder import StepRecorder  # noqa: E402
+from runners.phase_timer import StepRecorder  # noqa: E402
 from runners.rundir import RunDir  # noqa: E402
 
 

@@ -21,9 +21,9 @@ from pathlib import Path
 # time, epoch, step, phase, steps_per_epoch, pid, beats
 HEARTBEAT_FORMAT = "<diiiiiq"
 HEARTBEAT_SIZE = struct.calcsize(HEARTBEAT_FORMAT)
-PHASES = ("starting", "loading", "copy", "forward", "backward", "optimizer", "evaluation",
+HEARTBEAT_PHASES = ("starting", "loading", "copy", "forward", "backward", "optimizer", "evaluation",
           "epoch-sync", "done", "failed")
-PHASE_CODE = {name: i for i, name in enumerate(PHASES)}
+PHASE_CODE = {name: i for i, name in enumerate(HEARTBEAT_PHASES)}
 # Where a rank blocks when it stops in a phase (used by the diagnosis).
 PHASE_BLOCKED_IN = {
     "starting": "start-up (imports, dataset, process group)",
@@ -77,8 +77,8 @@ def read_heartbeat(path: Path):
     t, epoch, step, phase, spe, pid, beats = struct.unpack_from(HEARTBEAT_FORMAT, raw)
     if beats == 0:
         return None
-    return {"t": t, "epoch": epoch, "step": step, "phase": PHASES[phase] if 0 <= phase < len(PHASES) else "?",
-            "steps_per_epoch": spe, "pid": pid, "beats": beats}
+    name = HEARTBEAT_PHASES[phase] if 0 <= phase < len(HEARTBEAT_PHASES) else "?"
+    return {"t": t, "epoch": epoch, "step": step, "phase": name, "steps_per_epoch": spe, "pid": pid, "beats": beats}
 
 
 # A rank that cannot write its records prints this line instead of a traceback; the launcher

@@ -28,8 +28,9 @@ if TYPE_CHECKING:
     from runners.config import RunConfig
 
 
-# The timed phases of one training step, in steps.csv's order (see StepRow).
-PHASES = ("load_wait_s", "prepare_s", "copy_s", "forward_s", "backward_s", "optimizer_s")
+# The timed phases of one training step: steps.csv's phase columns, in order (see StepRow). Not
+# the heartbeat's phases (runners.probes.HEARTBEAT_PHASES): those say where a rank is.
+PHASE_COLUMNS = ("load_wait_s", "prepare_s", "copy_s", "forward_s", "backward_s", "optimizer_s")
 
 
 # -- the per-rank records ----------------------------------------------------------------------
@@ -50,7 +51,7 @@ class Row:
 # Columns the step and epoch records share: the batches' work and the phase times (None where
 # they are not measurements: CUDA without synchronisation).
 WORK_FIELDS = [("seed_nodes", int), ("sampled_nodes", int), ("sampled_edges", int)]
-PHASE_FIELDS = [(p, "float | None") for p in PHASES]
+PHASE_FIELDS = [(p, "float | None") for p in PHASE_COLUMNS]
 
 
 class _Step(Row):
@@ -76,7 +77,7 @@ class _Epoch(Row):
     def of_steps(cls, epoch: int, rank: int, steps: list, epoch_s: float, phases_valid: bool) -> "EpochRow":
         """The epoch's row from its step rows (losses already settled)."""
         work = {k: int(sum(getattr(s, k) for s in steps)) for k, _ in WORK_FIELDS}
-        phases = {p: round(sum(getattr(s, p) for s in steps), 6) if phases_valid else None for p in PHASES}
+        phases = {p: round(sum(getattr(s, p) for s in steps), 6) if phases_valid else None for p in PHASE_COLUMNS}
         mean_loss = float(np.mean([s.loss for s in steps])) if steps else None
         return cls(epoch=epoch, rank=rank, time_s=round(epoch_s, 6), steps=len(steps), loss=mean_loss,
                    **work, **phases)
@@ -201,7 +202,7 @@ def _step_breakdown(out: Path, local_ranks: list):
             if row["load_wait_s"] in ("", None):
                 continue  # unsynchronised GPU steps carry no phase times (see the harness)
             count += 1
-            for k in PHASES + ("step_s",):
+            for k in PHASE_COLUMNS + ("step_s",):
                 if row.get(k) not in (None, ""):  # prepare_s is absent from older harnesses' files
                     sums[k] = sums.get(k, 0.0) + float(row[k])
     return {k: v / count for k, v in sums.items()} if count else None

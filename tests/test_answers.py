@@ -8,7 +8,7 @@ import re
 import pandas as pd
 import pytest
 
-from analysis import PHASE_LABELS, PHASES, answers, findings, formatting, grouping, planning, report, tables
+from analysis import PHASE_LABELS, PHASE_COLUMNS, answers, findings, formatting, grouping, planning, report, tables
 from analysis.display import frame_table
 from analysis.aggregate import Aggregate
 from tests import _runs
@@ -101,7 +101,7 @@ def test_axes_not_measured_say_so(said):
 def test_step_answer_names_the_largest_phase(said, agg):
     points = grouping.performance_points(grouping.add_experiment(agg.runs))
     pyg = points[(points["framework"] == "pyg") & (points["n_ok"] > 0)]
-    share = {ph: (pyg[f"step_{ph}_mean"] / pyg["step_s_mean"]).median() for ph in PHASES}
+    share = {ph: (pyg[f"step_{ph}_mean"] / pyg["step_s_mean"]).median() for ph in PHASE_COLUMNS}
     top_phase = max(share, key=share.get)
     assert f"PyG: mostly {PHASE_LABELS[top_phase]} ({100 * share[top_phase]:.0f}%)" in said["breakdown"]
     assert f"loader wait {100 * share['load_wait_s']:.0f}%" in said["breakdown"]

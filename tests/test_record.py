@@ -7,7 +7,7 @@ from runners.rundir import RunDir, is_run_entry, relative_files
 
 def _step(epoch, step, seeds, phases, loss):
     return StepRow(epoch=epoch, step=step, seed_nodes=seeds, sampled_nodes=10 * seeds, sampled_edges=20 * seeds,
-                   **dict(zip(record.PHASES, phases)), step_s=sum(p or 0 for p in phases), loss=loss,
+                   **dict(zip(record.PHASE_COLUMNS, phases)), step_s=sum(p or 0 for p in phases), loss=loss,
                    seed_id_sum=7)
 
 
@@ -32,7 +32,7 @@ def test_rows_are_written_in_the_contract_order_and_read_back_by_name(tmp_path):
 def test_unsynchronised_phases_stay_empty():
     steps = [_step(0, 0, 4, [None] * 6, 2.0)]
     row = EpochRow.of_steps(0, 0, steps, 1.0, phases_valid=False)
-    assert all(getattr(row, p) is None for p in record.PHASES) and row.seed_nodes == 4
+    assert all(getattr(row, p) is None for p in record.PHASE_COLUMNS) and row.seed_nodes == 4
 
 
 def test_steps_per_epoch_is_the_most_any_rank_takes():

@@ -6,7 +6,7 @@ import random
 import pandas as pd
 import pytest
 
-from analysis import PHASES, plots, speedup_gap
+from analysis import PHASE_COLUMNS, plots, speedup_gap
 from analysis.aggregate import Aggregate
 from tests import _runs
 
@@ -45,7 +45,7 @@ def rank_rows(run_id, rank, phases, n_steps, outside_s, rng, epochs=5, phased=Tr
         warm = 3.0 if epoch == 0 else 1.0  # the warm-up must not count
         steps = [{p: warm * v * rng.gauss(1, 0.01) for p, v in phases.items()} for _ in range(n_steps)]
         st += [{"run_id": run_id, "rank": rank, "epoch": epoch, "step": i,
-                **{p: (s[p] if phased else None) for p in PHASES}} for i, s in enumerate(steps)]
+                **{p: (s[p] if phased else None) for p in PHASE_COLUMNS}} for i, s in enumerate(steps)]
         ep.append({"run_id": run_id, "rank": rank, "epoch": epoch, "steps": n_steps,
                    "time_s": sum(sum(s.values()) for s in steps) + warm * outside_s})
     return ep, st
@@ -99,8 +99,8 @@ def test_the_split_recovers_known_parts_and_sums_to_the_gap():
 def test_split_gap_identity_holds_for_any_profile():
     rng = random.Random(7)
     for _ in range(50):
-        base = {"T": rng.uniform(1, 5), "S": rng.randint(5, 50), **{p: rng.uniform(1e-4, 0.1) for p in PHASES}}
-        point = {"T": rng.uniform(0.2, 5), "S": rng.randint(1, 50), **{p: rng.uniform(1e-4, 0.1) for p in PHASES}}
+        base = {"T": rng.uniform(1, 5), "S": rng.randint(5, 50), **{p: rng.uniform(1e-4, 0.1) for p in PHASE_COLUMNS}}
+        point = {"T": rng.uniform(0.2, 5), "S": rng.randint(1, 50), **{p: rng.uniform(1e-4, 0.1) for p in PHASE_COLUMNS}}
         r = speedup_gap.split_gap(base, point, rng.choice([2, 4, 8]))
         assert parts_sum(r) == pytest.approx(r["gap_s"], rel=1e-12, abs=1e-12)
 

@@ -29,7 +29,7 @@ PHASE_HOOKS = {
     "backward": ("backward", "backward", True),
     "optimizer": ("optimizer", None, True),
 }
-assert tuple(f"{p}_s" for p in PHASE_HOOKS) == record.PHASES  # steps.csv's phase columns, in order
+assert tuple(f"{p}_s" for p in PHASE_HOOKS) == record.PHASE_COLUMNS  # steps.csv's phase columns, in order
 
 
 class StepRecorder:
@@ -105,8 +105,8 @@ class StepRecorder:
         """The finished step's steps.csv row (the loss stays on the device until written)."""
         edges = self._edges
         phases = ([b - a for a, b in zip(edges, edges[1:])] if self.phases_valid
-                  else [None] * len(record.PHASES))
+                  else [None] * len(record.PHASE_COLUMNS))
         return StepRow(epoch=self.epoch, step=self.step, seed_nodes=batch.seed_nodes,
                        sampled_nodes=batch.sampled_nodes, sampled_edges=batch.sampled_edges,
-                       **dict(zip(record.PHASES, phases)), step_s=edges[-1] - edges[0],
+                       **dict(zip(record.PHASE_COLUMNS, phases)), step_s=edges[-1] - edges[0],
                        loss=loss.detach(), seed_id_sum=int(batch.seed_ids.sum()))
