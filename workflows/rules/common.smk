@@ -76,7 +76,36 @@ if _unknown:
 MACHINE_THREADS = workflow.resource_settings.cores or 1
 
 
-# Wildcards are restricted so that run ids parse back unambiguously.
+def harness_prefix(harness):
+    """Run-name prefix of a harness: none for the default (fair) harness, "study-" for the study's."""
+    return "" if harness == settings.default("harness") else f"{harness}-"
+
+
+# What a run is for (see settings.sweep_values), by the prefix its name starts with: timing
+# runs (the grid; fair harness, stop rule of config timing: no prefix, so their names stay as
+# they were), convergence runs (config convergence; fixed schedule, validated every epoch),
+# runs of the seed study's harness (fixed schedule) and the deadlock demonstrations.
+KIND_PREFIXES = {
+    "timing": "",
+    "convergence": "conv-",
+    "study": harness_prefix("study"),
+    "deadlock": "hang-",
+}
+# The lane a run runs in (settings.LANES, scripts/setup.sh): none for the pair, the lane's
+# name for a lane beside it (timing runs only). `unmanaged` is no lane a sweep can ask for.
+LANE_PREFIXES = {
+    lane: "" if lane == "pair" else f"{lane}-"
+    for lane in settings.LANES
+    if lane != "unmanaged"
+}
+
+
+def prefix_pattern(prefixes):
+    """A wildcard's regular expression: one of `prefixes`, or none (the empty prefix)."""
+    return f"({registry.wildcard_pattern([p for p in prefixes if p])})?"
+
+
+# Wildcards are restricted so that run names parse back unambiguously.
 wildcard_constraints:
     dataset=r"[A-Za-z0-9_.-]+",
     framework=registry.wildcard_pattern(registry.FRAMEWORK_NAMES),
@@ -85,33 +114,18 @@ wildcard_constraints:
     batch=r"\d+",
     workers=r"\d+",
     repeat=r"\d+",
-    # "" for the fair harness's timing runs (the default, so their run ids stay as they
-    # were), "study-" for the seed study's harness, "conv-" for convergence runs, "hang-" for
-    # the deadlock demonstrations, the lane for timing runs in a lane beside the pair
-    # ("current-"; see KINDS).
-    hprefix=r"(study-|conv-|hang-|current-|own-)?",
+    kind_prefix=prefix_pattern(KIND_PREFIXES.values()),
+    lane_prefix=prefix_pattern(LANE_PREFIXES.values()),
 
 
 DATASET = config["dataset"]
-RUN_ID = "{hprefix}{framework}-{model}-d{devices}-b{batch}-w{workers}-r{repeat}"
-
-
-# What a run is for, by its run-id prefix: timing runs (the grid; fair harness, stop rule of
-# config timing), convergence runs (config convergence; fixed schedule, validated every epoch)
-# and runs of the seed study's harness (fixed schedule).
-# Timing runs in a lane beside the pair carry the lane as their prefix (LANE_PREFIXES).
-LANE_PREFIXES = {"current-": "current", "own-": "own"}
-KINDS = {
-    "": "timing",
-    "conv-": "convergence",
-    "study-": "study",
-    "hang-": "deadlock",
-} | {p: "timing" for p in LANE_PREFIXES}
+# A run's name, written once: the run rule's output and log and run_dir use it.
+RUN_NAME = "{kind_prefix}{lane_prefix}{framework}-{model}-d{devices}-b{batch}-w{workers}-r{repeat}"
 
 
 def lane_of(wildcards):
-    """The lane a run id names: its prefix's, else the pair (every other kind runs there)."""
-    return LANE_PREFIXES.get(wildcards.hprefix, "pair")
+    """The lane a run name says it runs in (the pair when it says none)."""
+    return {p: lane for lane, p in LANE_PREFIXES.items()}[wildcards.lane_prefix]
 
 
 def lane_interpreter(lane):
@@ -126,29 +140,33 @@ def lane_python(wildcards):
     return "python" if lane == "pair" else lane_interpreter(lane)
 
 
-def harness_prefix(harness):
-    """Run-id prefix of a harness: none for the default (fair) harness, "study-" for the study's."""
-    return "" if harness == settings.default("harness") else f"{harness}-"
+def kind_of(wildcards):
+    """What a run name says the run is for (KIND_PREFIXES)."""
+    return {p: kind for kind, p in KIND_PREFIXES.items()}[wildcards.kind_prefix]
 
 
 def harness_of(wildcards):
-    """The harness a run id names: the study's for "study-", else the default (fair) harness."""
-    return "study" if wildcards.hprefix == "study-" else settings.default("harness")
+    """The harness a run name names: the study's for study runs, else the default (fair) one."""
+    return "study" if kind_of(wildcards) == "study" else settings.default("harness")
 
 
-def kind_of(wildcards):
-    return KINDS[wildcards.hprefix]
+RUN_DIR = f"results/runs/{{dataset}}/{RUN_NAME}"
 
 
-RUN_DIR = f"results/runs/{{dataset}}/{RUN_ID}"
+def run_dir(run):
+    """The directory of the run `run` (its wildcards' values), e.g.
+    results/runs/small/conv-pyg-sage-d2-b256-w0-r1."""
+    return RUN_DIR.format(**run)
 
 
-def points(prefixes, devices, batches, workers, repeats, models=None):
-    """Run entries of the grid's frameworks x models (or `models`) over the given axes."""
+def points(kinds, devices, batches, workers, repeats, models=None, lane="pair"):
+    """Run entries of the grid's frameworks x models (or `models`) over the given axes, for
+    each of `kinds` (KIND_PREFIXES) in `lane`."""
     return [
         dict(
             dataset=DATASET,
-            hprefix=prefix,
+            kind_prefix=KIND_PREFIXES[kind],
+            lane_prefix=LANE_PREFIXES[lane],
             framework=framework,
             model=model,
             devices=d,
@@ -156,8 +174,8 @@ def points(prefixes, devices, batches, workers, repeats, models=None):
             workers=w,
             repeat=r,
         )
-        for prefix, framework, model, d, b, w, r in itertools.product(
-            prefixes,
+        for kind, framework, model, d, b, w, r in itertools.product(
+            kinds,
             GRID["frameworks"],
             models or GRID["models"],
             devices,
@@ -173,7 +191,7 @@ def points(prefixes, devices, batches, workers, repeats, models=None):
 RUNS = [
     run
     for run in points(
-        [harness_prefix(h) for h in GRID["harnesses"]],
+        ["timing" if h == settings.default("harness") else h for h in GRID["harnesses"]],
         DEVICES,
         GRID["batch_sizes"],
         GRID["workers"],
@@ -186,12 +204,16 @@ RUNS = [
 if config.get("convergence"):
     _c = config["convergence"]
     RUNS += points(
-        ["conv-"], [_c["devices"]], [_c["batch_size"]], [_c["workers"]], _c["repeats"]
+        ["convergence"],
+        [_c["devices"]],
+        [_c["batch_size"]],
+        [_c["workers"]],
+        _c["repeats"],
     )
 if config.get("study"):
     _s = config["study"]
     RUNS += points(
-        ["study-"],
+        ["study"],
         sorted(_s["devices"]),
         [_s["batch_size"]],
         [_s["workers"]],
@@ -200,7 +222,12 @@ if config.get("study"):
 if config.get("deadlocks"):
     _h = config["deadlocks"]
     RUNS += points(
-        ["hang-"], [_h["devices"]], [_h["batch_size"]], [_h["workers"]], 1, _h["models"]
+        ["deadlock"],
+        [_h["devices"]],
+        [_h["batch_size"]],
+        [_h["workers"]],
+        1,
+        _h["models"],
     )
 if config.get("lanes"):
     _l = config["lanes"]
@@ -212,20 +239,23 @@ if config.get("lanes"):
                 f"run `make setup LANE={_lane}` (`make lanes` builds pair and current), "
                 "or drop the lane from lanes.compare"
             )
-    RUNS += points(
-        [f"{lane}-" for lane in _l["compare"]],
-        sorted(_l["devices"]),
-        [_l["batch_size"]],
-        [_l["workers"]],
-        _l["repeats"],
-    )
-RUN_DIRS = [RUN_DIR.format(**run) for run in RUNS]
+    for _lane in _l["compare"]:
+        RUNS += points(
+            ["timing"],
+            sorted(_l["devices"]),
+            [_l["batch_size"]],
+            [_l["workers"]],
+            _l["repeats"],
+            lane=_lane,
+        )
+RUN_DIRS = [run_dir(run) for run in RUNS]
 RUN_RESULTS = [os.path.join(d, "result.json") for d in RUN_DIRS]
 # The grid's timing runs (the fair harness, the pair lane): what the adaptive plan reads.
 TIMING_RESULTS = [
-    os.path.join(RUN_DIR.format(**run), "result.json")
+    os.path.join(run_dir(run), "result.json")
     for run in RUNS
-    if run["hprefix"] == ""
+    if run["kind_prefix"] == KIND_PREFIXES["timing"]
+    and run["lane_prefix"] == LANE_PREFIXES["pair"]
 ]
 
 
@@ -278,7 +308,8 @@ def run_priority(wildcards):
     """
     keys = (
         "dataset",
-        "hprefix",
+        "kind_prefix",
+        "lane_prefix",
         "framework",
         "model",
         "devices",
@@ -287,7 +318,7 @@ def run_priority(wildcards):
         "repeat",
     )
     path = os.path.join(
-        RUN_DIR.format(**{k: getattr(wildcards, k) for k in keys}), "result.json"
+        run_dir({k: getattr(wildcards, k) for k in keys}), "result.json"
     )
     return len(RUN_ORDER) - _ORDER_INDEX.get(path, len(RUN_ORDER))
 

@@ -14,11 +14,9 @@ rule run:
     output:
         # update: Snakemake neither removes a finished result before a forced rerun nor after a
         # failed one (it restores it); the runner keeps the replaced run under previous/.
-        result=update(
-            "results/runs/{dataset}/{hprefix}{framework}-{model}-d{devices}-b{batch}-w{workers}-r{repeat}/result.json"
-        ),
+        result=update(f"{RUN_DIR}/result.json"),
     log:
-        "results/logs/run/{dataset}/{hprefix}{framework}-{model}-d{devices}-b{batch}-w{workers}-r{repeat}.log",
+        f"results/logs/run/{{dataset}}/{RUN_NAME}.log",
     # Interleaved order: repeat r of every configuration before repeat r + 1 (common.smk).
     priority: run_priority
     conda:
@@ -35,7 +33,8 @@ rule run:
         # The lane's interpreter (pair: the Snakemake venv's; others: .venv-LANE).
         python=lane_python,
     message:
-        "run {RUN_NUMBER:{output.result}}: {wildcards.hprefix}{wildcards.framework} {wildcards.model}"
+        "run {RUN_NUMBER:{output.result}}: {wildcards.kind_prefix}{wildcards.lane_prefix}{wildcards.framework}"
+        " {wildcards.model}"
         " devices={wildcards.devices} batch={wildcards.batch}"
         " workers={wildcards.workers} repeat={wildcards.repeat}"
         " dataset={wildcards.dataset}"
