@@ -88,8 +88,10 @@ wildcard_constraints:
     # "" for the fair harness's timing runs (the default, so their run ids stay as they
     # were), "study-" for the seed study's harness, "conv-" for convergence runs, "hang-" for
     # the deadlock demonstrations, the lane for timing runs in a lane beside the pair
-    # ("current-"; see KINDS).
-    hprefix=r"(study-|conv-|hang-|current-|own-)?",
+    # ("current-"), a framework's other loader for its timing runs ("graphbolt-"; see KINDS).
+    hprefix=r"(study-|conv-|hang-|current-|own-|"
+    + "|".join(f"{name}-" for name in registry.OTHER_LOADERS)
+    + ")?",
 
 
 DATASET = config["dataset"]
@@ -101,12 +103,18 @@ RUN_ID = "{hprefix}{framework}-{model}-d{devices}-b{batch}-w{workers}-r{repeat}"
 # and runs of the seed study's harness (fixed schedule).
 # Timing runs in a lane beside the pair carry the lane as their prefix (LANE_PREFIXES).
 LANE_PREFIXES = {"current-": "current", "own-": "own"}
-KINDS = {
-    "": "timing",
-    "conv-": "convergence",
-    "study-": "study",
-    "hang-": "deadlock",
-} | {p: "timing" for p in LANE_PREFIXES}
+# Timing runs with a framework's loader other than its first carry the loader as their prefix.
+LOADER_PREFIXES = {f"{name}-": name for name in registry.OTHER_LOADERS}
+KINDS = (
+    {
+        "": "timing",
+        "conv-": "convergence",
+        "study-": "study",
+        "hang-": "deadlock",
+    }
+    | {p: "timing" for p in LANE_PREFIXES}
+    | {p: "timing" for p in LOADER_PREFIXES}
+)
 
 
 def lane_of(wildcards):
@@ -219,6 +227,37 @@ if config.get("lanes"):
         [_l["workers"]],
         _l["repeats"],
     )
+if config.get("loaders"):
+    _o = config["loaders"]
+    for _loader in _o["compare"]:
+        _fws = [
+            f
+            for f in GRID["frameworks"]
+            if _loader in registry.framework(f).loaders[1:]
+        ]
+        if not _fws:
+            config_error(
+                "loaders.compare",
+                f"{_loader!r} is no other loader of a framework in grid.frameworks "
+                f"({', '.join(GRID['frameworks'])}); allowed: "
+                + ", ".join(
+                    f"{n} ({f})"
+                    for f in GRID["frameworks"]
+                    for n in registry.framework(f).loaders[1:]
+                ),
+            )
+        RUNS += [
+            run
+            for run in points(
+                [f"{_loader}-"],
+                sorted(_o["devices"]),
+                [_o["batch_size"]],
+                [_o["workers"]],
+                _o["repeats"],
+                _o.get("models"),
+            )
+            if run["framework"] in _fws
+        ]
 RUN_DIRS = [RUN_DIR.format(**run) for run in RUNS]
 RUN_RESULTS = [os.path.join(d, "result.json") for d in RUN_DIRS]
 # The grid's timing runs (the fair harness, the pair lane): what the adaptive plan reads.
@@ -318,7 +357,11 @@ def run_settings(wildcards):
     lane = lane_of(wildcards)
     # The pair's runs pass no --lane (the runner records the lane of the Python either way),
     # so that adding lanes reruns none of them.
-    return flags if lane == "pair" else f"{flags} --lane {lane}"
+    if lane != "pair":
+        flags = f"{flags} --lane {lane}"
+    # Nor do runs of a framework's first loader pass --loader: adding loaders reruns nothing.
+    loader = LOADER_PREFIXES.get(wildcards.hprefix)
+    return f"{flags} --loader {loader}" if loader else flags
 
 
 def workflow_rerun():
@@ -430,6 +473,7 @@ REPORT_TABLES = {
     "plan": "Timing",
     "adaptive": "Timing",
     "lanes": "Timing",
+    "loaders": "Timing",
     "breakdown": "Timing",
     "throughput": "Timing",
     "accuracy": "Accuracy",
