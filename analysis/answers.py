@@ -400,11 +400,21 @@ def caveats(runs: pd.DataFrame, points: pd.DataFrame, scaling: pd.DataFrame, exp
     return items
 
 
-def all_answers(runs, points, speed, scaling, gap, workers, batch, failures) -> dict:
-    """{'experiment', 'answers': [Answer], 'caveats': [(text, href)]} for the report's top."""
+def loader_answer(loaders_data: pd.DataFrame) -> Answer:
+    """Whether a framework's other loader (DGL's GraphBolt) is faster than its first, and whether
+    it changes which framework is faster (analysis.loaders)."""
+    from analysis.loaders import loader_answer_parts
+
+    return Answer("loaders", "Classic DataLoader or GraphBolt?", loader_answer_parts(loaders_data))
+
+
+def all_answers(runs, points, speed, scaling, gap, workers, batch, failures, loaders=None) -> dict:
+    """{'experiment', 'answers': [Answer], 'caveats': [(text, href)]} for the report's top. The
+    loaders' answer comes only where another loader ran (`loaders`: analysis.loaders rows)."""
     exp = main_experiment(speed, points)
     perf = performance_runs(runs)
-    answers = [speed_answer(speed, exp), scaling_answer(scaling, gap, exp),
+    answers = [speed_answer(speed, exp)] + ([loader_answer(loaders)] if loaders is not None and len(loaders) else []) + [
+               scaling_answer(scaling, gap, exp),
                axis_answer(workers, perf, exp, "workers"), axis_answer(batch, perf, exp, "batch_size"),
                step_answer(points, exp),
                hang_answer(failures, len(runs)), accuracy_answer(runs)]
@@ -421,5 +431,7 @@ def from_aggregate(agg) -> dict:
     tabs = tables.all_tables(runs)
     scaling = tables.scaling_data(points, runs)
     gap = speedup_gap.gap_data(runs, agg.epochs, agg.steps)
+    from analysis.loaders import loader_rows
+
     return all_answers(runs, points, tabs["speed"].data, scaling, gap, tabs["workers"].data, tabs["batch"].data,
-                       agg.failures)
+                       agg.failures, loader_rows(runs))

@@ -465,19 +465,41 @@ def child_environment(cfg: RunConfig, network: dict | None = None) -> dict:
     return env
 
 
-def launch(cfg: RunConfig, out: Path, config_path: Path, network: dict | None = None) -> Launch:
-    """Start torchrun (in its memory cgroup when capped) with the signal handling installed;
-    a launch that fails is recorded in the Launch's outcome."""
+def cpu_mark() -> tuple:
+    """The machine's and this process's CPU times now, for other_cpu_busy_percent."""
     import psutil
 
+    own = psutil.Process().cpu_times()
+    return psutil.cpu_times(), own.user + own.system + own.children_user + own.children_system
+
+
+def other_cpu_busy_percent(since: tuple) -> float:
+    """How busy the CPUs were since `since` (cpu_mark), in percent of all cores, counting
+    everything but this process and its children: other work that would share the run's cores."""
+    import psutil
+
+    (t0, own0), (t1, own1) = since, cpu_mark()
+    total = sum(t1) - sum(t0)
+    idle = (t1.idle + getattr(t1, "iowait", 0.0)) - (t0.idle + getattr(t0, "iowait", 0.0))
+    if total <= 0:
+        return 0.0
+    return round(max(0.0, min(100.0, 100.0 * (total - idle - (own1 - own0)) / total)), 1)
+
+
+def launch(cfg: RunConfig, out: Path, config_path: Path, network: dict | None = None,
+           cpu_since: tuple | None = None) -> Launch:
+    """Start torchrun (in its memory cgroup when capped) with the signal handling installed;
+    a launch that fails is recorded in the Launch's outcome. `cpu_since` (cpu_mark, taken when
+    the launcher started) is the window in which other work on the machine is looked for."""
     from runners.diagnosis import Outcome
     from runners.interruption import Interruption
 
     child_env = child_environment(cfg, network)
     # Oversubscribed cores slow multi-threaded ranks many-fold (OpenMP threads wait for each
     # other): a run on a busy machine measures the load, not the framework. The load average
-    # still remembers the previous run of a sweep, so look at what the CPUs do right now.
-    busy_before = psutil.cpu_percent(interval=0.2)
+    # still remembers the previous run of a sweep, so look at what the CPUs did while this
+    # launcher started (no sleep spent sampling: a sweep launches a run every few seconds).
+    busy_before = other_cpu_busy_percent(cpu_since or cpu_mark())
     if busy_before > 25:
         print(f"[gnnscale] warning: the CPUs were {busy_before:.0f}% busy before launch; other work on "
               "this machine will distort the timings", flush=True)
@@ -629,7 +651,7 @@ def write_and_report(stage: Path, out: Path, document: dict, run: Launch) -> int
 
 def main(argv=None) -> int:
     """Check, pre-flight, launch, supervise and record one run (exit codes: the module's doc)."""
-    main_t = time.time()
+    main_t, cpu_since = time.time(), cpu_mark()
     argv = list(sys.argv[1:] if argv is None else argv)
     cfg, env, skip_cause = parse_and_check(argv)
     out = Path(cfg.out)
@@ -658,7 +680,7 @@ def main(argv=None) -> int:
             raise
         return report_disk_full(stage, exc)
     pre = preflight_with_output(cfg, env, data.meta, space)
-    run = launch(cfg, stage, RunDir(stage).config, env.get("network"))
+    run = launch(cfg, stage, RunDir(stage).config, env.get("network"), cpu_since)
     run.marks.update(launcher_created=envinfo.process_created(), launcher_main=main_t)
     failed = supervise(cfg, stage, run, log)
     if failed is not None:

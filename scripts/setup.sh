@@ -59,8 +59,18 @@ if [ -n "$missing_src" ]; then
     mkdir -p "$WHEELHOUSE"
     if ! "${PIP[@]}" install -q --no-index --find-links "$WHEELHOUSE" -c "$CONSTRAINTS" $missing_src 2>/dev/null; then
         echo "setup: building $missing_src against $torch_tag (minutes; kept in $WHEELHOUSE)"
-        MAX_JOBS=${MAX_JOBS:-$(nproc)} "${PIP[@]}" wheel -q --no-cache-dir --no-build-isolation --no-deps \
-            -c "$CONSTRAINTS" -w "$WHEELHOUSE" $missing_src
+        # One pip per package, all at once: torch-scatter compiles its files one after another
+        # (no ninja), torch-sparse two at a time (ninja, MAX_JOBS), so side by side they keep
+        # every core busy; one pip for both left a core idle for a third of the build.
+        pids=()
+        for pkg in $missing_src; do
+            MAX_JOBS=${MAX_JOBS:-$(nproc)} "${PIP[@]}" wheel -q --no-cache-dir --no-build-isolation --no-deps \
+                -c "$CONSTRAINTS" -w "$WHEELHOUSE" "$pkg" &
+            pids+=($!)
+        done
+        failed=0
+        for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
+        [ "$failed" = 0 ] || { echo "setup: building $missing_src against $torch_tag failed (see above)" >&2; exit 1; }
         "${PIP[@]}" install -q --no-index --find-links "$WHEELHOUSE" -c "$CONSTRAINTS" $missing_src
     fi
 fi

@@ -122,3 +122,33 @@ def test_two_agents_form_one_two_node_job(tmp_path):
     # Node 0 knows the slowest rank of the whole job, including the one on the other node.
     assert len(r0["summary"]["rank_train_times_s"]) == 2
     assert r0["summary"]["train_time_s"] == pytest.approx(max(r0["summary"]["rank_train_times_s"]))
+
+
+def test_cpu_busy_before_launch_counts_other_work_and_not_the_launcher():
+    """The launcher's busy check must see a process that competes for the cores, and must not
+    count its own start-up work (it samples while it starts instead of sleeping)."""
+    import time
+
+    import psutil
+
+    from runners.run import cpu_mark, other_cpu_busy_percent
+
+    t = psutil.cpu_times()
+    own = 5.0
+    since = (t, own)
+    later = type(t)(*[v + (2.0 if f == "user" else 0.0) for f, v in zip(t._fields, t)])
+    # 2 s of user time in all, 1.5 s of it this process's: 0.5 s of other work in a 2 s window.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("runners.run.cpu_mark", lambda: (later, own + 1.5))
+        assert other_cpu_busy_percent(since) == 25.0
+    hog = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 5: pass"])
+    try:
+        time.sleep(0.5)  # the hog is running
+        mark = cpu_mark()
+        time.sleep(0.5)
+        busy = other_cpu_busy_percent(mark)
+    finally:
+        hog.kill()
+        hog.wait()
+    # One core of psutil.cpu_count() kept busy by another process.
+    assert busy >= 0.6 * 100 / psutil.cpu_count(), busy

@@ -98,6 +98,9 @@ LANE_PREFIXES = {
     for lane in settings.LANES
     if lane != "unmanaged"
 }
+# The loader a timing run uses (registry Framework.loaders): none for the framework's first
+# ("default", as runs.csv's loader_variant says), the loader's name for another one.
+LOADER_PREFIXES = {"default": ""} | {name: f"{name}-" for name in registry.OTHER_LOADERS}
 
 
 def prefix_pattern(prefixes):
@@ -116,11 +119,12 @@ wildcard_constraints:
     repeat=r"\d+",
     kind_prefix=prefix_pattern(KIND_PREFIXES.values()),
     lane_prefix=prefix_pattern(LANE_PREFIXES.values()),
+    loader_prefix=prefix_pattern(LOADER_PREFIXES.values()),
 
 
 DATASET = config["dataset"]
 # A run's name, written once: the run rule's output and log and run_dir use it.
-RUN_NAME = "{kind_prefix}{lane_prefix}{framework}-{model}-d{devices}-b{batch}-w{workers}-r{repeat}"
+RUN_NAME = "{kind_prefix}{lane_prefix}{loader_prefix}{framework}-{model}-d{devices}-b{batch}-w{workers}-r{repeat}"
 
 
 def lane_of(wildcards):
@@ -159,14 +163,17 @@ def run_dir(run):
     return RUN_DIR.format(**run)
 
 
-def points(kinds, devices, batches, workers, repeats, models=None, lane="pair"):
+def points(
+    kinds, devices, batches, workers, repeats, models=None, lane="pair", loader="default"
+):
     """Run entries of the grid's frameworks x models (or `models`) over the given axes, for
-    each of `kinds` (KIND_PREFIXES) in `lane`."""
+    each of `kinds` (KIND_PREFIXES) in `lane` with `loader` (LANE_PREFIXES, LOADER_PREFIXES)."""
     return [
         dict(
             dataset=DATASET,
             kind_prefix=KIND_PREFIXES[kind],
             lane_prefix=LANE_PREFIXES[lane],
+            loader_prefix=LOADER_PREFIXES[loader],
             framework=framework,
             model=model,
             devices=d,
@@ -248,6 +255,38 @@ if config.get("lanes"):
             _l["repeats"],
             lane=_lane,
         )
+if config.get("loaders"):
+    _o = config["loaders"]
+    for _loader in _o["compare"]:
+        _fws = [
+            f
+            for f in GRID["frameworks"]
+            if _loader in registry.framework(f).loaders[1:]
+        ]
+        if not _fws:
+            config_error(
+                "loaders.compare",
+                f"{_loader!r} is no other loader of a framework in grid.frameworks "
+                f"({', '.join(GRID['frameworks'])}); allowed: "
+                + ", ".join(
+                    f"{n} ({f})"
+                    for f in GRID["frameworks"]
+                    for n in registry.framework(f).loaders[1:]
+                ),
+            )
+        RUNS += [
+            run
+            for run in points(
+                ["timing"],
+                sorted(_o["devices"]),
+                [_o["batch_size"]],
+                [_o["workers"]],
+                _o["repeats"],
+                _o.get("models"),
+                loader=_loader,
+            )
+            if run["framework"] in _fws
+        ]
 RUN_DIRS = [run_dir(run) for run in RUNS]
 RUN_RESULTS = [os.path.join(d, "result.json") for d in RUN_DIRS]
 # The grid's timing runs (the fair harness, the pair lane): what the adaptive plan reads.
@@ -256,6 +295,7 @@ TIMING_RESULTS = [
     for run in RUNS
     if run["kind_prefix"] == KIND_PREFIXES["timing"]
     and run["lane_prefix"] == LANE_PREFIXES["pair"]
+    and run["loader_prefix"] == LOADER_PREFIXES["default"]
 ]
 
 
@@ -310,6 +350,7 @@ def run_priority(wildcards):
         "dataset",
         "kind_prefix",
         "lane_prefix",
+        "loader_prefix",
         "framework",
         "model",
         "devices",
@@ -349,7 +390,11 @@ def run_settings(wildcards):
     lane = lane_of(wildcards)
     # The pair's runs pass no --lane (the runner records the lane of the Python either way),
     # so that adding lanes reruns none of them.
-    return flags if lane == "pair" else f"{flags} --lane {lane}"
+    if lane != "pair":
+        flags = f"{flags} --lane {lane}"
+    # Nor do runs of a framework's first loader pass --loader: adding loaders reruns nothing.
+    loader = {p: name for name, p in LOADER_PREFIXES.items()}[wildcards.loader_prefix]
+    return flags if loader == "default" else f"{flags} --loader {loader}"
 
 
 def workflow_rerun():
@@ -461,6 +506,7 @@ REPORT_TABLES = {
     "plan": "Timing",
     "adaptive": "Timing",
     "lanes": "Timing",
+    "loaders": "Timing",
     "breakdown": "Timing",
     "throughput": "Timing",
     "accuracy": "Accuracy",

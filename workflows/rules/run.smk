@@ -33,7 +33,8 @@ rule run:
         # The lane's interpreter (pair: the Snakemake venv's; others: .venv-LANE).
         python=lane_python,
     message:
-        "run {RUN_NUMBER:{output.result}}: {wildcards.kind_prefix}{wildcards.lane_prefix}{wildcards.framework}"
+        "run {RUN_NUMBER:{output.result}}: {wildcards.kind_prefix}{wildcards.lane_prefix}{wildcards.loader_prefix}"
+        "{wildcards.framework}"
         " {wildcards.model}"
         " devices={wildcards.devices} batch={wildcards.batch}"
         " workers={wildcards.workers} repeat={wildcards.repeat}"
