@@ -46,10 +46,9 @@ def _wrong_python(exc: ImportError) -> str:
 
 
 try:
-    from runners import envinfo, history
+    from runners import envinfo, history, result
     from runners.config import ConfigError, RunConfig, build_parser, config_from_args
     from runners.probes import DISK_FULL_MARK, disk_full
-    from runners import result
     from runners.record import collect_measurements, summarise
     from runners.rundir import RunDir
 except ImportError as _exc:  # pragma: no cover (a bare interpreter: exercised by tests in a subprocess)
@@ -696,10 +695,10 @@ def main(argv=None) -> int:
     return write_and_report(stage, out, launched_result(cfg, argv, data, env, pre, run), run)
 
 
-def print_summary(result: dict, where: Path, replaced: Path | None) -> None:
+def print_summary(document: dict, where: Path, replaced: Path | None) -> None:
     """The run's outcome in a few lines; where its result went, and where the run it replaced went."""
-    c, s = result["config"], result["summary"]
-    head = (f"[gnnscale] {result['status'].upper()} {c['framework']}/{c['model']} devices={c['devices']} "
+    c, s = document["config"], document["summary"]
+    head = (f"[gnnscale] {document['status'].upper()} {c['framework']}/{c['model']} devices={c['devices']} "
             f"batch={c['batch_size']} workers={c['workers']} dataset={c['dataset']}")
     print(head, flush=True)
     if s:
@@ -716,8 +715,8 @@ def print_summary(result: dict, where: Path, replaced: Path | None) -> None:
                   f"{s['seed_nodes_per_rank_epoch']:.0f} seed nodes per epoch; all ranks "
                   f"{s['seed_nodes_per_epoch_all_ranks']:.0f} of a {s['train_split_seed_nodes']}-node "
                   f"training split", flush=True)
-    if result["diagnosis"]:
-        print(f"[gnnscale]   {result['diagnosis']['summary']}", flush=True)
+    if document["diagnosis"]:
+        print(f"[gnnscale]   {document['diagnosis']['summary']}", flush=True)
     print(f"[gnnscale]   result: {RunDir(where).result}", flush=True)
     if replaced is not None:
         print(f"[gnnscale]   the run it replaced: {replaced}", flush=True)
