@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from analysis import FRAMEWORK_ORDER, framework_label
+from runners.result import read as read_result
 from runners.rundir import RunDir
 from runners.stopping import t_quantile
 
@@ -191,7 +192,7 @@ def first_round_points(result_paths: list) -> tuple:
     repeats = 0
     for path in result_paths:
         try:
-            data = json.loads(Path(path).read_text())
+            data = read_result(path)  # a newer schema is a ValueError: no evidence here either
             data["config"], data["status"]
         except (OSError, ValueError, KeyError, TypeError):
             continue  # the aggregate lists a malformed result as invalid; here it is no evidence
@@ -219,7 +220,7 @@ def keep_earlier_second_round(p: Point, first_round: int) -> None:
     while True:
         path = RunDir(p.result_dir / f"{p.run['name']}-r{rep}").result
         try:
-            data = json.loads(path.read_text())
+            data = read_result(path)
         except (OSError, ValueError):
             return
         t = (data.get("summary") or {}).get("steady_epoch_time_s")
