@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from analysis import FRAMEWORK_ORDER, PHASE_LABELS, PHASE_COLUMNS, framework_label, model_label
+from analysis import FRAMEWORK_ORDER, PHASE_COLUMNS, PHASE_LABELS, framework_label, model_label
 from analysis import speedup_gap, tables
 from analysis.comparisons import comparison_labels, framework_comparison, framework_pairs
 from analysis.formatting import fmt_pct

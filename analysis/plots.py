@@ -16,7 +16,7 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.transforms import blended_transform_factory  # noqa: E402
 
-from analysis import (FRAMEWORK_COLOURS, FRAMEWORK_ORDER, MODEL_ORDER, PHASE_LABELS, PHASE_COLUMNS,  # noqa: E402
+from analysis import (FRAMEWORK_COLOURS, FRAMEWORK_ORDER, MODEL_ORDER, PHASE_COLUMNS, PHASE_LABELS,  # noqa: E402
                       STATUS_COLOURS, STATUSES, framework_label, model_label)
 from analysis import speedup_gap, tables  # noqa: E402
 from analysis.formatting import fmt_si, worst_status  # noqa: E402

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import FRAMEWORK_ORDER, GRID_KEYS, PHASE_LABELS, PHASE_COLUMNS, framework_label, model_label
+from analysis import FRAMEWORK_ORDER, GRID_KEYS, PHASE_COLUMNS, PHASE_LABELS, framework_label, model_label
 from analysis.comparisons import framework_comparison, framework_pairs
 from analysis.display import Cell, GridTable, TableSet, index_cells, row_anchor, value_cell
 from analysis.formatting import fmt_duration, fmt_num, fmt_pct, fmt_si, status_text

@@ -8,7 +8,7 @@ import re
 import pandas as pd
 import pytest
 
-from analysis import PHASE_LABELS, PHASE_COLUMNS, answers, findings, formatting, grouping, planning, report, tables
+from analysis import PHASE_COLUMNS, PHASE_LABELS, answers, findings, formatting, grouping, planning, report, tables
 from analysis.display import frame_table
 from analysis.aggregate import Aggregate
 from tests import _runs
