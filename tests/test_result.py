@@ -97,3 +97,13 @@ def test_what_the_builder_writes_passes_the_schema(tmp_path):
 def test_the_result_schema_knows_every_lane():
     schema = json.loads(result.SCHEMA_PATH.read_text())
     assert tuple(schema["properties"]["config"]["properties"]["lane"]["enum"]) == settings.LANES
+
+
+def test_the_result_schema_names_only_settings_that_are_fields():
+    """result.json's `config` is RunConfig's fields plus what the launcher adds beside them."""
+    from runners.config import RunConfig
+
+    config = json.loads(result.SCHEMA_PATH.read_text())["properties"]["config"]
+    fields = {f.name for f in dataclasses.fields(RunConfig)}
+    assert set(config["required"]) <= fields, set(config["required"]) - fields
+    assert set(config["properties"]) <= fields | {"adapter_choices", "harness_settings", "lr_effective"}
