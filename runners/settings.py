@@ -146,6 +146,9 @@ def declared(cls, option_only: tuple) -> tuple:
         default = meta.pop("default", REQUIRED if f.default is dataclasses.MISSING else f.default)
         found.append(Setting(f.name, _field_type(hints[f.name]), default, **meta))
         found += [s for s in option_only if s.after == f.name]
+    lost = [f"{s.name} (after {s.after!r})" for s in option_only if s not in found]
+    if lost:
+        raise ValueError(f"options placed after no field of {cls.__name__}: {', '.join(lost)}")
     return tuple(found)
 
 
