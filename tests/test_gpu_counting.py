@@ -1,5 +1,6 @@
 """Counting GPUs, and grid points that ask for more GPUs than the node has (CPU-testable)."""
 
+import dataclasses
 import html
 import json
 import re
@@ -12,7 +13,7 @@ from analysis import aggregate, report
 from runners import envinfo
 from runners.config import ConfigError, build_parser, config_from_args
 from runners.result import SCHEMA_PATH
-from runners.run import record_skipped
+from runners.run import check_lane, record_skipped
 from tests import _runs
 
 
@@ -49,7 +50,10 @@ def test_too_many_devices_is_an_error_on_the_command_line(tmp_path):
 def test_a_sweep_records_too_many_devices_as_skipped(tmp_path, tmp_path_factory):
     argv, cfg = _cfg(tmp_path, "--skip-unavailable")
     assert "--devices 4" in cfg.skip_reason
-    assert record_skipped(cfg, envinfo.collect(), argv) == 0
+    env = envinfo.collect()
+    # as the launcher does before it records anything (runners.run.parse_and_check)
+    cfg = dataclasses.replace(cfg, lane=check_lane(cfg.lane, env["lane"]))
+    assert record_skipped(cfg, env, argv) == 0
     result = json.loads((tmp_path / "d4" / "result.json").read_text())
     jsonschema.validate(result, json.loads(SCHEMA_PATH.read_text()))
     assert result["status"] == "skipped" and "only 2 GPU(s)" in result["diagnosis"]["summary"]
