@@ -8,6 +8,7 @@ import math
 import pytest
 
 from analysis import adaptive, stats
+from runners.result import SCHEMA_VERSION
 
 
 def point(fw, times, wall=10.0, model="sage", devices=2, batch=256, workers=0):
@@ -76,7 +77,7 @@ def write_result(root, fw, rep, seconds):
     d = root / "runs" / "small" / f"{fw}-sage-d2-b256-w0-r{rep}"
     d.mkdir(parents=True)
     (d / "result.json").write_text(json.dumps({
-        "run_id": f"{fw}-{rep}", "status": "ok", "wall_time_s": 9.0,
+        "schema_version": SCHEMA_VERSION, "run_id": f"{fw}-{rep}", "status": "ok", "wall_time_s": 9.0,
         "config": {"framework": fw, "model": "sage", "devices": 2, "batch_size": 256, "workers": 0, "repeat": rep},
         "summary": {"steady_epoch_time_s": seconds}}))
     return str(d / "result.json")
@@ -107,7 +108,7 @@ def test_command_line_plans_from_result_files(tmp_path):
             d = tmp_path / "runs" / "small" / f"{fw}-sage-d2-b256-w0-r{rep}"
             d.mkdir(parents=True)
             (d / "result.json").write_text(json.dumps({
-                "run_id": f"{fw}-{rep}", "status": "ok", "wall_time_s": 9.0,
+                "schema_version": SCHEMA_VERSION, "run_id": f"{fw}-{rep}", "status": "ok", "wall_time_s": 9.0,
                 "config": {"framework": fw, "model": "sage", "devices": 2, "batch_size": 256, "workers": 0,
                            "repeat": rep},
                 "summary": {"steady_epoch_time_s": base * noise}}))

@@ -82,9 +82,10 @@ def harness_prefix(harness):
 
 
 # What a run is for (see settings.sweep_values), by the prefix its name starts with: timing
-# runs (the grid; fair harness, stop rule of config timing: no prefix, so their names stay as
-# they were), convergence runs (config convergence; fixed schedule, validated every epoch),
-# runs of the seed study's harness (fixed schedule) and the deadlock demonstrations.
+# runs (the grid's; the fair harness, stopping as config timing says; no prefix, so their
+# names stay as they were), convergence runs (config convergence; fixed schedule, validated
+# every epoch), runs of the seed study's harness (fixed schedule) and the deadlock
+# demonstrations.
 KIND_PREFIXES = {
     "timing": "",
     "convergence": "conv-",
@@ -100,7 +101,9 @@ LANE_PREFIXES = {
 }
 # The loader a timing run uses (registry Framework.loaders): none for the framework's first
 # ("default", as runs.csv's loader_variant says), the loader's name for another one.
-LOADER_PREFIXES = {"default": ""} | {name: f"{name}-" for name in registry.OTHER_LOADERS}
+LOADER_PREFIXES = {"default": ""} | {
+    name: f"{name}-" for name in registry.OTHER_LOADERS
+}
 
 
 def prefix_pattern(prefixes):
@@ -164,10 +167,18 @@ def run_dir(run):
 
 
 def points(
-    kinds, devices, batches, workers, repeats, models=None, lane="pair", loader="default"
+    kinds,
+    devices,
+    batches,
+    workers,
+    repeats,
+    models=None,
+    lane="pair",
+    loader="default",
 ):
     """Run entries of the grid's frameworks x models (or `models`) over the given axes, for
-    each of `kinds` (KIND_PREFIXES) in `lane` with `loader` (LANE_PREFIXES, LOADER_PREFIXES)."""
+    each of `kinds` (KIND_PREFIXES) in `lane` with `loader` (LANE_PREFIXES, LOADER_PREFIXES).
+    """
     return [
         dict(
             dataset=DATASET,
@@ -198,7 +209,10 @@ def points(
 RUNS = [
     run
     for run in points(
-        ["timing" if h == settings.default("harness") else h for h in GRID["harnesses"]],
+        [
+            "timing" if h == settings.default("harness") else h
+            for h in GRID["harnesses"]
+        ],
         DEVICES,
         GRID["batch_sizes"],
         GRID["workers"],
