@@ -260,11 +260,12 @@ if config.get("loaders"):
         ]
 RUN_DIRS = [RUN_DIR.format(**run) for run in RUNS]
 RUN_RESULTS = [os.path.join(d, "result.json") for d in RUN_DIRS]
-# The grid's timing runs (the fair harness, the pair lane): what the adaptive plan reads.
+# The timing runs of the pair lane (the grid's, and a framework's other loaders'): what the
+# adaptive plan reads.
 TIMING_RESULTS = [
     os.path.join(RUN_DIR.format(**run), "result.json")
     for run in RUNS
-    if run["hprefix"] == ""
+    if run["hprefix"] == "" or run["hprefix"] in LOADER_PREFIXES
 ]
 
 
