@@ -24,6 +24,7 @@ from runners.settings import FAULTS, REQUIRED, ConfigError, parse_fanouts  # noq
 
 FAULTS_NEEDING_WORKERS = ("hang-worker", "kill-worker")
 FAULTS_NEEDING_TWO_RANKS = ("uneven-batches", "stall-rank", "freeze-rank")
+FAULTS_NEEDING_A_PIPELINE = ("hang-pipeline",)
 
 # Per model (the seed study's Table 1, declared in the registry); any of them can be
 # overridden on the command line.
@@ -183,6 +184,9 @@ def check_combinations(v: dict) -> None:
                  f"--inject {inject} acts on a loader worker and needs --workers >= 1, got --workers {v['workers']}")
         _require(inject not in FAULTS_NEEDING_TWO_RANKS or v["devices"] * v["nodes"] >= 2,
                  f"--inject {inject} needs at least 2 processes in all, got --devices {v['devices']}")
+        _require(inject not in FAULTS_NEEDING_A_PIPELINE or v.get("loader") in registry.PIPELINE_LOADERS,
+                 f"--inject {inject} stops a stage of a loader's pipeline and needs --loader "
+                 f"{' or '.join(registry.PIPELINE_LOADERS)}, got --loader {v.get('loader') or 'the default'}")
 
 
 def resolve_device(v: dict, visible_gpus: int) -> tuple:

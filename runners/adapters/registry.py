@@ -202,6 +202,9 @@ FRAMEWORK_NAMES = tuple(FRAMEWORKS)
 # Every loader name of every framework (--loader's choices; which framework offers which is
 # checked with the framework, runners.config.check_combinations).
 LOADER_NAMES = tuple(dict.fromkeys(name for f in FRAMEWORKS.values() for name in f.loaders))
+# Loaders built as a pipeline of stages that run in the rank's own threads (DGL's GraphBolt: up
+# to copy_to in a prefetch thread): --inject hang-pipeline stops one of their stages.
+PIPELINE_LOADERS = ("graphbolt",)
 # The loaders that are not their framework's first (a sweep times them beside it: config loaders).
 OTHER_LOADERS = tuple(dict.fromkeys(name for f in FRAMEWORKS.values() for name in f.loaders[1:]))
 MODEL_NAMES = tuple(MODELS)
