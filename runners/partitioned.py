@@ -222,10 +222,11 @@ class Server:
         d.setdefault("ranks", [])
         outcome.status, outcome.diagnosis = "crashed", d
 
-    def stop(self, grace_s: float) -> dict:
+    def stop(self, grace_s: float, replicated_model: dict | None = None) -> dict:
         """Wait up to `grace_s` for the server to leave (the trainers' rank 0 shuts every server
         down when training ends), then stop it (SIGTERM, then SIGKILL, its process group).
-        Returns how it ended and the host's memory."""
+        Returns how it ended and the host's memory, next to what the pre-flight model says a
+        replicated run of the same point holds on this host (`replicated_model`, runners.memory)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
@@ -249,7 +250,7 @@ class Server:
                 "exit_code": code if code is None or code >= 0 else None,
                 "signal": signal.Signals(-code).name if code is not None and code < 0 else None,
                 "stopped_by": "died mid-run" if self.died else stopped_by, "died": self.died,
-                "log": str(self.log_path), "memory": self.memory()}
+                "log": str(self.log_path), "memory": {**self.memory(), **replicated(replicated_model)}}
 
     def memory(self) -> dict:
         """This host's peak: the server's PSS plus its trainers' at the worst sample."""
@@ -261,6 +262,16 @@ class Server:
                 "server_peak_bytes": max((s[1] or 0) for s in self.samples),
                 "samples": len(self.samples), "interval_s": SAMPLE_INTERVAL_S,
                 "rule": "PSS of this host's graph server plus its trainers, sampled together by the launcher"}
+
+
+def replicated(model: dict | None) -> dict:
+    """The pre-flight model's peak of a replicated run of the same point on one host, and its
+    graph term (every host of a replicated run holds the whole dataset)."""
+    if not model:
+        return {}
+    return {"replicated_model_bytes": model["total_bytes"],
+            "replicated_model_dataset_bytes": model["terms_bytes"].get("dataset_shared"),
+            "replicated_rule": "runners.memory's pre-flight model of this point with the whole graph on the host"}
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

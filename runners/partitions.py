@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from runners import datasets
-from runners.datasets.format import _column_chunks, _stat_key, array_sha256  # noqa: F401  (shared hashing)
+from runners.datasets.format import _column_chunks, _stat_key  # chunked reads and stat keys, as datasets
 
 DEFAULT_ROOT = "results/partitions"
 METHODS = ("metis", "random")
@@ -107,19 +107,6 @@ def _fsync_write(path: Path, text: str) -> None:
         os.fsync(fh.fileno())
 
 
-@contextlib.contextmanager
-def _lock(root: Path, name: str):
-    """Serialise concurrent makers of one partition (every node of a run may ask for it)."""
-    import fcntl
-
-    with open(root / f".{name}.lock", "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 def prepare(dataset: str, parts: int, method: str, data_root=datasets.DEFAULT_ROOT, root=DEFAULT_ROOT,
             force: bool = False) -> Path:
     """The verified partition directory of `dataset` into `parts` by `method`, made if missing or
@@ -131,7 +118,7 @@ def prepare(dataset: str, parts: int, method: str, data_root=datasets.DEFAULT_RO
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     final = directory(root, dataset, graph.content_hash, parts, method)
-    with _lock(root, final.name):
+    with datasets._lock(root, final.name):  # every node of a run may ask for it at once
         for stale in root.glob(f".{final.name}.tmp-*"):
             shutil.rmtree(stale, ignore_errors=True)
         if final.exists() and not force:

@@ -780,7 +780,7 @@ def main(argv=None) -> int:
         server.watch(run.proc.pid)
     failed = supervise(cfg, stage, run, log)
     if server is not None:
-        env["partitioned"]["server"] = server.stop(cfg.kill_grace_s)
+        env["partitioned"]["server"] = server.stop(cfg.kill_grace_s, pre.get("memory_model"))
         server.explain(run.outcome)  # a server that died mid-run is the cause, its trainers victims
     if failed is not None:
         return failed

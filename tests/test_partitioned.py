@@ -65,7 +65,10 @@ def test_distdgl_sage_two_partitions_learns_and_leaves_nothing(hosts, tmp_path):
         server = part["server"]
         assert server["host"] == h.hostname and server["exit_code"] == 0, server
         assert server["stopped_by"] == "shutdown request from the trainers", server
-        assert server["memory"]["host_peak_bytes"] > server["memory"]["server_peak_bytes"] > 0, server
+        mem = server["memory"]
+        assert mem["host_peak_bytes"] > mem["server_peak_bytes"] > 0, server
+        # beside it, the pre-flight model of a replicated run of the point: the whole graph on the host
+        assert mem["replicated_model_dataset_bytes"] == r["preflight"]["memory_model"]["inputs"]["dataset_bytes"] > 0
         assert r["env"]["rank_env_vars"] is not None
     # Equal steps on both ranks (padded shares), every epoch covering the training split.
     s = r0["summary"]
@@ -132,3 +135,4 @@ def test_replicated_keeps_a_runs_identity():
     assert elsewhere.identity("h") == metis.identity("h")
     with pytest.raises(ConfigError, match="--part-method random: partitions the graph for --strategy partitioned only"):
         _config("--part-method", "random")
+
