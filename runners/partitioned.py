@@ -222,6 +222,29 @@ class Server:
         d.setdefault("ranks", [])
         outcome.status, outcome.diagnosis = "crashed", d
 
+    def adopt_remote(self, out: Path, outcome, started_at: str) -> None:
+        """Node 0, whose own server lived: a server that died on another node is the run's cause
+        when that node's result says so (node{K}/result.json beside node 0's, as runners.nodes
+        reads them); node 0's trainers only lost it (or the peers it stopped)."""
+        if (self.cfg.node_rank != 0 or self.cfg.nodes < 2 or outcome is None or outcome.status == "ok"
+                or self.died is not None):
+            return
+        from runners import history, nodes
+
+        for k, res in sorted(nodes.other_results(self.cfg, history.point_dir(out), started_at).items()):
+            theirs = res.get("diagnosis") or {}
+            if theirs.get("cause") != "lost_server":
+                continue
+            mine = outcome.diagnosis or {}
+            outcome.diagnosis = {
+                **mine, "summary": f"{theirs['summary']} (node {k}'s result; node 0's trainers lost it: "
+                                   f"{mine.get('summary', outcome.status)})",
+                "cause": "lost_server", "cause_text": theirs.get("cause_text"), "remedy": theirs.get("remedy"),
+                "lost_server": theirs.get("lost_server"), "culprit_rank": None, "previous_status": outcome.status,
+                "evidence": [f"node {k}'s result: {theirs['summary']}"] + list(mine.get("evidence") or [])}
+            outcome.status = "crashed"
+            return
+
     def stop(self, grace_s: float, replicated_model: dict | None = None) -> dict:
         """Wait up to `grace_s` for the server to leave (the trainers' rank 0 shuts every server
         down when training ends), then stop it (SIGTERM, then SIGKILL, its process group).

@@ -791,6 +791,8 @@ def main(argv=None) -> int:
         # A node's watchdog sees its own processes only: name the hosts, and another node's part.
         run.outcome.diagnosis = nodes.explain(cfg, stage, run.local_ranks, run.outcome.status,
                                               run.outcome.diagnosis, run.started_at)
+    if server is not None:
+        server.adopt_remote(stage, run.outcome, run.started_at)  # another host's server died
     recheck_dataset(data, env)
     return write_and_report(stage, out, launched_result(cfg, argv, data, env, pre, run), run)
 

@@ -136,3 +136,52 @@ def test_replicated_keeps_a_runs_identity():
     with pytest.raises(ConfigError, match="--part-method random: partitions the graph for --strategy partitioned only"):
         _config("--part-method", "random")
 
+
+def server_pid(hosts, host) -> int | None:  # noqa: F811
+    import psutil
+
+    for pid in hosts.pids(host):
+        try:
+            if "runners.adapters.dgl_dist" in " ".join(psutil.Process(pid).cmdline()):
+                return pid
+        except psutil.Error:
+            continue
+    return None
+
+
+def test_killed_server_is_named_and_nothing_is_left(hosts, tmp_path):  # noqa: F811
+    """Host 1's graph server is killed mid-run: node 1's run ends `crashed`, cause `lost_server`,
+    naming the server, its host and the signal; node 0's run (its trainer lost the server and its
+    peer) names the same server from node 1's result. Nothing is left running on either host."""
+    import os
+    import signal
+
+    from tests.helpers import live_dir
+
+    out = tmp_path / "job"
+    procs = start_partitioned(hosts, out, epochs=40, extra=["--stall-floor", "10"])
+    h0, h1 = hosts.hosts
+    epochs = None
+    for _ in range(600):  # until node 1 has finished an epoch: at most 600 polls, 120 s
+        epochs = next(live_dir(out / "node1").glob("rank1/epochs.csv"), None)
+        if epochs is not None and len(epochs.read_text().splitlines()) > 1:
+            break
+        time.sleep(0.2)
+    assert epochs is not None, logs(out)
+    victim = server_pid(hosts, h1)
+    assert victim is not None, logs(out)
+    os.kill(victim, signal.SIGKILL)
+    assert [p.wait(timeout=RUN_TIMEOUT_S) for p in procs] == [0, 0], logs(out)
+    r0, r1 = result_of(out), result_of(out / "node1")
+    d1 = r1["diagnosis"]
+    assert r1["status"] == "crashed" and d1["cause"] == "lost_server", d1
+    assert d1["summary"].startswith(f"crashed: graph server 1 (partition 1, pid {victim}) on host {h1.hostname} "
+                                    "died (SIGKILL)"), d1
+    assert d1["lost_server"]["host"] == h1.hostname and d1["lost_server"]["signal"] == "SIGKILL"
+    d0 = r0["diagnosis"]
+    assert r0["status"] == "crashed" and d0["cause"] == "lost_server", d0
+    assert d0["summary"].startswith(f"crashed: graph server 1 (partition 1, pid {victim}) on host {h1.hostname}"), d0
+    assert r0["env"]["partitioned"]["server"]["stopped_by"] in ("the launcher", "shutdown request from the trainers")
+    assert r0["epochs"] and not r0["summary"]  # what was measured is kept; no timing claimed
+    assert node_pids(hosts) == {0: [], 1: []}
+    assert not alive(r0["env"]["partitioned"]["server"]["pid"]) and not alive(victim)
