@@ -1,7 +1,8 @@
 rule partitions:
     """Split a dataset into P partitions by METIS or at random for the partitioned strategy
     (runners.partitions: cached under results/partitions/ by the dataset's content hash, P and
-    the method; hashed, verified, its quality in quality.json). The output names the directory."""
+    the method; hashed, verified, its quality in quality.json). The output names the directory.
+    """
     input:
         "results/datasets/{dataset}/meta.json",
     output:
