@@ -20,7 +20,7 @@ from typing import Optional
 
 from runners import settings
 from runners.adapters import registry  # light: no torch, PyG or DGL
-from runners.settings import FAULTS, REQUIRED, ConfigError, parse_fanouts  # noqa: F401 (re-exported)
+from runners.settings import FAULTS, REQUIRED, STRATEGIES, ConfigError, parse_fanouts  # noqa: F401 (re-exported)
 
 FAULTS_NEEDING_WORKERS = ("hang-worker", "kill-worker")
 FAULTS_NEEDING_TWO_RANKS = ("uneven-batches", "stall-rank", "freeze-rank")
@@ -40,7 +40,7 @@ RESOLVED_FIELDS = (("fanouts_framework", list, []), ("device_type", str, "cpu"),
 # other field, present or added later, is part of it.
 # How a run is launched, not what it measures.
 NOT_IN_IDENTITY = ("out", "data_root", "master_addr", "master_port", "node_rank", "force_launch", "skip_unavailable",
-                   "rank_starter")
+                   "rank_starter", "ip_config")
 
 
 def _setting_fields(cls):
@@ -94,11 +94,17 @@ class RunConfig:
         default_loader = self.loader is None or self.loader == registry.framework(self.framework).loaders[0]
         if default_loader:
             settings.pop("loader", None)
+        # Every run before --strategy replicated the graph: left out likewise (partitioned.py).
+        replicated = self.strategy == STRATEGIES[0]
+        if replicated:
+            settings.pop("strategy", None)
+            settings.pop("part_method", None)
         settings["dataset_hash"] = dataset_hash
         digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
         nodes = f"x{self.nodes}" if self.nodes > 1 else ""
         lane = f"-{self.lane}" if self.lane not in (None, "pair") else ""
         loader = "" if default_loader else f"-{self.loader}"
+        loader += "" if replicated else f"-part-{self.part_method}"
         run_id = (f"{self.dataset}-{self.framework}{loader}-{self.model}-d{self.devices}{nodes}"
                   f"-b{self.batch_size}-w{self.workers}-r{self.repeat}{lane}-{digest[:10]}")
         return {"run_id": run_id, "digest": digest, "settings": settings}
@@ -175,6 +181,16 @@ def check_combinations(v: dict) -> None:
         _require(v["harness"] == "fair" or v["loader"] == offered[0],
                  f"--loader {v['loader']}: the study harness builds its loaders exactly as the seed study did "
                  f"({offered[0]}); use --harness fair")
+    if v["strategy"] != STRATEGIES[0]:
+        from runners import partitioned
+
+        partitioned.check_settings(v)
+    _require(v["strategy"] != STRATEGIES[0] or v["part_method"] == settings.default("part_method"),
+             f"--part-method {v['part_method']}: partitions the graph for --strategy partitioned only; "
+             f"this run is --strategy {v['strategy']}")
+    _require(v["strategy"] != STRATEGIES[0] or not v["ip_config"],
+             f"--ip-config {v['ip_config']}: names the graph servers' hosts for --strategy partitioned only; "
+             f"this run is --strategy {v['strategy']}")
     inject = v["inject"]
     if inject is not None:
         _require(v["allow_fault_injection"],

@@ -34,6 +34,10 @@ FAULTS = ("uneven-batches", "stall-rank", "freeze-rank", "hang-worker", "crash-r
 LR_SCALINGS = ("none", "linear")
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
 BREAKDOWN_CHOICES = ("auto", "on", "off")
+# replicated: every rank holds the whole graph (DDP); partitioned: one partition per host, served
+# by DistDGL's graph servers (runners/partitioned.py)
+STRATEGIES = ("replicated", "partitioned")
+PART_METHODS = ("metis", "random")  # runners.partitions.METHODS
 
 
 class ConfigError(ValueError):
@@ -238,6 +242,13 @@ SETTINGS = (
             help="the framework's neighbour-sampling loader: pyg: neighbor; dgl: classic "
             "(dgl.dataloading.DataLoader) or graphbolt (dgl.graphbolt's pipeline, DGL's examples from 2.1); "
             "default: the framework's first"),
+    # Left out of a replicated run's identity (RunConfig.identity), so existing run ids stay.
+    Setting("strategy", str, STRATEGIES[0], choices=STRATEGIES, sweep_omits_default=True,
+            help="replicated: every rank holds the whole graph (DDP); partitioned: the graph split into one "
+            "partition per host (--nnodes), each served by a DistGraphServer, trainers sampling and fetching "
+            "features over RPC (DGL only)"),
+    Setting("part_method", str, PART_METHODS[0], choices=PART_METHODS, sweep_omits_default=True,
+            help="partitioned: how the graph is split (runners.partitions)"),
     Setting("lane", str, None, choices=LANES, metavar="LANE",
             help="the software stack the run must run in (scripts/setup.sh): pair (torch 2.2.1, PyG and DGL), "
             "current (the newest torch PyG tests), own (a Python's own torch); default: the lane of the "
@@ -271,6 +282,9 @@ SETTINGS = (
     Setting("inject_step", int, 2, flag=None),
     Setting("node_rank", int, 0, group=_MULTI_NODE),
     Setting("master_addr", str, "127.0.0.1", group=_MULTI_NODE),
+    Setting("ip_config", str, None, group=_MULTI_NODE, metavar="FILE",
+            help="partitioned across hosts: DGL's ip_config, one line 'ADDRESS [PORT]' per host in node-rank "
+            "order (host k serves partition k); one node: 127.0.0.1 and a free port"),
     Setting("rank_starter", str, "auto", choices=RANK_STARTERS, group=_MULTI_NODE,
             help="what starts the ranks: spawn (runners.spawn, plain Python, one node only), torchrun (its "
             "agent imports torch first, about 1.5 s per run), auto: spawn on one node, torchrun on several"),

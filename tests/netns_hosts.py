@@ -123,14 +123,18 @@ class Hosts:
             self.hosts.append(Host(i, ns, hostname, address))
 
     # -- running inside a host -------------------------------------------------------------
-    def argv(self, host: Host, argv: list) -> list:
-        """`argv` run inside `host`: its network namespace and a UTS namespace named after it."""
+    def argv(self, host: Host, argv: list, private_shm: bool = False) -> list:
+        """`argv` run inside `host`: its network namespace and a UTS namespace named after it.
+        With private_shm, also a /dev/shm of its own, as a real host has (a tmpfs in the mount
+        namespace `ip netns exec` makes; it goes when the command's last process ends): DistDGL's
+        servers name their shared memory after the graph, so two hosts sharing one would collide."""
+        shm = "mount -t tmpfs -o mode=1777 gnshm /dev/shm && " if private_shm else ""
         return ["ip", "netns", "exec", host.netns, "unshare", "--uts", "sh", "-c",
-                f'hostname {host.hostname} && exec "$@"', "sh", *map(str, argv)]
+                f'{shm}hostname {host.hostname} && exec "$@"', "sh", *map(str, argv)]
 
-    def popen(self, host: Host, argv: list, **kw) -> subprocess.Popen:
+    def popen(self, host: Host, argv: list, private_shm: bool = False, **kw) -> subprocess.Popen:
         """Start `argv` inside `host` in a process group of its own, tracked for teardown."""
-        proc = subprocess.Popen(self.argv(host, argv), start_new_session=True, **kw)
+        proc = subprocess.Popen(self.argv(host, argv, private_shm), start_new_session=True, **kw)
         self.groups.append(proc.pid)
         self.started.append(proc.pid)
         return proc
