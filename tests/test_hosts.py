@@ -145,10 +145,13 @@ def test_ddp_across_two_hosts(hosts, tmp_path, framework):
     for r, h in ((r0, h0), (r1, h1)):
         net = r["env"]["network"]
         assert r["env"]["hostname"] == h.hostname
-        assert (net["address"], net["interface"], net["gloo_socket_ifname"]) == (
-            h.address, netns_hosts.IFNAME, netns_hosts.IFNAME), net
+        assert (net["address"], net["interface"], net["gloo_socket_ifname"], net["nccl_socket_ifname"]) == (
+            h.address, netns_hosts.IFNAME, netns_hosts.IFNAME, f"={netns_hosts.IFNAME}"), net
         assert net["master_addr"] == h0.address
-        assert r["env"]["rank_env_vars"]["GLOO_SOCKET_IFNAME"] == netns_hosts.IFNAME
+        # What the ranks ran with: gloo's and NCCL's interface both (NCCL itself needs GPUs).
+        rank_env = r["env"]["rank_env_vars"]
+        assert (rank_env["GLOO_SOCKET_IFNAME"], rank_env["NCCL_SOCKET_IFNAME"]) == (
+            netns_hosts.IFNAME, f"={netns_hosts.IFNAME}"), rank_env
         # The run's result names both hosts and their ranks (exchanged at the end of training).
         assert net["ranks_by_host"] == {h0.hostname: [0, 1], h1.hostname: [2, 3]} and net["all_ranks_known"]
     # Node 0 knows the slowest rank of the whole job, including those on the other host.
