@@ -465,10 +465,12 @@ class Launch:
 
 def child_environment(cfg: RunConfig, network: dict | None = None) -> dict:
     """torchrun's environment: threads per rank, unbuffered output, the repository importable;
-    for a multi-node run, gloo bound to the interface that reaches the master (envinfo.network)."""
+    for a multi-node run, gloo and NCCL bound to the interface that reaches the master
+    (envinfo.network)."""
     env = dict(os.environ)
-    if network and network["gloo_socket_ifname"]:
-        env["GLOO_SOCKET_IFNAME"] = network["gloo_socket_ifname"]
+    for var in envinfo.SOCKET_IFNAMES:
+        if network and network.get(var.lower()):
+            env[var] = network[var.lower()]
     if network:
         env["GNNSCALE_NODE_ADDRESS"] = network["address"]
     env.update({

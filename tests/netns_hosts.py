@@ -79,6 +79,7 @@ class Hosts:
     groups: list = field(default_factory=list)  # process-group ids this fixture started, not yet stopped
     started: list = field(default_factory=list)  # every process-group id it ever started
     made: list = field(default_factory=list)  # namespaces made, in order
+    inodes: set = field(default_factory=set)  # their identities: found in /proc/PID/ns/net even once unnamed
 
     def __post_init__(self):
         self.subnet = f"10.231.{os.getpid() % 250 + 1}"
@@ -98,6 +99,7 @@ class Hosts:
     def _netns(self, name: str) -> None:
         _ip("netns", "add", name)
         self.made.append(name)
+        self.inodes.add(os.stat(f"/run/netns/{name}").st_ino)
         _ip("-n", name, "link", "set", "lo", "up")
 
     def _make(self) -> None:
@@ -159,6 +161,18 @@ class Hosts:
                 pass
         return hit
 
+    def kill_all(self, host: Host, rounds=20) -> list:
+        """SIGKILL every process of the host until none is left (a process may fork while the
+        first round runs): at most `rounds` rounds, 0.1 s apart. The PIDs hit."""
+        killed = []
+        for _ in range(rounds):
+            hit = self.kill_host(host)
+            killed += hit
+            if not hit:
+                break
+            time.sleep(0.1)
+        return killed
+
     # -- removing ----------------------------------------------------------------------------
     def stop(self) -> None:
         """Kill every process (groups started here, then anything left in a namespace), then
@@ -199,18 +213,22 @@ class Hosts:
                   if self.prefix in line or IFNAME in line]
         for host in self.hosts:
             found += [f"process {p} in {host.netns}" for p in self.pids(host)]
-        found += [f"process {pid} of group {pgid}" for pid, pgid in _process_groups() if pgid in self.started]
+        found += [f"process {pid} of group {pgid}" for pid, pgid, _ in _processes() if pgid in self.started]
+        # A process can keep a namespace alive after `ip netns del` removed its name; it still
+        # shows the namespace's inode, whatever started it (a daemon that forked away, a rank).
+        found += [f"process {pid} in namespace inode {ino}" for pid, _, ino in _processes() if ino in self.inodes]
         return found
 
 
-def _process_groups() -> list:
-    """(pid, process-group id) of every live (not zombie) process on the machine."""
+def _processes() -> list:
+    """(pid, process-group id, network-namespace inode) of every live (not zombie) process."""
     found = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
+            ino = os.stat(stat.parent / "ns" / "net").st_ino
         except OSError:
             continue
         if fields[0] != "Z":
-            found.append((int(stat.parent.name), int(fields[2])))
+            found.append((int(stat.parent.name), int(fields[2]), ino))
     return found

@@ -440,8 +440,10 @@ def launcher(wildcards):
     if config["nodes"] == 1:
         return ""
     node = os.path.join(workflow.basedir, "scripts", "slurm_node.sh")
+    # SLURM_JOB_ID: the SLURM executor's job step drops every other SLURM_* variable
+    # (SLURM_JOB_NODELIST too) before it runs the rule; srun finds the allocation by its id.
     return (
-        ': "${SLURM_JOB_NODELIST:?config nodes > 1 needs a SLURM allocation: '
+        ': "${SLURM_JOB_ID:?config nodes > 1 needs a SLURM allocation: '
         'use --workflow-profile profiles/slurm}"; '
         f"srun --nodes={config['nodes']} --ntasks-per-node=1 {node} "
     )
