@@ -16,6 +16,7 @@ report: "workflows/report/workflow.rst"
 
 include: "workflows/rules/common.smk"
 include: "workflows/rules/dataset.smk"
+include: "workflows/rules/partitions.smk"
 include: "workflows/rules/run.smk"
 include: "workflows/rules/adaptive.smk"
 include: "workflows/rules/analysis.smk"

@@ -4,7 +4,8 @@
         --out results/plan/repeats.json results/runs/small/*/result.json
 
 The report answers with ratios of timing runs' steady epoch times: PyG over DGL, 2 devices over
-1, 1 loader worker over none, batch 1024 over 256, each with a 95% Welch t-interval on the log
+1, 1 loader worker over none, batch 1024 over 256, a framework's other loader over its first
+(DGL's GraphBolt over its classic DataLoader), each with a 95% Welch t-interval on the log
 scale over repeats (analysis.stats). The first round runs every point a few times. This plans
 more repeats only for the comparisons whose interval is still wider than the precision asked
 for, within a time budget, and says why each point got them.
@@ -33,20 +34,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from analysis import FRAMEWORK_ORDER, framework_label
+from runners.adapters import registry
 from runners.result import read as read_result
 from runners.rundir import RunDir
 from runners.stopping import t_quantile
 
 # What the report compares (each a ratio of one point's epoch time over another's that differ
-# in this axis only): axis -> (numerator value, denominator value, how the report says it).
+# in one key only): comparison -> (the key, numerator value, denominator value, how the report
+# says it). A point's loader is "default" for its framework's first (aggregate's loader_variant).
 _FIRST, _SECOND = FRAMEWORK_ORDER[:2]  # the report's order: the first framework's time over the second's
+DEFAULT_LOADER = "default"
 AXES = {
-    "framework": (_FIRST, _SECOND, f"{framework_label(_FIRST)} over {framework_label(_SECOND)}"),
-    "devices": (2, 1, "2 devices over 1"),
-    "workers": (1, 0, "1 loader worker over none"),
-    "batch_size": (1024, 256, "batch 1024 over 256"),
-}
-POINT_KEYS = ("framework", "model", "devices", "batch_size", "workers")
+    "framework": ("framework", _FIRST, _SECOND, f"{framework_label(_FIRST)} over {framework_label(_SECOND)}"),
+    "devices": ("devices", 2, 1, "2 devices over 1"),
+    "workers": ("workers", 1, 0, "1 loader worker over none"),
+    "batch_size": ("batch_size", 1024, 256, "batch 1024 over 256"),
+} | {name: ("loader", name, DEFAULT_LOADER, f"{name} over the framework's first loader")
+     for name in registry.OTHER_LOADERS}
+POINT_KEYS = ("framework", "model", "devices", "batch_size", "workers", "loader")
 JOB_OVERHEAD_S = 1.0  # a Snakemake job around each run, beside the run's own wall time
 
 
@@ -78,8 +83,8 @@ class Point:
         return statistics.mean(self.walls) + JOB_OVERHEAD_S
 
     def label(self) -> str:
-        fw, model, devices, batch, workers = self.key
-        return f"{fw} {model} d{devices} b{batch} w{workers}"
+        fw, model, devices, batch, workers, loader = self.key
+        return f"{fw} {model} d{devices} b{batch} w{workers}" + ("" if loader == DEFAULT_LOADER else f" {loader}")
 
 
 @dataclass
@@ -89,12 +94,13 @@ class Comparison:
     den: Point
 
     def label(self) -> str:
-        fw, model, devices, batch, workers = self.den.key
+        fw, model, devices, batch, workers, _ = self.den.key
         where = {"framework": f"{model} d{devices} b{batch} w{workers}",
                  "devices": f"{fw} {model} b{batch} w{workers}",
                  "workers": f"{fw} {model} d{devices} b{batch}",
-                 "batch_size": f"{fw} {model} d{devices} w{workers}"}[self.axis]
-        return f"{AXES[self.axis][2]} ({where})"
+                 "batch_size": f"{fw} {model} d{devices} w{workers}",
+                 "loader": f"{fw} {model} d{devices} b{batch} w{workers}"}[AXES[self.axis][0]]
+        return f"{AXES[self.axis][3]} ({where})"
 
 
 def half_width(sd_a: float, n_a: int, sd_b: float, n_b: int) -> float:
@@ -111,8 +117,8 @@ def half_width(sd_a: float, n_a: int, sd_b: float, n_b: int) -> float:
 def comparisons(points: dict) -> list:
     """Every pair of first-round points the report compares (same everything but one axis)."""
     out = []
-    for axis, (num_value, den_value, _) in AXES.items():
-        i = POINT_KEYS.index(axis)
+    for axis, (key_name, num_value, den_value, _) in AXES.items():
+        i = POINT_KEYS.index(key_name)
         for key, den in points.items():
             if key[i] != den_value:
                 continue
@@ -201,7 +207,7 @@ def first_round_points(result_paths: list) -> tuple:
         t = summary.get("steady_epoch_time_s")
         if data["status"] != "ok" or not t or t <= 0:
             continue
-        key = tuple(cfg[k] for k in POINT_KEYS)
+        key = tuple(cfg[k] for k in POINT_KEYS[:-1]) + (loader_variant(cfg),)
         run_dir = Path(path).parent
         p = points.setdefault(key, Point(key, [], [], run_wildcards(run_dir)))
         p.times.append(float(t))
@@ -210,6 +216,13 @@ def first_round_points(result_paths: list) -> tuple:
     for p in points.values():
         keep_earlier_second_round(p, repeats)
     return points, repeats
+
+
+def loader_variant(cfg: dict) -> str:
+    """DEFAULT_LOADER for a run of its framework's first loader (results from before --loader
+    ran that one), else the loader's name."""
+    loader = cfg.get("loader")
+    return DEFAULT_LOADER if loader in (None, registry.framework(cfg["framework"]).loaders[0]) else loader
 
 
 def keep_earlier_second_round(p: Point, first_round: int) -> None:

@@ -58,6 +58,11 @@ FRAMEWORKS = ("pyg", "dgl")
 LOADER_VARIANTS = {"dgl-graphbolt": ("dgl", "graphbolt")}
 TIMED = FRAMEWORKS + tuple(LOADER_VARIANTS)  # the timing rows' "frameworks"
 VARIANTS = ("probes-on", "probes-off", "reference")
+# Second references of a framework: the example's loop with one of its choices set as the
+# runner sets it, to tell a cost of the runner's loop from a choice both can make. DGL's example
+# creates every sparse format of the graph (create_formats_); the runner builds CSC only.
+REFERENCE_VARIANTS = {"dgl": {"reference-csc": ("the example's loop on the runner's CSC-only graph",
+                                                ["--graph-formats", "csc"])}}
 
 # (key prefix, measurement, target as text, limit): a figure passes when figure <= limit.
 TARGETS = {
@@ -159,8 +164,9 @@ def run_torchrun(module: str, nproc: int, args: list, log_path: Path, threads: i
     return execute(argv, log_path, env={"OMP_NUM_THREADS": str(threads), "CUDA_VISIBLE_DEVICES": ""})
 
 
-def run_reference(s: Settings, work: Path, framework: str, model: str, label: str) -> dict:
-    """The framework's minimal DDP loop with the runner's resolved settings."""
+def run_reference(s: Settings, work: Path, framework: str, model: str, label: str, extra: tuple = ()) -> dict:
+    """The framework's minimal DDP loop with the runner's resolved settings (`extra`: options of
+    a second reference, REFERENCE_VARIANTS)."""
     cfg = config_from_args(runner_parser().parse_args(runner_argv(s, framework, model, work / label)),
                            0, envinfo.cpu_cores())
     out = work / f"{label}.json"
@@ -168,7 +174,8 @@ def run_reference(s: Settings, work: Path, framework: str, model: str, label: st
             "--batch-size", str(cfg.batch_size), "--fanouts", ",".join(map(str, cfg.fanouts)),
             "--workers", str(cfg.workers), "--epochs", str(cfg.epochs), "--hidden", str(cfg.hidden),
             "--layers", str(cfg.layers), "--heads", str(cfg.heads), "--dropout", str(cfg.dropout),
-            "--lr", str(cfg.lr), "--weight-decay", str(cfg.weight_decay), "--seed", str(cfg.seed), "--out", str(out)]
+            "--lr", str(cfg.lr), "--weight-decay", str(cfg.weight_decay), "--seed", str(cfg.seed), "--out", str(out),
+            *extra]
     module = f"benchmarks.reference_{LOADER_VARIANTS[framework][1] if framework in LOADER_VARIANTS else framework}"
     wall = run_torchrun(module, s.devices, args, work / f"{label}.log", cfg.threads_per_rank)
     report = json.loads(out.read_text())
@@ -300,17 +307,21 @@ def timing_variants(s: Settings) -> tuple:
 def measure_timing(s: Settings, work: Path, raw: dict) -> list:
     """Rows 1, 2, 4, 6: runner with probes on, off, and the reference, interleaved."""
     variants = timing_variants(s)
-    runs = {(fw, m, v): [] for fw in TIMED for m in s.models for v in variants}
+    extra_refs = {fw: tuple(REFERENCE_VARIANTS.get(fw, {})) if "reference" in variants else () for fw in TIMED}
+    runs = {(fw, m, v): [] for fw in TIMED for m in s.models for v in variants + extra_refs[fw]}
     total = len(runs) * s.repeats
     for i in range(s.repeats):
-        order = variants[i % len(variants):] + variants[:i % len(variants)]
         for fw in TIMED:
+            fw_variants = variants + extra_refs[fw]
+            order = fw_variants[i % len(fw_variants):] + fw_variants[:i % len(fw_variants)]
             for m in s.models:
                 for v in order:
                     label = f"{fw}-{m}-{v}-r{i}"
                     log(f"{sum(map(len, runs.values())) + 1}/{total} {label}")
                     if v == "reference":
                         rec = run_reference(s, work, fw, m, label)
+                    elif v in extra_refs[fw]:
+                        rec = run_reference(s, work, fw, m, label, tuple(REFERENCE_VARIANTS[fw][v][1]))
                     else:
                         rec = run_runner(s, work, fw, m, label, probes=v == "probes-on")
                     log(f"    median epoch {rec['epoch_s']:.3f} s, command {rec['command_s']:.1f} s")
@@ -330,7 +341,7 @@ def measure_timing(s: Settings, work: Path, raw: dict) -> list:
                             f"{epoch * 100:+.2f}%; CPU sampler self-timed (its thread CPU time) {cost * 100:.1f}% of training"))
     rows += fidelity_rows(s, work, runs, raw) if wanted(s, "fidelity") else []
     for fw in TIMED if wanted(s, "startup") else ():
-        recs = [r for m in s.models for v in variants if v != "reference" for r in runs[(fw, m, v)]]
+        recs = [r for m in s.models for v in variants if not v.startswith("reference") for r in runs[(fw, m, v)]]
         split = {k: statistics.median(r["startup"][k] for r in recs) for k in recs[0]["startup"]}
         raw.setdefault("startup", {})[fw] = split
         top = sorted(((v, k) for k, v in split.items() if k not in ("command to first step",
@@ -369,6 +380,14 @@ def fidelity_rows(s: Settings, work: Path, runs: dict, raw: dict) -> list:
                             f"{on[0]['threads']} vs {ref[0]['threads']}; loop bookkeeping (StepRecorder, "
                             f"{rec['calls_per_step']} calls) {rec['per_step_s'] * 1e6:.1f} us/step = "
                             f"{rec['per_step_s'] / step * 100:.3f}% of the median step"))
+            for v, (what, _) in REFERENCE_VARIANTS.get(fw, {}).items():
+                other = runs[(fw, m, v)]
+                ratios = [a["epoch_s"] / b["epoch_s"] for a, b in zip(on, other)]
+                fid = statistics.median(ratios)
+                rows.append(row(f"fidelity:{fw}-{m}-{v.removeprefix('reference-')}", fid, f"{fid:.3f}",
+                                f"against {what}: range {min(ratios):.3f}-{max(ratios):.3f}; median epoch "
+                                f"{statistics.median(r['epoch_s'] for r in other):.3f} s; the example as written "
+                                f"(every format) {statistics.median(r['epoch_s'] for r in ref):.3f} s"))
     return rows
 
 
@@ -491,7 +510,9 @@ def measure_launch(s: Settings, work: Path, raw: dict) -> list:
 
 
 def expected_keys(s: Settings) -> list:
-    keys = [f"{k}:{fw}-{m}" for k in ("probe", "fidelity") for fw in TIMED for m in s.models]
+    keys = [f"probe:{fw}-{m}" for fw in TIMED for m in s.models]
+    keys += [f"fidelity:{fw}-{m}{suffix}" for fw in TIMED for m in s.models
+             for suffix in ["", *(f"-{v.removeprefix('reference-')}" for v in REFERENCE_VARIANTS.get(fw, {}))]]
     keys += [f"memory:{fw}" for fw in FRAMEWORKS] + [f"startup:{fw}" for fw in TIMED]
     keys += ["sweep:default, cold", "noop:no-op rerun"] + [f"cv:{fw}-{m}" for fw in TIMED for m in s.models]
     keys += [f"launch:{fw}" for fw in FRAMEWORKS]

@@ -30,6 +30,8 @@ def parse_args(argv=None):
     p.add_argument("--weight-decay", type=float, default=5e-4)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None, help="write the per-epoch times here (JSON)")
+    p.add_argument("--graph-formats", choices=("all", "csc"), default="all",
+                   help="DGL: every sparse format up front, as DGL's example (all), or CSC only, as the runner")
     return p.parse_args(argv)
 
 

@@ -22,10 +22,11 @@ from typing import Optional
 from runners import settings
 from runners.adapters import registry  # light: no torch, PyG or DGL
 from runners.rundir import RunDir
-from runners.settings import FAULTS, REQUIRED, ConfigError, parse_fanouts  # noqa: F401 (re-exported)
+from runners.settings import FAULTS, REQUIRED, STRATEGIES, ConfigError, parse_fanouts  # noqa: F401 (re-exported)
 
 FAULTS_NEEDING_WORKERS = ("hang-worker", "kill-worker")
 FAULTS_NEEDING_TWO_RANKS = ("uneven-batches", "stall-rank", "freeze-rank")
+FAULTS_NEEDING_A_PIPELINE = ("hang-pipeline",)
 
 # Per model (the seed study's Table 1, declared in the registry); any of them can be
 # overridden on the command line.
@@ -36,7 +37,7 @@ MODEL_DEFAULTS = {name: dict(m.defaults) for name, m in registry.MODELS.items()}
 # other field, present or added later, is part of it.
 # How a run is launched, not what it measures.
 NOT_IN_IDENTITY = ("out", "data_root", "master_addr", "master_port", "node_rank", "force_launch", "skip_unavailable",
-                   "rank_starter")
+                   "rank_starter", "ip_config")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,11 +89,17 @@ class RunConfig(settings.RunSettings):
         default_loader = self.loader is None or self.loader == registry.framework(self.framework).loaders[0]
         if default_loader:
             settings.pop("loader", None)
+        # Every run before --strategy replicated the graph: left out likewise (partitioned.py).
+        replicated = self.strategy == STRATEGIES[0]
+        if replicated:
+            settings.pop("strategy", None)
+            settings.pop("part_method", None)
         settings["dataset_hash"] = dataset_hash
         digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
         nodes = f"x{self.nodes}" if self.nodes > 1 else ""
         lane = f"-{self.lane}" if self.lane not in (None, "pair") else ""
         loader = "" if default_loader else f"-{self.loader}"
+        loader += "" if replicated else f"-part-{self.part_method}"
         run_id = (f"{self.dataset}-{self.framework}{loader}-{self.model}-d{self.devices}{nodes}"
                   f"-b{self.batch_size}-w{self.workers}-r{self.repeat}{lane}-{digest[:10]}")
         return {"run_id": run_id, "digest": digest, "settings": settings}
@@ -169,6 +176,14 @@ def check_combinations(v: dict) -> None:
         _require(v["harness"] == "fair" or v["loader"] == offered[0],
                  f"--loader {v['loader']}: the study harness builds its loaders exactly as the seed study did "
                  f"({offered[0]}); use --harness fair")
+    if v["strategy"] != STRATEGIES[0]:
+        check_partitioned(v)
+    _require(v["strategy"] != STRATEGIES[0] or v["part_method"] == settings.default("part_method"),
+             f"--part-method {v['part_method']}: partitions the graph for --strategy partitioned only; "
+             f"this run is --strategy {v['strategy']}")
+    _require(v["strategy"] != STRATEGIES[0] or not v["ip_config"],
+             f"--ip-config {v['ip_config']}: names the graph servers' hosts for --strategy partitioned only; "
+             f"this run is --strategy {v['strategy']}")
     inject = v["inject"]
     if inject is not None:
         _require(v["allow_fault_injection"],
@@ -178,6 +193,34 @@ def check_combinations(v: dict) -> None:
                  f"--inject {inject} acts on a loader worker and needs --workers >= 1, got --workers {v['workers']}")
         _require(inject not in FAULTS_NEEDING_TWO_RANKS or v["devices"] * v["nodes"] >= 2,
                  f"--inject {inject} needs at least 2 processes in all, got --devices {v['devices']}")
+        _require(inject not in FAULTS_NEEDING_A_PIPELINE or v.get("loader") in registry.PIPELINE_LOADERS,
+                 f"--inject {inject} stops a stage of a loader's pipeline and needs --loader "
+                 f"{' or '.join(registry.PIPELINE_LOADERS)}, got --loader {v.get('loader') or 'the default'}")
+
+
+def check_partitioned(v: dict) -> None:
+    """What the partitioned strategy (runners.partitioned) cannot do, refused with the value and
+    what is allowed."""
+    f = registry.framework(v["framework"])
+    if f.partitioned_adapter is None:
+        raise ConfigError(f"--strategy partitioned: not available for --framework {v['framework']}: "
+                          f"{f.partitioned_unavailable}")
+    rules = (
+        (v["workers"] == 0, f"--workers {v['workers']}: the partitioned strategy samples in the trainer (DGL's "
+                            "num_samplers 0; its sampler processes hang, DGL #7753, #3887); allowed: 0"),
+        (v["harness"] == "fair", f"--harness {v['harness']}: the partitioned strategy runs the fair harness only"),
+        (v["loader"] in (None, f.loaders[0]), f"--loader {v['loader']}: the partitioned strategy samples with "
+                                              "DistNodeDataLoader; leave --loader out"),
+        (v["device"] != "cuda", "--device cuda: the partitioned strategy trains on CPU processes here "
+                                "(DistNodeDataLoader samples on the CPU); allowed: cpu, auto"),
+        (not v["uneven_batches"], "--uneven-batches: the partitioned strategy pads every trainer's share to "
+                                  "the same number of batches (DGL #3538: uneven counts hang DDP)"),
+        (v["nodes"] == 1 or v["ip_config"], f"--strategy partitioned --nnodes {v['nodes']}: needs --ip-config "
+                                            "FILE naming every host's address, one line per node"),
+    )
+    for ok, message in rules:
+        if not ok:
+            raise ConfigError(message)
 
 
 def resolve_device(v: dict, visible_gpus: int) -> tuple:

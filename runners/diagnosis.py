@@ -50,6 +50,14 @@ CAUSES = {
         "full /dev/shm, or too many open file descriptors; try fewer workers, "
         "multiprocessing start method 'spawn', a larger /dev/shm or a higher `ulimit -n`",
     ),
+    "stalled_pipeline": (
+        "a stage of the rank's loader pipeline stopped making progress (GraphBolt runs sampling and "
+        "feature fetching up to copy_to in a prefetch thread of the rank), so the rank waits for "
+        "its next mini-batch while the other ranks wait for it in the all-reduce",
+        "look at the prefetch thread's stack (stacks/rankN-*.txt): the stage it is in never returned "
+        "(a custom transform, a feature store or sampler call that blocks); with --workers N the "
+        "sampling stages run in worker processes instead, whose stacks are dumped too",
+    ),
     "dead_worker": (
         "a loader worker died (killed by a signal, often the out-of-memory killer)",
         "check memory and /dev/shm size (`df -h /dev/shm`), reduce workers or batch size",
@@ -415,6 +423,34 @@ def _rule_frozen_rank(ev):
         return "stalled_rank", x["rank"], [f"rank {x['rank']} is frozen: {_describe(x)}"]
 
 
+# A thread of GraphBolt's pipeline: torchdata's Prefetcher runs the stages up to copy_to in it.
+PIPELINE_THREAD_FILES = ("torchdata/datapipes/iter/util/prefetcher.py",)
+# Frames that say only that a thread waits, not where its work stopped.
+WAIT_FILES = ("threading.py", "queue.py")
+
+
+def _pipeline_thread(x: dict):
+    """The rank's pipeline thread (GraphBolt's prefetch thread), or None."""
+    return next((t for t in x.get("threads") or []
+                 if any(f in frame for frame in t["frames"] for f in PIPELINE_THREAD_FILES)), None)
+
+
+def _rule_stalled_pipeline(ev):
+    if any(_worker_stuck(w) for w in ev["workers"]):
+        return None  # a stopped worker process starves the pipeline thread: the worker is the cause
+    culprit, why = blame(ev["ranks"])
+    if culprit is None:
+        return None
+    x = next(x for x in ev["ranks"] if x["rank"] == culprit)
+    thread = _pipeline_thread(x) if x["phase"] == "loading" else None
+    if thread is None:
+        return None
+    where = next((f for f in thread["frames"] if not any(w in f for w in WAIT_FILES)), thread["frames"][0])
+    return "stalled_pipeline", culprit, why + [
+        f"rank {culprit} waits for its loader, whose pipeline thread '{thread['name']}' (GraphBolt's "
+        f"prefetch thread) is in {where}"]
+
+
 def _rule_stalled_worker(ev):
     stuck = [w for w in ev["workers"] if _worker_stuck(w)]
     if stuck:
@@ -439,7 +475,7 @@ def _rule_mismatch(ev):
 # Descriptor exhaustion leaves direct evidence (its error text, a process at its limit), and the
 # patterns the later rules read (start-up, a rank behind, all in a collective) are its consequences.
 STOP_RULES = [_rule_timeout, _rule_fd_limit, _rule_startup, _rule_uneven, _rule_frozen_rank, _rule_shm,
-              _rule_stalled_worker, _rule_stalled_rank, _rule_mismatch]
+              _rule_stalled_pipeline, _rule_stalled_worker, _rule_stalled_rank, _rule_mismatch]
 
 
 def decide_stop(ev: dict):

@@ -218,12 +218,19 @@ class NoRoute(Exception):
     """The master address of a multi-node run cannot be resolved or reached from this host."""
 
 
+# The variables that bind a backend's sockets to one interface, and the value that names
+# exactly that interface: gloo takes a list of names; NCCL prefixes ("eth1" also matches eth10),
+# "=" makes its match exact.
+SOCKET_IFNAMES = {"GLOO_SOCKET_IFNAME": "{}", "NCCL_SOCKET_IFNAME": "={}"}
+
+
 def network(master_addr: str, master_port: int) -> dict:
     """How this node reaches a multi-node run's master: the local address the kernel routes
-    from (a UDP connect: no packet is sent), its interface, and the interface gloo is bound to.
-    Gloo otherwise binds the address its hostname resolves to, on many hosts 127.0.1.1 (Debian's
-    /etc/hosts): the other nodes then cannot reach it ("Gloo connectFullMesh failed").
-    GLOO_SOCKET_IFNAME set by the user wins. Raises NoRoute naming the address."""
+    from (a UDP connect: no packet is sent), its interface, and the interface gloo and NCCL are
+    bound to. Gloo otherwise binds the address its hostname resolves to, on many hosts 127.0.1.1
+    (Debian's /etc/hosts): the other nodes then cannot reach it ("Gloo connectFullMesh failed");
+    NCCL picks the first interface that is not loopback or docker, which need not be the one the
+    nodes share. A variable set by the user wins. Raises NoRoute naming the address."""
     import psutil
 
     try:
@@ -236,11 +243,13 @@ def network(master_addr: str, master_port: int) -> dict:
                       f"({exc.strerror or exc}); give the master node's address on a network this host shares") from exc
     interface = next((name for name, addrs in psutil.net_if_addrs().items()
                       if any(a.address.split("%")[0] == local for a in addrs)), None)
-    chosen = os.environ.get("GLOO_SOCKET_IFNAME")
-    return {"master_addr": master_addr, "master_port": master_port, "master_ip": where[0],
-            "address": local, "interface": interface,
-            "gloo_socket_ifname": chosen or interface,
-            "gloo_socket_ifname_source": "environment" if chosen else "the interface that routes to the master"}
+    found = {"master_addr": master_addr, "master_port": master_port, "master_ip": where[0],
+             "address": local, "interface": interface}
+    for var, form in SOCKET_IFNAMES.items():
+        chosen = os.environ.get(var)
+        found[var.lower()] = chosen or (form.format(interface) if interface else None)
+        found[f"{var.lower()}_source"] = "environment" if chosen else "the interface that routes to the master"
+    return found
 
 
 def collect() -> dict:

@@ -26,7 +26,7 @@ import psutil
 from runners.probes import PHASE_BLOCKED_IN, describe_wait_status, proc_stat, read_heartbeat
 from runners import record
 from runners.rundir import RunDir
-from runners.stacks import top_frames
+from runners.stacks import other_threads, top_frames
 
 POLL_S = 0.5  # how often the supervisor samples heartbeats, processes and /dev/shm
 AT_LIMIT = 0.95  # a memory cgroup this full is reclaiming pages to stay under its cap
@@ -251,10 +251,11 @@ def stop_evidence(out: Path, status: str, watch: dict, states: dict, stacks: dic
         hb = w.heartbeat or {"epoch": -1, "step": -1, "phase": "starting", "pid": None}
         st = states.get(hb.get("pid"), {})
         stack_file = stacks.get(f"rank{r}")
-        frames = top_frames((RunDir(out).stacks / stack_file).read_text()) if stack_file else []
+        text = (RunDir(out).stacks / stack_file).read_text() if stack_file else ""
         ranks.append({"rank": r, "pid": hb.get("pid"), "epoch": hb["epoch"], "step": hb["step"],
                       "phase": hb["phase"], "blocked_in": PHASE_BLOCKED_IN.get(hb["phase"], hb["phase"]),
-                      "idle_s": round(now - w.last_change, 2), "stack_top": frames,
+                      "idle_s": round(now - w.last_change, 2), "stack_top": top_frames(text),
+                      "threads": other_threads(text),
                       "state": st.get("status"), "state_before": st.get("status_before"),
                       "cpu_delta_s": st.get("cpu_delta_s"), "cpu_interval_s": st.get("interval_s"),
                       "fds": st.get("fds"), "fd_limit": st.get("fd_limit"),

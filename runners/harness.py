@@ -243,7 +243,7 @@ class Rank:
         self.mark("torch_imported")
         from runners.adapters import get_adapter_class
 
-        self.adapter_cls = get_adapter_class(cfg.framework)
+        self.adapter_cls = get_adapter_class(cfg.framework, cfg.strategy)
         self.mark("framework_imported")
         import torch._dynamo  # noqa: F401  (the first optimiser imports it: ~1 s that belongs to imports)
 
@@ -352,6 +352,9 @@ class Rank:
         dist.all_gather_object(gathered, {"rank": self.rank, "train_time_s": train_time,
                                           "host": self.info["host"]})
         self.info["all_ranks"] = gathered
+        if hasattr(self.adapter, "close"):  # DistDGL: a barrier of all trainers, then the servers stop
+            self.hb.beat("epoch-sync")
+            self.adapter.close()
         self.info["finished"] = True
         self.mark("records_written")  # the write below is the last; os._exit follows
         self.write_info()
@@ -374,6 +377,9 @@ class Rank:
         # otherwise abort the waiting ranks first.
         self.info["collective_timeout_s"] = cfg.collective_timeout_s
         timeout = datetime.timedelta(seconds=cfg.collective_timeout_s)
+        if hasattr(self.adapter_cls, "before_process_group"):  # DistDGL: its services first
+            self.adapter_cls.before_process_group(cfg)
+            self.mark("framework_services_ready")
         init_method = os.environ.get("GNNSCALE_INIT_METHOD")  # runners.spawn: a file store (its doc)
         if init_method:
             dist.init_process_group(cfg.backend, init_method=init_method, rank=self.rank, world_size=self.world,
@@ -460,10 +466,13 @@ class Rank:
             return split_seeds(graph.train_idx, self.rank, self.world, cfg.seed, cfg.batch_size,
                                cfg.uneven_batches, epoch)
 
+        if hasattr(adapter, "epoch_share"):  # partitioned: a rank trains its partition's seeds
+            epoch_share = adapter.epoch_share
+
         # The loaders index this tensor in place (shuffle off); it lives in shared memory so
         # that persistent loader workers, forked once, see each epoch's new share.
         rank_seeds = torch.tensor(epoch_share(0), dtype=torch.long).share_memory_()
-        self.info["seed_split"] = SEED_SPLIT_RULE
+        self.info["seed_split"] = adapter.choices.get("seed_split") if hasattr(adapter, "epoch_share") else SEED_SPLIT_RULE
         self.info["epoch_seed_digests"] = []
         loader = adapter.train_loader(rank_seeds, self.worker_init if cfg.workers > 0 else None)
         steps = len(loader)

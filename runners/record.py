@@ -2,7 +2,8 @@
 the figures result.json's summary derives from them.
 
 Its paths come from runners.rundir (RunDir); result.json itself is runners.result's to build.
-This module owns the per-rank record columns (named rows: StepRow, EpochRow, ValidationRow),
+Functions taking `cfg` take the run's runners.config.RunConfig (not imported: the settings
+import this module's neighbours, and the record stays below them). This module owns the per-rank record columns (named rows: StepRow, EpochRow, ValidationRow),
 the writers the harnesses append with, the readers the launcher, the watchdog, the benchmarks
 and the analysis use, and the summary statistics (steady state, work per rank, steps per epoch).
 Light on purpose (no torch, no pandas): analysis imports it.
@@ -16,7 +17,6 @@ import os
 import statistics
 from dataclasses import dataclass, fields, make_dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -24,8 +24,6 @@ from runners.probes import CpuSampler, CsvAppender, NvmlSampler
 from runners.rundir import RunDir
 from runners.stopping import WARMUP_EPOCHS
 
-if TYPE_CHECKING:
-    from runners.config import RunConfig
 
 
 # The timed phases of one training step: steps.csv's phase columns, in order (see StepRow). Not
@@ -272,7 +270,7 @@ def slowest_epoch_times(epochs: list) -> list:
     return [per_epoch[k] for k in sorted(per_epoch)]
 
 
-def _accuracy_figures(m: dict, cfg: "RunConfig", reference: dict, epoch_times: list, rank0: list) -> dict:
+def _accuracy_figures(m: dict, cfg, reference: dict, epoch_times: list, rank0: list) -> dict:
     """The summary's accuracy figures against the dataset's target and baselines."""
     from runners import accuracy
 
@@ -296,7 +294,7 @@ def _accuracy_figures(m: dict, cfg: "RunConfig", reference: dict, epoch_times: l
     }
 
 
-def summarise(m: dict, cfg: "RunConfig", reference: dict | None = None) -> dict:
+def summarise(m: dict, cfg, reference: dict | None = None) -> dict:
     """The headline numbers. train_time_s is the slowest rank's total training time (the seed
     study's metric); steady_epoch_time_s the median epoch after the warm-up (see steady_state).
     `reference` (runners.accuracy.reference) supplies the accuracy target and baseline."""
@@ -341,7 +339,7 @@ def learned(final_acc, chance, rank0_epochs: list):
     return bool(final_acc > chance and losses[-1] < losses[0])
 
 
-def precision_record(epoch_times: list, cfg: "RunConfig", infos: dict) -> dict:
+def precision_record(epoch_times: list, cfg, infos: dict) -> dict:
     """How well the run pinned its steady-state epoch time down (runners.stopping): the rule and
     its settings, why it stopped (the ranks' own record), the epochs it used and the interval
     and drift reached. `stopped_by_cap` marks a run the caps stopped before it was precise."""
@@ -370,7 +368,7 @@ def seed_work(epochs: list, world_size: int, split) -> dict:
             "train_split_seed_nodes": split, "split_passes_per_epoch": total / split if total and split else None}
 
 
-def work_per_rank(m: dict, cfg: "RunConfig") -> dict:
+def work_per_rank(m: dict, cfg) -> dict:
     """Steps and seed nodes each rank trained per epoch (see seed_work), for the summary."""
     split = next((i.get("train_split_seed_nodes") for i in m["infos"].values()
                   if i.get("train_split_seed_nodes")), None)

@@ -449,10 +449,12 @@ class Launch:
 
 def child_environment(cfg: RunConfig, network: dict | None = None) -> dict:
     """torchrun's environment: threads per rank, unbuffered output, the repository importable;
-    for a multi-node run, gloo bound to the interface that reaches the master (envinfo.network)."""
+    for a multi-node run, gloo and NCCL bound to the interface that reaches the master
+    (envinfo.network)."""
     env = dict(os.environ)
-    if network and network["gloo_socket_ifname"]:
-        env["GLOO_SOCKET_IFNAME"] = network["gloo_socket_ifname"]
+    for var in envinfo.SOCKET_IFNAMES:
+        if network and network.get(var.lower()):
+            env[var] = network[var.lower()]
     if network:
         env["GNNSCALE_NODE_ADDRESS"] = network["address"]
     env.update({
@@ -679,9 +681,18 @@ def main(argv=None) -> int:
             raise
         return report_disk_full(stage, exc)
     pre = preflight_with_output(cfg, env, data.meta, space)
+    server = start_partitioned(cfg, env, stage)  # the partitioned strategy's graph server, or None
+    if server is False:
+        shutil.rmtree(stage, ignore_errors=True)  # refused before anything ran
+        return 2
     run = launch(cfg, stage, RunDir(stage).config, env.get("network"), cpu_since)
     run.marks.update(launcher_created=envinfo.process_created(), launcher_main=main_t)
+    if server is not None and run.proc is not None:
+        server.watch(run.proc.pid)
     failed = supervise(cfg, stage, run, log)
+    if server is not None:
+        env["partitioned"]["server"] = server.stop(cfg.kill_grace_s, pre.get("memory_model"))
+        server.explain(run.outcome)  # a server that died mid-run is the cause, its trainers victims
     if failed is not None:
         return failed
     run.marks["tree_exited"] = time.time()
@@ -691,8 +702,28 @@ def main(argv=None) -> int:
         # A node's watchdog sees its own processes only: name the hosts, and another node's part.
         run.outcome.diagnosis = nodes.explain(cfg, stage, run.local_ranks, run.outcome.status,
                                               run.outcome.diagnosis, run.started_at)
+    if server is not None:
+        server.adopt_remote(stage, run.outcome, run.started_at)  # another host's server died
     recheck_dataset(data, env)
     return write_and_report(stage, out, launched_result(cfg, argv, data, env, pre, run), run)
+
+
+def start_partitioned(cfg: RunConfig, env: dict, stage: Path):
+    """--strategy partitioned: partitions made or verified, this host's graph server started and
+    the trainers' DGL variables set (runners.partitioned); env["partitioned"] records it. None
+    for a replicated run; False (after saying why) when the partitions or hosts are unusable."""
+    if cfg.strategy != "partitioned":
+        return None
+    from runners import datasets, partitioned, partitions
+
+    try:
+        plan = partitioned.plan(cfg, env, stage)
+    except (ConfigError, partitions.PartitionError, datasets.DatasetError) as exc:
+        print(f"error: --strategy partitioned: {exc}", file=sys.stderr, flush=True)
+        return False
+    env["partitioned"] = plan.describe(cfg)
+    os.environ.update(plan.trainer_env(cfg))  # child_environment() hands the launcher's variables on
+    return partitioned.start_server(cfg, plan, stage)
 
 
 def print_summary(document: dict, where: Path, replaced: Path | None) -> None:

@@ -46,6 +46,15 @@ class RunDir:
     def launcher_log(self) -> Path:
         return self.path / "logs" / "launcher.log"
 
+    def server_log(self, node: int) -> Path:
+        """logs/server{k}.log: the partitioned strategy's graph server of node k (runners.partitioned)."""
+        return self.launcher_log.parent / f"server{node}.log"
+
+    @property
+    def ip_config(self) -> Path:
+        """ip_config.txt: the hosts of a partitioned run, as DGL reads them (runners.partitioned)."""
+        return self.path / "ip_config.txt"
+
     @property
     def pg_store(self) -> Path:
         """The file store the spawned ranks of one node meet through (runners.spawn)."""

@@ -35,10 +35,14 @@ REQUIRED = _Required()  # the default of a setting that every run must give
 LANES = ("pair", "current", "own", "unmanaged")  # scripts/setup.sh; unmanaged: a Python it did not build
 HARNESSES = ("fair", "study")  # fair: the suite's DDP loop; study: the seed study's Lightning harness
 RANK_STARTERS = ("auto", "spawn", "torchrun")
-FAULTS = ("uneven-batches", "stall-rank", "freeze-rank", "hang-worker", "crash-rank", "kill-worker")
+FAULTS = ("uneven-batches", "stall-rank", "freeze-rank", "hang-worker", "crash-rank", "kill-worker", "hang-pipeline")
 LR_SCALINGS = ("none", "linear")
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
 BREAKDOWN_CHOICES = ("auto", "on", "off")
+# replicated: every rank holds the whole graph (DDP); partitioned: one partition per host, served
+# by DistDGL's graph servers (runners/partitioned.py)
+STRATEGIES = ("replicated", "partitioned")
+PART_METHODS = ("metis", "random")  # runners.partitions.METHODS
 
 
 class ConfigError(ValueError):
@@ -292,6 +296,13 @@ class RunSettings:
         help="the framework's neighbour-sampling loader: pyg: neighbor; dgl: classic "
         "(dgl.dataloading.DataLoader) or graphbolt (dgl.graphbolt's pipeline, DGL's examples from 2.1); "
         "default: the framework's first")
+    # Left out of a replicated run's identity (RunConfig.identity), so existing run ids stay.
+    strategy: str = setting(STRATEGIES[0], column=False, choices=STRATEGIES, sweep_omits_default=True,
+        help="replicated: every rank holds the whole graph (DDP); partitioned: the graph split into one "
+        "partition per host (--nnodes), each served by a DistGraphServer, trainers sampling and fetching "
+        "features over RPC (DGL only)")
+    part_method: str = setting(PART_METHODS[0], column=False, choices=PART_METHODS, sweep_omits_default=True,
+        help="partitioned: how the graph is split (runners.partitions)")
     lane: Optional[str] = setting(None, experiment=True, choices=LANES, metavar="LANE",
         help="the software stack the run must run in (scripts/setup.sh): pair (torch 2.2.1, PyG and DGL), "
         "current (the newest torch PyG tests), own (a Python's own torch); default: the lane of the "
@@ -324,6 +335,9 @@ class RunSettings:
     inject_step: int = setting(2, column=False, flag=None)
     node_rank: int = setting(0, column=False, group=_MULTI_NODE)
     master_addr: str = setting("127.0.0.1", column=False, group=_MULTI_NODE)
+    ip_config: Optional[str] = setting(None, column=False, group=_MULTI_NODE, metavar="FILE",
+        help="partitioned across hosts: DGL's ip_config, one line 'ADDRESS [PORT]' per host in node-rank "
+        "order (host k serves partition k); one node: 127.0.0.1 and a free port")
     rank_starter: str = setting("auto", column=False, choices=RANK_STARTERS, group=_MULTI_NODE,
         help="what starts the ranks: spawn (runners.spawn, plain Python, one node only), torchrun (its "
         "agent imports torch first, about 1.5 s per run), auto: spawn on one node, torchrun on several")

@@ -58,6 +58,13 @@ def main_first(threads: list) -> list:
     return main + [t for t in threads if t not in main]
 
 
+def other_threads(text: str, n: int = 12) -> list:
+    """The threads of a dump beside the main one: [{name, frames}] with their innermost `n`
+    frames (a loader's own threads, e.g. GraphBolt's prefetch thread; enough frames to reach
+    the thread's entry, which says whose thread it is)."""
+    return [{"name": t["name"], "frames": t["frames"][:n]} for t in main_first(parse_stack_text(text))[1:]]
+
+
 def top_frames(text: str, n: int = 4) -> list:
     """The innermost `n` frames of the main thread of a dump ('func (file:line)')."""
     threads = main_first(parse_stack_text(text))

@@ -79,6 +79,7 @@ class Hosts:
     groups: list = field(default_factory=list)  # process-group ids this fixture started, not yet stopped
     started: list = field(default_factory=list)  # every process-group id it ever started
     made: list = field(default_factory=list)  # namespaces made, in order
+    inodes: set = field(default_factory=set)  # their identities: found in /proc/PID/ns/net even once unnamed
 
     def __post_init__(self):
         self.subnet = f"10.231.{os.getpid() % 250 + 1}"
@@ -98,6 +99,7 @@ class Hosts:
     def _netns(self, name: str) -> None:
         _ip("netns", "add", name)
         self.made.append(name)
+        self.inodes.add(os.stat(f"/run/netns/{name}").st_ino)
         _ip("-n", name, "link", "set", "lo", "up")
 
     def _make(self) -> None:
@@ -123,14 +125,18 @@ class Hosts:
             self.hosts.append(Host(i, ns, hostname, address))
 
     # -- running inside a host -------------------------------------------------------------
-    def argv(self, host: Host, argv: list) -> list:
-        """`argv` run inside `host`: its network namespace and a UTS namespace named after it."""
+    def argv(self, host: Host, argv: list, private_shm: bool = False) -> list:
+        """`argv` run inside `host`: its network namespace and a UTS namespace named after it.
+        With private_shm, also a /dev/shm of its own, as a real host has (a tmpfs in the mount
+        namespace `ip netns exec` makes; it goes when the command's last process ends): DistDGL's
+        servers name their shared memory after the graph, so two hosts sharing one would collide."""
+        shm = "mount -t tmpfs -o mode=1777 gnshm /dev/shm && " if private_shm else ""
         return ["ip", "netns", "exec", host.netns, "unshare", "--uts", "sh", "-c",
-                f'hostname {host.hostname} && exec "$@"', "sh", *map(str, argv)]
+                f'{shm}hostname {host.hostname} && exec "$@"', "sh", *map(str, argv)]
 
-    def popen(self, host: Host, argv: list, **kw) -> subprocess.Popen:
+    def popen(self, host: Host, argv: list, private_shm: bool = False, **kw) -> subprocess.Popen:
         """Start `argv` inside `host` in a process group of its own, tracked for teardown."""
-        proc = subprocess.Popen(self.argv(host, argv), start_new_session=True, **kw)
+        proc = subprocess.Popen(self.argv(host, argv, private_shm), start_new_session=True, **kw)
         self.groups.append(proc.pid)
         self.started.append(proc.pid)
         return proc
@@ -154,6 +160,18 @@ class Hosts:
             except ProcessLookupError:
                 pass
         return hit
+
+    def kill_all(self, host: Host, rounds=20) -> list:
+        """SIGKILL every process of the host until none is left (a process may fork while the
+        first round runs): at most `rounds` rounds, 0.1 s apart. The PIDs hit."""
+        killed = []
+        for _ in range(rounds):
+            hit = self.kill_host(host)
+            killed += hit
+            if not hit:
+                break
+            time.sleep(0.1)
+        return killed
 
     # -- removing ----------------------------------------------------------------------------
     def stop(self) -> None:
@@ -195,18 +213,22 @@ class Hosts:
                   if self.prefix in line or IFNAME in line]
         for host in self.hosts:
             found += [f"process {p} in {host.netns}" for p in self.pids(host)]
-        found += [f"process {pid} of group {pgid}" for pid, pgid in _process_groups() if pgid in self.started]
+        found += [f"process {pid} of group {pgid}" for pid, pgid, _ in _processes() if pgid in self.started]
+        # A process can keep a namespace alive after `ip netns del` removed its name; it still
+        # shows the namespace's inode, whatever started it (a daemon that forked away, a rank).
+        found += [f"process {pid} in namespace inode {ino}" for pid, _, ino in _processes() if ino in self.inodes]
         return found
 
 
-def _process_groups() -> list:
-    """(pid, process-group id) of every live (not zombie) process on the machine."""
+def _processes() -> list:
+    """(pid, process-group id, network-namespace inode) of every live (not zombie) process."""
     found = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
+            ino = os.stat(stat.parent / "ns" / "net").st_ino
         except OSError:
             continue
         if fields[0] != "Z":
-            found.append((int(stat.parent.name), int(fields[2])))
+            found.append((int(stat.parent.name), int(fields[2]), ino))
     return found

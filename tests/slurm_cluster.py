@@ -1,12 +1,18 @@
-"""A private single-node SLURM cluster for the tests: munged, slurmctld and slurmd started by
-hand (no systemd) in a scratch directory, on free ports, with its own munge key and socket, so
-that it cannot meet a cluster already on the machine. Stopped by PID.
+"""A private SLURM cluster for the tests: munged, slurmctld and slurmd started by hand (no
+systemd) in a scratch directory, on free ports, with its own munge key and socket, so that it
+cannot meet a cluster already on the machine. Stopped by PID.
 
-The one-node slurm.conf is the smallest that runs the workflow: select/cons_tres (jobs share
+Two shapes: one node, this machine itself; or a cluster across the network-namespace hosts of
+tests/netns_hosts.py, where the last host is the head (munged, slurmctld; clients and Snakemake
+run there, as on a login node) and every other host a compute node with a slurmd of its own
+(NodeName its hostname, NodeAddr its address). The hosts share this machine's filesystem, as a
+cluster shares its home: one slurm.conf, munge's socket, the project and the runs' --out.
+
+The slurm.conf is the smallest that runs the workflow: select/cons_tres (jobs share
 the node by cores), proctrack/linuxproc and task/none (no cgroups needed, works in containers),
 no accounting (there is no slurmdbd: `sacct` fails, so the executor polls `squeue`), a
 DefMemPerCPU (without it every job takes the node's whole memory and jobs run one at a time)
-and a no-op MailProg.
+a no-op MailProg, and no requeue (a job whose node failed ends, with the state NODE_FAIL).
 """
 
 from __future__ import annotations
@@ -20,8 +26,11 @@ import subprocess
 import time
 from pathlib import Path
 
+from tests import netns_hosts
+
 DAEMONS = ("munged", "slurmctld", "slurmd")
 CLIENTS = ("sbatch", "srun", "squeue", "scancel", "scontrol", "sinfo")
+_OURS: set = set()  # every daemon PID a Cluster of this process started: not "a cluster already here"
 
 
 class Unavailable(Exception):
@@ -42,21 +51,30 @@ def why_not() -> str | None:
     if missing:
         return (f"SLURM/munge not installed ({', '.join(missing)} missing): "
                 "`make slurm` installs slurm-wlm and munge with apt")
-    running = subprocess.run(["pgrep", "-x", "slurmctld|slurmd"], capture_output=True, text=True).stdout.split()
+    running = [p for p in subprocess.run(["pgrep", "-x", "slurmctld|slurmd"], capture_output=True,
+                                         text=True).stdout.split() if int(p) not in _OURS]
     if running:
         return f"a SLURM daemon is already running here (pid {', '.join(running)}); not starting a second cluster"
     return None
 
 
 class Cluster:
-    """One munged + slurmctld + slurmd in `root`; `env` is what clients and Snakemake need."""
+    """munged + slurmctld + a slurmd per node in `root`; `env` is what clients and Snakemake
+    need, `argv()` where they run. `hosts` (tests/netns_hosts.Hosts of 3 or more, not started):
+    the cluster across them, which start() makes and stop() removes; else one node, this machine."""
 
-    def __init__(self, root: Path, kill_wait_s: int = 30, min_job_age_s: int = 300):
+    def __init__(self, root: Path, kill_wait_s: int = 30, min_job_age_s: int = 300, hosts=None,
+                 slurmd_timeout_s: int = 300):
         self.root = Path(root)
-        self.host = socket.gethostname().split(".")[0]
+        self.hosts = hosts
+        self.head = None  # the host of slurmctld and the clients; None: this machine
+        self.nodes = [None]  # the compute nodes' hosts
+        self.host = socket.gethostname().split(".")[0]  # slurmctld's hostname
+        self.node_names = [self.host]
         self.cpus = os.cpu_count() or 1
-        self.kill_wait_s, self.min_job_age_s = kill_wait_s, min_job_age_s
-        self.procs: dict[str, int] = {}
+        self.kill_wait_s, self.min_job_age_s, self.slurmd_timeout_s = kill_wait_s, min_job_age_s, slurmd_timeout_s
+        self.procs: dict[str, tuple] = {}  # running daemons: name -> (pid, start time), in start order
+        self.started: dict[str, tuple] = {}  # every daemon ever started (leftovers() checks them)
         self.conf = self.root / "slurm.conf"
         self.munge_socket = self.root / "munge" / "munge.socket"
         sbin = "/usr/sbin:/sbin"
@@ -81,9 +99,17 @@ class Cluster:
                 wrapper.write_text(f'#!/bin/sh\nSLURM_CONF={self.conf} exec {real} "$@"\n')
                 wrapper.chmod(0o755)
         user = getpass.getuser()
+        # slurmd initialises a cgroup plugin whatever the other plugins; autodetection fails
+        # in a network-namespace host, whose fresh /sys (ip netns exec) has no cgroup mounts.
+        (self.root / "cgroup.conf").write_text("CgroupPlugin=cgroup/v1\n")
+        self.node_names = [h.hostname if h else self.host for h in self.nodes]
+        for name in self.node_names:
+            (self.root / "spool" / name).mkdir(exist_ok=True)
+        nodes = [f"NodeName={name}" + (f" NodeAddr={h.address}" if h else "") +
+                 f" CPUs={self.cpus} RealMemory={mem_mb} State=UNKNOWN" for name, h in zip(self.node_names, self.nodes)]
         self.conf.write_text("\n".join([
             "ClusterName=gnnscale-test",
-            f"SlurmctldHost={self.host}",
+            f"SlurmctldHost={self.host}" + (f"({self.head.address})" if self.head else ""),
             f"SlurmctldPort={_free_port()}",
             f"SlurmdPort={_free_port()}",
             f"SlurmUser={user}",
@@ -92,11 +118,12 @@ class Cluster:
             "CredType=cred/munge",
             f"AuthInfo=socket={self.munge_socket}",
             f"StateSaveLocation={self.root / 'state'}",
-            f"SlurmdSpoolDir={self.root / 'spool'}",
+            # %n: the node's name, so that the slurmds of one filesystem keep apart
+            f"SlurmdSpoolDir={self.root / 'spool' / '%n'}",
             f"SlurmctldPidFile={self.root / 'slurmctld.pid'}",
-            f"SlurmdPidFile={self.root / 'slurmd.pid'}",
+            f"SlurmdPidFile={self.root / 'slurmd-%n.pid'}",
             f"SlurmctldLogFile={self.root / 'log' / 'slurmctld.log'}",
-            f"SlurmdLogFile={self.root / 'log' / 'slurmd.log'}",
+            f"SlurmdLogFile={self.root / 'log' / 'slurmd-%n.log'}",
             "ProctrackType=proctrack/linuxproc",
             "TaskPlugin=task/none",
             "SelectType=select/cons_tres",
@@ -106,28 +133,39 @@ class Cluster:
             "JobCompType=jobcomp/none",
             "MpiDefault=none",
             "ReturnToService=2",
+            "JobRequeue=0",
             "MailProg=/bin/true",
             f"KillWait={self.kill_wait_s}",
+            # how long a silent slurmd takes to be declared DOWN (and its jobs NODE_FAIL)
+            f"SlurmdTimeout={self.slurmd_timeout_s}",
             # The executor polls squeue; a finished job must stay visible to it for at least
             # 3 x its first status-check delay, or the executor falls back to sacct.
             f"MinJobAge={self.min_job_age_s}",
             f"DefMemPerCPU={mem_mb // self.cpus}",
-            f"NodeName={self.host} CPUs={self.cpus} RealMemory={mem_mb} State=UNKNOWN",
-            f"PartitionName=test Nodes={self.host} Default=YES MaxTime=INFINITE State=UP",
+            *nodes,
+            f"PartitionName=test Nodes={','.join(self.node_names)} Default=YES MaxTime=INFINITE State=UP",
             "",
         ]))
 
-    def _start(self, name: str, argv: list, pidfile: Path | None) -> None:
+    def argv(self, argv: list, host=None) -> list:
+        """`argv` as run on `host` (a netns host), by default where clients run: the head."""
+        host = host or self.head
+        return self.hosts.argv(host, argv) if host else list(argv)
+
+    def _start(self, name: str, argv: list, pidfile: Path, host=None) -> None:
         log = open(self.root / "log" / f"{name}.out", "w")
         # nice 19: the cluster's jobs inherit it and must not slow down other work on the machine.
-        subprocess.run(["nice", "-n", "19", *argv], env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                       check=True, timeout=30)
+        # The daemon forks into the background; it stays in the host's namespaces.
+        subprocess.run(self.argv(["nice", "-n", "19", *argv], host), env=self.env, stdout=log,
+                       stderr=subprocess.STDOUT, check=True, timeout=30)
         deadline = time.time() + 15
-        while pidfile is not None and not (pidfile.exists() and pidfile.read_text().strip()):
+        while not (pidfile.exists() and pidfile.read_text().strip()):
             if time.time() > deadline:
                 raise Unavailable(f"{name} did not start: {self._tail(name)}")
             time.sleep(0.1)
-        self.procs[name] = int(pidfile.read_text().split()[0])
+        pid = int(pidfile.read_text().split()[0])
+        self.procs[name] = self.started[name] = (pid, _start_time(pid))
+        _OURS.add(pid)
 
     def _tail(self, name: str) -> str:
         text = ""
@@ -143,6 +181,13 @@ class Cluster:
             raise exc if isinstance(exc, Unavailable) else Unavailable(f"{exc}: {self._tail('')}") from exc
 
     def _start_all(self) -> "Cluster":
+        if self.hosts:
+            try:
+                self.hosts.start()
+            except netns_hosts.Unavailable as exc:
+                raise Unavailable(str(exc)) from exc
+            *self.nodes, self.head = self.hosts.hosts
+            self.host = self.head.hostname
         self.write_config()
         key = self.root / "munge" / "munge.key"
         key.write_bytes(os.urandom(1024))
@@ -155,51 +200,64 @@ class Cluster:
                     self.root / "munge" / "munged.pid")
         self._start("slurmctld", [self._which("slurmctld"), "-f", str(self.conf)],
                     self.root / "slurmctld.pid")
-        self._start("slurmd", [self._which("slurmd"), "-f", str(self.conf)], self.root / "slurmd.pid")
+        for name, host in zip(self.node_names, self.nodes):
+            self._start(f"slurmd-{name}", [self._which("slurmd"), "-f", str(self.conf)],
+                        self.root / f"slurmd-{name}.pid", host)
         deadline = time.time() + 30
-        while True:
-            out = self.run("sinfo", "-h", "-N", "-o", "%t", check=False).stdout.strip()
-            if out in ("idle", "mix", "alloc"):
+        while True:  # every node up: one line per node, each idle (at most 30 s)
+            states = self.run("sinfo", "-h", "-N", "-o", "%t", check=False).stdout.split()
+            if len(states) == len(self.nodes) and all(s in ("idle", "mix", "alloc") for s in states):
                 return self
             if time.time() > deadline:
-                raise Unavailable(f"the node did not come up (sinfo: {out!r}): "
+                raise Unavailable(f"the nodes did not come up (sinfo: {states!r}): "
                                   f"{self._tail('slurmctld')}{self._tail('slurmd')}")
             time.sleep(0.2)
 
     def run(self, *argv, check=True, timeout=60) -> subprocess.CompletedProcess:
-        return subprocess.run([self._which(argv[0]), *argv[1:]], env=self.env, capture_output=True,
+        """A client command, where clients run."""
+        return subprocess.run(self.argv([self._which(argv[0]), *argv[1:]]), env=self.env, capture_output=True,
                               text=True, check=check, timeout=timeout)
 
+    def leftovers(self) -> list:
+        """Every daemon this cluster started that is still alive (by PID), and what is left of
+        its hosts (netns_hosts.Hosts.leftovers). Empty after stop()."""
+        found = [f"{name} (pid {pid})" for name, (pid, start) in self.started.items() if _alive(pid, start)]
+        return found + (self.hosts.leftovers() if self.hosts else [])
+
     def stop(self) -> None:
-        """Cancel what is left, then stop the daemons by PID (slurmd, slurmctld, munged)."""
-        if "slurmctld" in self.procs and "slurmd" in self.procs:
+        """Cancel what is left, then stop the daemons by PID (slurmds, slurmctld, munged)."""
+        if "slurmctld" in self.procs and any(n.startswith("slurmd-") for n in self.procs):
             self.run("scancel", "--user", getpass.getuser(), check=False)
             # the jobs' own processes end with their steps, which need slurmd to be told
             deadline = time.time() + self.kill_wait_s + 15
             while time.time() < deadline and self.run("squeue", "-h", check=False).stdout.strip():
                 time.sleep(0.5)
-        for name in ("slurmd", "slurmctld", "munged"):
-            pid = self.procs.pop(name, None)
-            if pid is None:
-                continue
-            try:
-                os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                continue
-            deadline = time.time() + 15
-            while time.time() < deadline and _alive(pid):
-                time.sleep(0.1)
-            if _alive(pid):
-                os.kill(pid, signal.SIGKILL)
+        for name in reversed(list(self.procs)):  # the slurmds first, munged last
+            pid, start = self.procs.pop(name)
+            # a daemon a test killed is gone, and its PID may be another process's by now
+            for sig, wait_s in ((signal.SIGTERM, 15), (signal.SIGKILL, 5)):
+                try:
+                    if not _alive(pid, start):
+                        break
+                    os.kill(pid, sig)
+                except ProcessLookupError:  # it ended between the two
+                    break
+                deadline = time.time() + wait_s
+                while time.time() < deadline and _alive(pid, start):
+                    time.sleep(0.1)
+        if self.hosts:
+            self.hosts.stop()  # whatever still runs in a host, then the namespaces and links
 
 
-def _alive(pid: int) -> bool:
+def _start_time(pid: int) -> str | None:
+    """The process's start time (clock ticks since boot, /proc/PID/stat): with the PID, its identity."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # a zombie is not alive; our daemons are not our children, so this is rare but cheap
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
-        return False
+        return None
+    return None if fields[0] == "Z" else fields[19]  # a zombie is not alive
+
+
+def _alive(pid: int, start: str | None) -> bool:
+    """The process started as (pid, start) still runs (not a zombie, not a new process on its PID)."""
+    return start is not None and _start_time(pid) == start

@@ -12,7 +12,7 @@ from runners.result import SCHEMA_VERSION
 
 
 def point(fw, times, wall=10.0, model="sage", devices=2, batch=256, workers=0):
-    key = (fw, model, devices, batch, workers)
+    key = (fw, model, devices, batch, workers, "default")
     name = f"{fw}-{model}-d{devices}-b{batch}-w{workers}"
     return key, adaptive.Point(key, list(times), [wall] * len(times), {"dataset": "small", "name": name})
 

@@ -95,3 +95,42 @@ def test_models_learn_under_graphbolt(tmp_path, model):
     assert res["status"] == "ok", proc.stdout[-3000:]
     baseline = res["accuracy_reference"]["baseline_val_acc"]
     assert res["summary"]["final_val_acc"] > baseline + 0.1, (res["summary"]["final_val_acc"], baseline)
+
+
+def test_fault_needing_a_pipeline_is_refused_without_graphbolt():
+    with pytest.raises(ConfigError, match=r"--inject hang-pipeline stops a stage of a loader's pipeline and needs "
+                                          r"--loader graphbolt, got --loader the default"):
+        _config("--inject", "hang-pipeline", "--allow-fault-injection")
+
+
+@pytest.mark.parametrize("fault,workers,cause", [("hang-pipeline", 0, "stalled_pipeline"),
+                                                  ("hang-worker", 1, "stalled_worker")])
+def test_hang_inside_graphbolt_is_named(tmp_path, fault, workers, cause):
+    """GraphBolt's own threads and processes under the watchdog. hang-pipeline: a stage of rank
+    1's pipeline never returns, in its prefetch thread (where GraphBolt samples and fetches
+    features without workers); the evidence names the thread and the stage it is in.
+    hang-worker: rank 1's GraphBolt worker process is stopped; it is named with its stack. Either
+    way a hang with rank 1 the culprit, and nothing of the run is left running."""
+    import psutil
+
+    out = tmp_path / fault
+    proc = run_config(out, framework="dgl", devices=2, workers=workers, epochs=2,
+                      extra=["--loader", "graphbolt", "--inject", fault, "--allow-fault-injection",
+                             "--stall-floor", "8"])
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    res = json.loads((out / "result.json").read_text())
+    d = res["diagnosis"]
+    assert res["status"] == "hang" and d["cause"] == cause and d["culprit_rank"] == 1, d
+    if fault == "hang-pipeline":
+        named = [e for e in d["evidence"] if "pipeline thread" in e]
+        assert named and "PipelineStall.__call__ (runners/adapters/dgl.py" in named[0], d["evidence"]
+        culprit = next(r for r in d["ranks"] if r["rank"] == 1)
+        assert culprit["phase"] == "loading"
+        assert any("prefetcher.py" in f for t in culprit["threads"] for f in t["frames"]), culprit["threads"]
+    else:
+        assert d["evidence"][0].startswith("loader worker rank1-worker0 (pid ") and "is stopped" in d["evidence"][0]
+        assert "rank1-worker0" in d["stack_files"], d["stack_files"]
+    pids = [json.loads(f.read_text())["pid"] for f in out.glob("rank*/rank.json")]
+    pids += [json.loads(f.read_text())["pid"] for f in (out / "workers").glob("*.json")]
+    assert len(pids) == 2 + 2 * workers, pids
+    assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]

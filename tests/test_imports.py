@@ -48,18 +48,21 @@ def imported(node, module: str, is_package: bool, known: dict) -> list:
     return found
 
 
+def module_imports(tree, name: str, is_package: bool, known: dict) -> set:
+    """The suite modules a parsed module imports anywhere in its source."""
+    deps = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            deps.update(imported(node, name, is_package, known))
+    return deps
+
+
 def import_graph() -> dict:
     """Module -> the set of suite modules it imports anywhere in its source."""
     known = suite_modules()
-    graph = {}
-    for name, path in known.items():
-        tree = ast.parse(path.read_text(), filename=str(path))
-        deps = set()
-        for node in ast.walk(tree):
-            if isinstance(node, (ast.Import, ast.ImportFrom)):
-                deps.update(imported(node, name, path.name == "__init__.py", known))
-        graph[name] = deps
-    return graph
+    return {name: module_imports(ast.parse(path.read_text(), filename=str(path)), name, path.name == "__init__.py",
+                                 known)
+            for name, path in known.items()}
 
 
 def cycles(graph: dict) -> list:
@@ -119,7 +122,10 @@ def test_the_graph_sees_function_level_and_type_checking_imports():
     graph = import_graph()
     assert "runners.adapters" in graph["runners.memory.model"]
     assert "runners.config" in graph["runners.run"]
-    assert "runners.config" in graph["runners.record"]  # under `if TYPE_CHECKING:`
+    source = ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from runners.config import RunConfig\n"
+              "def f():\n    from runners import record\n    from . import stacks\n")
+    found = module_imports(ast.parse(source), "runners.probes", False, suite_modules())
+    assert found == {"runners.config", "runners.record", "runners.stacks"}
 
 
 def test_the_finder_names_a_circle():

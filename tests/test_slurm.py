@@ -1,9 +1,11 @@
 """The workflow and the runner under a real SLURM scheduler: a private single-node cluster
-(the `slurm` fixture, tests/slurm_cluster.py; skipped with the reason where it cannot start).
+(the `slurm` fixture, tests/slurm_cluster.py; skipped with the reason where it cannot start),
+and a two-node one across network-namespace hosts (`slurm_hosts`, with tests/netns_hosts.py).
 
 - the sweep submitted through profiles/slurm with the SLURM executor;
 - a multi-node run as SLURM runs it (one job, 2 tasks, one torchrun agent per task);
-- SLURM's limits (time limit, scancel) leave results.
+- SLURM's limits (time limit, scancel) leave results;
+- on two hosts: the sweep's multi-node run, one task per host; a node killed mid-run.
 """
 
 import json
@@ -18,6 +20,7 @@ import yaml
 
 import jsonschema
 
+from tests import netns_hosts, slurm_cluster
 from tests.helpers import free_port, live_dir, runner_argv
 from tests.test_workflow import SNAKEMAKE, minimal_with, project_copy
 
@@ -29,23 +32,29 @@ def proj(tmp_path):
     return project_copy(tmp_path)
 
 
+def sweep(cluster, proj, cfg: dict, run_threads: int, *extra):
+    """The sweep of `cfg` through profiles/slurm, run where the cluster's clients run.
+    The profile as a user runs it, sized down to a CPU test cluster: no GPUs, `run_threads`
+    CPUs and little memory per job, no whole-node allocation, and a quick first status check.
+    (CompletedProcess, seconds)."""
+    (proj / "sweep.yaml").write_text(yaml.safe_dump(cfg))
+    t0 = time.time()
+    res = subprocess.run(cluster.argv(
+        [SNAKEMAKE, "-s", str(proj / "Snakefile"), "--directory", str(proj),
+         "--workflow-profile", str(proj / "profiles" / "slurm"),
+         "--slurm-init-seconds-before-status-checks", "1",
+         "--set-threads", f"run={run_threads}", "dataset=1",
+         "--set-resources", "run:mem_mb=2000", "run:slurm_extra=''", "dataset:mem_mb=2000",
+         "--configfile", str(proj / "sweep.yaml"), "--config", "request_gpus=False", *extra]),
+        cwd=proj, env=cluster.env, capture_output=True, text=True, timeout=900)
+    return res, time.time() - t0
+
+
 def test_slurm_sweep_through_profile(slurm, proj):
     """A 2 x 2 grid (both frameworks, 1 and 2 processes) submitted job by job through
     profiles/slurm: every run ok, each result names its own SLURM job, and the report is made."""
     cfg = minimal_with(**{"grid.devices": [1, 2], "max_steps_per_epoch": 3, "time_limit_s": 120})
-    (proj / "sweep.yaml").write_text(yaml.safe_dump(cfg))
-    # The profile as a user runs it, sized down to this one-node CPU cluster: no GPUs, 2 CPUs
-    # and little memory per job, no whole-node allocation, and a quick first status check.
-    t0 = time.time()
-    res = subprocess.run(
-        [SNAKEMAKE, "-s", str(proj / "Snakefile"), "--directory", str(proj),
-         "--workflow-profile", str(proj / "profiles" / "slurm"),
-         "--slurm-init-seconds-before-status-checks", "1",
-         "--set-threads", f"run={min(2, slurm.cpus)}", "dataset=1",
-         "--set-resources", "run:mem_mb=2000", "run:slurm_extra=''", "dataset:mem_mb=2000",
-         "--configfile", str(proj / "sweep.yaml"), "--config", "request_gpus=False"],
-        cwd=proj, env=slurm.env, capture_output=True, text=True, timeout=900)
-    sweep_s = time.time() - t0
+    res, sweep_s = sweep(slurm, proj, cfg, min(2, slurm.cpus))
     out = res.stdout + res.stderr
     assert res.returncode == 0, out[-6000:]
     results = {p.parent.name: json.loads(p.read_text()) for p in (proj / "results/runs/tiny").glob("*/result.json")}
@@ -180,3 +189,101 @@ def test_slurm_two_task_job_is_one_two_node_run(slurm, tmp_path):
     assert len(runs) == 1 and runs["status"][0] == "ok" and runs["world_size"][0] == 2
     assert sorted(set(pd.read_csv(agg / "epochs.csv")["rank"])) == [0, 1]
     assert len(pd.read_csv(agg / "invalid.csv")) == 0
+
+
+# -- two nodes: a slurmd on each of two namespace hosts ----------------------------------------
+
+@pytest.fixture(scope="module")
+def slurm_hosts(tmp_path_factory):
+    """A cluster across three namespace hosts (tests/netns_hosts.py): two compute nodes, each
+    with its own slurmd, hostname and address, and a head node with munged and slurmctld,
+    where the clients and Snakemake run. A silent slurmd is DOWN after 10 s, so that a lost
+    node ends its job quickly. Afterwards nothing may be left: no namespace, link, daemon or
+    any process that ran in a host."""
+    reason = netns_hosts.why_not() or slurm_cluster.why_not()
+    if reason:
+        pytest.skip(reason)
+    cluster = slurm_cluster.Cluster(tmp_path_factory.mktemp("slurm-hosts"), slurmd_timeout_s=10,
+                                    hosts=netns_hosts.Hosts(3, prefix=f"{netns_hosts.Hosts().prefix}s"))
+    try:
+        try:
+            cluster.start()
+        except slurm_cluster.Unavailable as exc:
+            pytest.skip(f"could not start a SLURM cluster across namespace hosts: {exc}")
+        yield cluster
+    finally:
+        cluster.stop()
+        left = cluster.leftovers()
+        assert not left, f"the two-node cluster left {left}"
+
+
+def test_slurm_sweep_across_two_hosts(slurm_hosts, proj):
+    """The sweep through profiles/slurm with `nodes: 2`: its run is one job of one task per
+    node (srun + scripts/slurm_node.sh), each task a torchrun agent with 2 ranks, and ends ok;
+    the results name both hosts, their addresses, the link's interface for gloo and NCCL (on
+    node 0 too, where the master's name resolves to 127.0.1.1), and the job."""
+    cluster = slurm_hosts
+    h0, h1 = cluster.nodes
+    cfg = minimal_with(**{"grid.frameworks": ["pyg"], "grid.devices": [2], "nodes": 2, "epochs": 2,
+                          "max_steps_per_epoch": 3, "time_limit_s": 120})
+    res, sweep_s = sweep(cluster, proj, cfg, 1, "--until", "run")
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out[-6000:]
+    found = list((proj / "results/runs/tiny").glob("*/result.json"))
+    assert len(found) == 1, found
+    r0, r1 = (json.loads(p.read_text()) for p in (found[0], found[0].parent / "node1" / "result.json"))
+    assert r0["status"] == r1["status"] == "ok", (r0.get("diagnosis"), r1.get("diagnosis"))
+    s0, s1 = r0["env"]["scheduler"], r1["env"]["scheduler"]
+    assert s0["job_id"] == s1["job_id"] and s0["ntasks"] == s1["ntasks"] == "2", s0
+    # one task per node: task k on node k, on host k
+    assert [(s["procid"], s["nodeid"]) for s in (s0, s1)] == [("0", "0"), ("1", "1")]
+    assert cluster.run("scontrol", "show", "hostnames", s0["nodelist"]).stdout.split() == [h0.hostname, h1.hostname]
+    assert (r0["env"]["hostname"], r1["env"]["hostname"]) == (h0.hostname, h1.hostname)
+    for r, h in ((r0, h0), (r1, h1)):
+        net = r["env"]["network"]
+        assert (net["address"], net["interface"], net["master_addr"]) == (h.address, netns_hosts.IFNAME, h0.address), net
+        assert net["ranks_by_host"] == {h0.hostname: [0, 1], h1.hostname: [2, 3]} and net["all_ranks_known"], net
+        rank_env = r["env"]["rank_env_vars"]
+        assert (rank_env["GLOO_SOCKET_IFNAME"], rank_env["NCCL_SOCKET_IFNAME"]) == (
+            netns_hosts.IFNAME, f"={netns_hosts.IFNAME}"), rank_env
+    assert len(r0["summary"]["rank_train_times_s"]) == 4
+    print(f"\n[slurm] two-host sweep (dataset + one 2-node run): {sweep_s:.1f} s; run {r0['wall_time_s']:.1f} s")
+
+
+def test_slurm_node_killed_mid_run(slurm_hosts, tmp_path):
+    """Node 1 of a running two-node job dies: its slurmd, step daemon, runner and rank, killed
+    at once. Node 0's run ends `crashed`, cause `lost_node`, naming node 1's host and address;
+    SLURM ends the job NODE_FAIL, and nothing of the job is left on node 0 (its slurmd only).
+    Last in this module: node 1 stays down."""
+    cluster = slurm_hosts
+    h0, h1 = cluster.nodes
+    out = tmp_path / "job"
+    argv = runner_argv(out, framework="dgl", devices=1, epochs=40, extra=[
+        "--stall-floor", "5", "--nnodes", "2", "--master-port", str(free_port())])
+    job = submit(cluster, tmp_path, "lost", ["srun", "--nodes=2", "--ntasks-per-node=1",
+                                            str(ROOT / "scripts" / "slurm_node.sh")] + argv,
+                 "--nodes=2", "--ntasks-per-node=1", "-c1", "--time=10")
+    try:
+        wait_until("node 0's first epoch", lambda: epochs_done(out) >= 1)
+    except BaseException:
+        cluster.run("scancel", job, check=False)
+        raise
+    assert cluster.hosts.kill_all(h1) and not cluster.hosts.pids(h1)
+    killed_t = time.time()
+    wait_until("node 0's result", lambda: (out / "result.json").exists())
+    result_s = time.time() - killed_t
+    log = (tmp_path / "lost.out").read_text()
+    r0 = json.loads((out / "result.json").read_text())
+    jsonschema.validate(r0, SCHEMA)
+    d = r0["diagnosis"]
+    assert r0["status"] == "crashed" and d["cause"] == "lost_node", (d, log[-3000:])
+    assert d["lost_nodes"] == [{"node": 1, "host": h1.hostname, "address": h1.address, "ranks": [1]}], d
+    assert d["summary"].startswith(f"crashed: lost node 1 (host {h1.hostname}, {h1.address}, rank 1)"), d
+    assert r0["env"]["scheduler"]["job_id"] == job
+    wait_until("SLURM to end the job", lambda: job_state(cluster, job) not in ("RUNNING", "COMPLETING"), 120)
+    assert job_state(cluster, job) == "NODE_FAIL", log[-3000:]
+    ended_s = time.time() - killed_t
+    # Nothing of the job is left on node 0: its ranks, torchrun, runner, srun and step daemons are gone.
+    slurmd0 = cluster.procs[f"slurmd-{h0.hostname}"][0]
+    wait_until("node 0 to be idle", lambda: cluster.hosts.pids(h0) == [slurmd0], 30)
+    print(f"\n[slurm] node 1 killed: node 0's result {result_s:.1f} s later, the job NODE_FAIL {ended_s:.1f} s later")

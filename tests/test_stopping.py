@@ -123,3 +123,12 @@ def test_bad_stop_settings_are_refused_by_name(tmp_path):
         res = run_config(tmp_path / "bad", epochs=epochs, extra=args, timeout=120)
         assert res.returncode == 2 and needle in res.stdout, (extra, res.stdout[-800:])
         assert not (tmp_path / "bad" / "result.json").exists()
+
+
+@pytest.mark.parametrize("df", [1, 2, 3.5, 7, 29.3, 1000])
+def test_t_quantile_is_students(df):
+    """The light quantile (scipy.special) is scipy.stats' t quantile, for Welch's fractional df too."""
+    from scipy import stats
+
+    assert stopping.t_quantile(df) == pytest.approx(stats.t.ppf(0.975, df), rel=1e-12)
+    assert stopping.t_quantile(df, 0.9) == pytest.approx(stats.t.ppf(0.95, df), rel=1e-12)

@@ -298,7 +298,7 @@ def copy_project(dst):
         if (ROOT / name).exists():
             shutil.copy2(ROOT / name, dst / name)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for name in ("workflows", "config", "profiles", "runners", "analysis"):
+    for name in ("workflows", "config", "profiles", "runners", "analysis", "scripts"):
         shutil.copytree(ROOT / name, dst / name, ignore=ignore)
 
 

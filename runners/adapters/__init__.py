@@ -82,6 +82,11 @@ class Adapter:
     def seed(self, seed: int) -> None:
         """Seed the framework's own random generators (beyond torch/numpy/random)."""
 
+    # Optional hooks of an adapter (the partitioned one has them; the harness looks them up):
+    # before_process_group(cfg), a static method: start the framework's services that must come
+    # before torch's process group; epoch_share(epoch): this rank's canonical training seeds in
+    # `epoch`, where the adapter decides them; close(): leave those services after training.
+
 
 def layer_shapes(model: str, in_dim: int, hidden: int, out_dim: int, layers: int, heads: int) -> list:
     """(in, out, heads) of every layer; both frameworks' models are built from this list."""
@@ -163,6 +168,10 @@ def shared_tensor(arr):
         return torch.from_numpy(arr)
 
 
-def get_adapter_class(framework: str):
-    module = importlib.import_module(registry.framework(framework).adapter)
+def get_adapter_class(framework: str, strategy: str = "replicated"):
+    """The framework's adapter class; for the partitioned strategy its partitioned adapter."""
+    f = registry.framework(framework)
+    if strategy == "partitioned" and f.partitioned_adapter is None:
+        raise ValueError(f"--strategy partitioned: not available for {framework}: {f.partitioned_unavailable}")
+    module = importlib.import_module(f.partitioned_adapter if strategy == "partitioned" else f.adapter)
     return module.ADAPTER

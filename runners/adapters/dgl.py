@@ -32,6 +32,7 @@ Measurement choices (recorded in every result):
 from __future__ import annotations
 
 import os
+import threading
 
 os.environ.setdefault("DGLBACKEND", "pytorch")
 
@@ -192,7 +193,7 @@ class DglAdapter(Adapter):
         return dgl.dataloading.NeighborSampler(list(self.cfg.fanouts_framework), replace=self.cfg.replace,
                                                prefetch_node_feats=["feat"], prefetch_labels=["label"])
 
-    def _graphbolt_loader(self, seeds, batch_size: int, workers: int, worker_init_fn=None):
+    def _graphbolt_loader(self, seeds, batch_size: int, workers: int, worker_init_fn=None, train: bool = True):
         """DGL's example pipeline over `seeds` in their order (a plain ItemSampler without
         shuffling: the harness's share is already this rank's, shuffled). The ItemSet indexes
         `seeds` itself when an epoch starts, so the harness's in-place rewrite reaches it,
@@ -202,6 +203,8 @@ class DglAdapter(Adapter):
         pipe = WorkerShardingFilter(pipe, self.world_size)
         pipe = pipe.sample_neighbor(self.sampling_graph, list(self.cfg.fanouts_framework), replace=self.cfg.replace)
         pipe = pipe.fetch_feature(self.features, node_feature_keys=["feat"])
+        if train and self.cfg.inject == "hang-pipeline" and self.rank == self.cfg.fault_rank:
+            pipe = pipe.transform(PipelineStall(self.cfg.inject_step))
         pipe = pipe.copy_to(self.device)  # as the example; its DataLoader prefetches up to here in a thread
         loader = gb.DataLoader(pipe, num_workers=workers, persistent_workers=workers > 0)
         if worker_init_fn is not None:
@@ -237,7 +240,7 @@ class DglAdapter(Adapter):
 
     def eval_loader(self, seeds):
         if self.graphbolt:
-            return self._graphbolt_loader(torch.as_tensor(seeds), self.cfg.eval_batch_size, 0)
+            return self._graphbolt_loader(torch.as_tensor(seeds), self.cfg.eval_batch_size, 0, train=False)
         return dgl.dataloading.DataLoader(self.g, torch.as_tensor(seeds), self._sampler(), device="cpu",
                                           batch_size=self.cfg.eval_batch_size, shuffle=False,
                                           drop_last=False, num_workers=0)
@@ -317,6 +320,24 @@ def graphbolt_worker_loaders(loader) -> list:
     from dgl.graphbolt.dataloader import MultiprocessingWrapper
 
     return dp_graph.find_dps(dp_graph.traverse_dps(loader.dataset), MultiprocessingWrapper)
+
+
+class PipelineStall:
+    """--inject hang-pipeline: a pipeline stage after feature fetching that never returns its
+    `after`-th mini-batch (counted from 0 over the loader's life). It runs where GraphBolt runs
+    that part of the pipeline, in the rank's prefetch thread, so the rank waits for a batch that
+    never comes while its other threads stay alive: a hang inside GraphBolt's pipeline."""
+
+    def __init__(self, after: int):
+        self.after, self.seen = after, 0
+
+    def __call__(self, minibatch):
+        if self.seen == self.after:
+            print(f"[gnnscale] injected fault hang-pipeline: GraphBolt's pipeline stops at mini-batch {self.seen}",
+                  flush=True)
+            threading.Event().wait()  # forever: the thread is alive, sleeping, and never returns
+        self.seen += 1
+        return minibatch
 
 
 # How `--workers` maps onto GraphBolt's concurrency (recorded with every GraphBolt run).

@@ -45,6 +45,10 @@ class Framework:
     # How the framework's loader uses host memory, for the launcher's memory model
     # (runners.memory): see MEMORY_TRAIT_KEYS.
     memory: dict = field(default_factory=dict)
+    # The partitioned strategy (runners/partitioned.py): the module of its adapter, or why the
+    # framework has none here (a run asking for it is refused with that reason).
+    partitioned_adapter: Optional[str] = None
+    partitioned_unavailable: str = ""
 
     @property
     def module(self) -> str:
@@ -167,7 +171,12 @@ FRAMEWORKS = {
                           "workers_gather_features": True,
                           "edge_bytes": 24, "all_nodes_every_layer": True,
                           "baseline_bytes": {"agent": 212 * 2**20, "rank": 296 * 2**20, "worker": 112 * 2**20},
-                          "shared_tensors_per_batch": 7}),
+                          "shared_tensors_per_batch": 7},
+                  partitioned_unavailable=(
+                      "PyG's distributed engine cannot run in this suite's lanes: torch_geometric.distributed needs "
+                      "pyg-lib (dist_neighbor_sample, relabel_neighborhood, merge_sampler_outputs), which is not on "
+                      "the package index; in PyG 2.8.0 and 2.8.1 DistNeighborSampler.__init__ raises TypeError "
+                      "(warn(..., stack_level=2)); and the package is deprecated since PyG 2.7")),
         # classic: dgl.dataloading.DataLoader; graphbolt: dgl.graphbolt's datapipe (DGL's examples
         # from 2.1 on). Both list the hop nearest the seeds last.
         Framework("dgl", "DGL", "#ef8636", "runners.adapters.dgl", loaders=("classic", "graphbolt"),
@@ -178,7 +187,8 @@ FRAMEWORKS = {
                           "workers_gather_features": False,
                           "edge_bytes": 75, "all_nodes_every_layer": False,
                           "baseline_bytes": {"agent": 338 * 2**20, "rank": 395 * 2**20, "worker": 126 * 2**20},
-                          "shared_tensors_per_batch": 18}),
+                          "shared_tensors_per_batch": 18},
+                  partitioned_adapter="runners.adapters.dgl_dist"),
     )
 }
 
@@ -202,6 +212,9 @@ FRAMEWORK_NAMES = tuple(FRAMEWORKS)
 # Every loader name of every framework (--loader's choices; which framework offers which is
 # checked with the framework, runners.config.check_combinations).
 LOADER_NAMES = tuple(dict.fromkeys(name for f in FRAMEWORKS.values() for name in f.loaders))
+# Loaders built as a pipeline of stages that run in the rank's own threads (DGL's GraphBolt: up
+# to copy_to in a prefetch thread): --inject hang-pipeline stops one of their stages.
+PIPELINE_LOADERS = ("graphbolt",)
 # The loaders that are not their framework's first (a sweep times them beside it: config loaders).
 OTHER_LOADERS = tuple(dict.fromkeys(name for f in FRAMEWORKS.values() for name in f.loaders[1:]))
 MODEL_NAMES = tuple(MODELS)

@@ -26,7 +26,7 @@ log = logging.getLogger("gnnscale.datasets")
 FORMAT_VERSION = 1
 DEFAULT_ROOT = "results/datasets"
 
-SYNTHETIC_NAMES = ("tiny", "small", "reddit-shape")
+SYNTHETIC_NAMES = ("tiny", "small", "reddit-shape", "wide")
 CONVERTED_NAMES = ("reddit", "ogbn-products")
 DATASET_NAMES = SYNTHETIC_NAMES + CONVERTED_NAMES
 

@@ -63,6 +63,11 @@ SYNTHETIC = {
                            num_classes=10, feature_snr=1.2),
     "reddit-shape": SyntheticSpec(num_nodes=232_965, num_edges=114_615_892, num_features=602,
                                   num_classes=41, feature_snr=1.6, degree_sigma=1.0),
+    # Reddit's feature width on a sparse graph: features are 96% of its 750 MB, so what a host holds
+    # of it is mostly the feature rows it owns, the measure of the partitioned strategy
+    # (benchmarks/partitioned_memory.py).
+    "wide": SyntheticSpec(num_nodes=300_000, num_edges=3_000_000, num_features=602, num_classes=10,
+                          feature_snr=1.2),
 }
 
 

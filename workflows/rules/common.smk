@@ -303,13 +303,13 @@ if config.get("loaders"):
         ]
 RUN_DIRS = [run_dir(run) for run in RUNS]
 RUN_RESULTS = [os.path.join(d, "result.json") for d in RUN_DIRS]
-# The grid's timing runs (the fair harness, the pair lane): what the adaptive plan reads.
+# The timing runs of the pair lane (the grid's, and a framework's other loaders'): what the
+# adaptive plan reads.
 TIMING_RESULTS = [
     os.path.join(run_dir(run), "result.json")
     for run in RUNS
     if run["kind_prefix"] == KIND_PREFIXES["timing"]
     and run["lane_prefix"] == LANE_PREFIXES["pair"]
-    and run["loader_prefix"] == LOADER_PREFIXES["default"]
 ]
 
 
@@ -486,8 +486,10 @@ def launcher(wildcards):
     if config["nodes"] == 1:
         return ""
     node = os.path.join(workflow.basedir, "scripts", "slurm_node.sh")
+    # SLURM_JOB_ID: the SLURM executor's job step drops every other SLURM_* variable
+    # (SLURM_JOB_NODELIST too) before it runs the rule; srun finds the allocation by its id.
     return (
-        ': "${SLURM_JOB_NODELIST:?config nodes > 1 needs a SLURM allocation: '
+        ': "${SLURM_JOB_ID:?config nodes > 1 needs a SLURM allocation: '
         'use --workflow-profile profiles/slurm}"; '
         f"srun --nodes={config['nodes']} --ntasks-per-node=1 {node} "
     )

@@ -1,0 +1,297 @@
+"""The partitioned strategy, the launcher's side: one DistGraphServer per host beside the trainers.
+
+Each node's launcher (`python -m runners.run --strategy partitioned --nnodes P --node-rank K
+--ip-config FILE ...`) makes sure the graph's P partitions exist and verify (runners.partitions),
+starts its host's graph server (partition K) with the variables DGL's tools/launch.py would set
+over ssh (no ssh here: every role is started by the suite), gives its trainers theirs, and after
+the run stops the server and records how it ended, with each host's memory: the server's PSS
+plus its trainers', sampled together.
+
+Variables (DGL 2.1.0, dgl/distributed/dist_context.py and tools/launch.py):
+- server: DGL_ROLE=server, DGL_SERVER_ID, DGL_NUM_SERVER (per machine), DGL_NUM_CLIENT (the
+  server waits for exactly that many: trainers x (1 + samplers) x machines), DGL_IP_CONFIG,
+  DGL_CONF_PATH, DGL_NUM_SAMPLER, DGL_GRAPH_FORMAT;
+- trainer: DGL_DIST_MODE=distributed, DGL_ROLE=client and the same counts and paths;
+- both: OMP_NUM_THREADS (an OpenMP fork deadlock otherwise, DGL #1129); samplers 0 (sampler
+  processes are unreliable, DGL #7753, #3887).
+A process finds its machine as the first ip_config line whose address is local, so each host
+needs an address of its own (the two-host test fixture gives each a network namespace).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from runners.rundir import RunDir
+from runners.settings import ConfigError
+
+SAMPLERS = 0
+SERVERS_PER_HOST = 1
+SAMPLE_INTERVAL_S = 0.5
+
+
+def read_ip_config(cfg, address: str | None) -> list:
+    """[(address, port)] per host from --ip-config, checked against the run: one line per node,
+    this node's line its own address. One node without a file: loopback and a free port."""
+    if cfg.nodes == 1 and not cfg.ip_config:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return [("127.0.0.1", s.getsockname()[1])]
+    path = Path(cfg.ip_config)
+    try:
+        lines = [line.split() for line in path.read_text().splitlines() if line.strip()]
+    except OSError as exc:
+        raise ConfigError(f"--ip-config {path}: cannot read it ({exc.strerror or exc})")
+    hosts = []
+    for i, words in enumerate(lines):
+        if len(words) not in (1, 2) or (len(words) == 2 and not words[1].isdigit()):
+            raise ConfigError(f"--ip-config {path}: line {i + 1} {' '.join(words)!r}: expected 'ADDRESS [PORT]'")
+        hosts.append((words[0], int(words[1]) if len(words) == 2 else 30050))
+    if len(hosts) != cfg.nodes:
+        raise ConfigError(f"--ip-config {path}: {len(hosts)} hosts for --nnodes {cfg.nodes}; one line per node")
+    if address is not None and hosts[cfg.node_rank][0] != address:
+        raise ConfigError(f"--ip-config {path}: line {cfg.node_rank + 1} (node {cfg.node_rank}) says "
+                          f"{hosts[cfg.node_rank][0]}, but this host's address is {address}: DGL finds a process's "
+                          "machine as the first line whose address is local")
+    return hosts
+
+
+@dataclass
+class Plan:
+    """What the launcher starts for one node of a partitioned run."""
+
+    partitions: Path  # the verified partition directory
+    part_config: Path
+    ip_config: Path  # the run's copy, in its directory
+    hosts: list
+    manifest: dict
+    quality: dict
+
+    def common_env(self, cfg) -> dict:
+        return {"DGL_NUM_SERVER": str(SERVERS_PER_HOST), "DGL_NUM_SAMPLER": str(SAMPLERS),
+                "DGL_NUM_CLIENT": str(cfg.devices * (1 + SAMPLERS) * cfg.nodes),
+                "DGL_IP_CONFIG": str(self.ip_config), "DGL_CONF_PATH": str(self.part_config),
+                "DGL_GRAPH_FORMAT": "csc", "DGL_GROUP_ID": "0", "DGLBACKEND": "pytorch",
+                "OMP_NUM_THREADS": str(cfg.threads_per_rank)}
+
+    def trainer_env(self, cfg) -> dict:
+        return {**self.common_env(cfg), "DGL_DIST_MODE": "distributed", "DGL_ROLE": "client"}
+
+    def server_env(self, cfg) -> dict:
+        return {**self.common_env(cfg), "DGL_DIST_MODE": "distributed", "DGL_ROLE": "server",
+                "DGL_SERVER_ID": str(cfg.node_rank * SERVERS_PER_HOST)}
+
+    def describe(self, cfg) -> dict:
+        """What result.json records (env.partitioned)."""
+        return {"strategy": "partitioned", "engine": "DistDGL (dgl.distributed)", "partitions": cfg.nodes,
+                "part_method": cfg.part_method, "directory": str(self.partitions),
+                "content_hash": self.manifest["content_hash"], "quality": self.quality,
+                "hosts": [{"node": i, "address": a, "port": p} for i, (a, p) in enumerate(self.hosts)],
+                "servers_per_host": SERVERS_PER_HOST, "samplers": SAMPLERS,
+                "trainer_env": self.trainer_env(cfg)}
+
+
+def plan(cfg, env: dict, out: Path) -> Plan:
+    """Check the hosts, make or verify the partitions and write the run's ip_config. Raises
+    ConfigError (bad --ip-config), runners.partitions.PartitionError or DatasetError."""
+    from runners import partitions
+
+    hosts = read_ip_config(cfg, (env.get("network") or {}).get("address"))
+    where = partitions.prepare(cfg.dataset, cfg.nodes, cfg.part_method, data_root=cfg.data_root,
+                               root=Path(cfg.data_root).parent / "partitions")
+    manifest = partitions.read_manifest(where)
+    ip_config = RunDir(out).ip_config
+    ip_config.write_text("".join(f"{a} {p}\n" for a, p in hosts))
+    return Plan(where, where / manifest["part_config"], ip_config, hosts, manifest,
+                json.loads((where / partitions.QUALITY).read_text()))
+
+
+def pss(pid: int) -> int | None:
+    import psutil
+
+    try:
+        return psutil.Process(pid).memory_full_info().pss
+    except (psutil.Error, OSError):
+        return None
+
+
+@dataclass
+class Server:
+    """This host's graph server, and this host's memory sampled while the run goes."""
+
+    cfg: object
+    proc: subprocess.Popen
+    log_path: Path
+    started_t: float
+    host: str
+    trainers_root: int | None = None  # the rank starter's pid, once launched
+    samples: list = field(default_factory=list)  # (t, server PSS, trainers' PSS, trainers)
+    died: dict | None = None  # the server ended while its trainers ran (see _lost)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def watch(self, trainers_root: int) -> None:
+        """Sample the server's and the trainers' PSS together until stop()."""
+        self.trainers_root = trainers_root
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def _trainer_pids(self) -> list:
+        import psutil
+
+        try:  # the ranks (and their workers) under the rank starter, not the starter itself
+            return [p.pid for p in psutil.Process(self.trainers_root).children(recursive=True)]
+        except psutil.Error:
+            return []
+
+    def _sample(self) -> None:
+        while not self._stop.wait(SAMPLE_INTERVAL_S):
+            # Exit code 0 is the shutdown the trainers ask for at the end; anything else is a death.
+            if self.died is None and self.proc.poll() not in (None, 0) and self._trainer_pids():
+                self._lost()
+            server = pss(self.proc.pid) if self.proc.poll() is None else None
+            trainers = [v for v in (pss(p) for p in self._trainer_pids()) if v is not None]
+            if server is not None or trainers:
+                self.samples.append((round(time.time() - self.started_t, 3), server, sum(trainers), len(trainers)))
+
+    def _lost(self) -> None:
+        """The server ended while its trainers still run: they would wait for it over RPC until
+        the watchdog's stall limit. Stop them now (their process group, SIGTERM), and keep what
+        happened for the diagnosis (explain)."""
+        code = self.proc.returncode
+        self.died = {"t_s": round(time.time() - self.started_t, 3), "exit_code": code if code >= 0 else None,
+                     "signal": signal.Signals(-code).name if code < 0 else None}
+        print(f"[gnnscale] graph server {self.cfg.node_rank} (pid {self.proc.pid}) on {self.host} ended "
+              f"({self.died['signal'] or 'exit code %s' % code}) while its trainers ran; stopping them", flush=True)
+        try:
+            os.killpg(self.trainers_root, signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def explain(self, outcome) -> None:
+        """When this host's server died mid-run: the run `crashed`, cause `lost_server`, the
+        summary naming the server, its host and how it ended (the trainers were its victims)."""
+        if self.died is None or outcome is None:
+            return
+        how = self.died["signal"] or f"exit code {self.died['exit_code']}"
+        summary = (f"crashed: graph server {self.cfg.node_rank} (partition {self.cfg.node_rank}, pid "
+                   f"{self.proc.pid}) on host {self.host} died ({how}) {self.died['t_s']:.1f} s after it started; "
+                   "its trainers, which sample and fetch features from it, were stopped")
+        d = dict(outcome.diagnosis or {})
+        d.update(summary=summary, cause="lost_server", culprit_rank=None, previous_status=outcome.status,
+                 cause_text="a graph server of the partitioned strategy died mid-run",
+                 remedy="see the server's log (logs/server<K>.log) and the host's kernel log (OOM killer?)",
+                 lost_server={"node": self.cfg.node_rank, "host": self.host, "pid": self.proc.pid, **self.died},
+                 evidence=[summary] + list(d.get("evidence") or []))
+        d.setdefault("ranks", [])
+        outcome.status, outcome.diagnosis = "crashed", d
+
+    def adopt_remote(self, out: Path, outcome, started_at: str) -> None:
+        """Node 0, whose own server lived: a server that died on another node is the run's cause
+        when that node's result says so (node{K}/result.json beside node 0's, as runners.nodes
+        reads them); node 0's trainers only lost it (or the peers it stopped)."""
+        if (self.cfg.node_rank != 0 or self.cfg.nodes < 2 or outcome is None or outcome.status == "ok"
+                or self.died is not None):
+            return
+        from runners import history, nodes
+
+        for k, res in sorted(nodes.other_results(self.cfg, history.point_dir(out), started_at).items()):
+            theirs = res.get("diagnosis") or {}
+            if theirs.get("cause") != "lost_server":
+                continue
+            mine = outcome.diagnosis or {}
+            outcome.diagnosis = {
+                **mine, "summary": f"{theirs['summary']} (node {k}'s result; node 0's trainers lost it: "
+                                   f"{mine.get('summary', outcome.status)})",
+                "cause": "lost_server", "cause_text": theirs.get("cause_text"), "remedy": theirs.get("remedy"),
+                "lost_server": theirs.get("lost_server"), "culprit_rank": None, "previous_status": outcome.status,
+                "evidence": [f"node {k}'s result: {theirs['summary']}"] + list(mine.get("evidence") or [])}
+            outcome.status = "crashed"
+            return
+
+    def stop(self, grace_s: float, replicated_model: dict | None = None) -> dict:
+        """Wait up to `grace_s` for the server to leave (the trainers' rank 0 shuts every server
+        down when training ends), then stop it (SIGTERM, then SIGKILL, its process group).
+        Returns how it ended and the host's memory, next to what the pre-flight model says a
+        replicated run of the same point holds on this host (`replicated_model`, runners.memory.model)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        stopped_by = "shutdown request from the trainers"
+        try:
+            self.proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            stopped_by = "the launcher"
+            for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
+                try:
+                    os.killpg(self.proc.pid, sig)
+                except ProcessLookupError:
+                    break
+                try:
+                    self.proc.wait(timeout=wait_s)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+        code = self.proc.returncode
+        return {"pid": self.proc.pid, "host": self.host, "node": self.cfg.node_rank,
+                "exit_code": code if code is None or code >= 0 else None,
+                "signal": signal.Signals(-code).name if code is not None and code < 0 else None,
+                "stopped_by": "died mid-run" if self.died else stopped_by, "died": self.died,
+                "log": str(self.log_path), "memory": {**self.memory(), **replicated(replicated_model)}}
+
+    def memory(self) -> dict:
+        """This host's peak: the server's PSS plus its trainers' at the worst sample."""
+        if not self.samples:
+            return {"host_peak_bytes": None, "samples": 0}
+        worst = max(self.samples, key=lambda s: (s[1] or 0) + s[2])
+        return {"host_peak_bytes": (worst[1] or 0) + worst[2], "server_bytes_at_peak": worst[1],
+                "trainers_bytes_at_peak": worst[2], "peak_t_s": worst[0],
+                "server_peak_bytes": max((s[1] or 0) for s in self.samples),
+                "samples": len(self.samples), "interval_s": SAMPLE_INTERVAL_S,
+                "rule": "PSS of this host's graph server plus its trainers, sampled together by the launcher"}
+
+
+def replicated(model: dict | None) -> dict:
+    """The pre-flight model's peak of a replicated run of the same point on one host, and its
+    graph term (every host of a replicated run holds the whole dataset)."""
+    if not model:
+        return {}
+    return {"replicated_model_bytes": model["total_bytes"],
+            "replicated_model_dataset_bytes": model["terms_bytes"].get("dataset_shared"),
+            "replicated_rule": "runners.memory.model's pre-flight model of this point with the whole graph on the host"}
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(timeout=10)
+
+
+def start_server(cfg, the_plan: Plan, out: Path) -> Server:
+    """Start this host's DistGraphServer in a session of its own (stopped by its group)."""
+    env = {**os.environ, **the_plan.server_env(cfg), "PYTHONUNBUFFERED": "1"}
+    from runners import envinfo
+
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(envinfo.REPO_ROOT), os.environ.get("PYTHONPATH")]))
+    log_path = RunDir(out).server_log(cfg.node_rank)
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "runners.adapters.dgl_dist", "serve"], env=env,
+                                cwd=str(envinfo.REPO_ROOT), stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    atexit.register(_kill_group, proc)  # whatever happens to the launcher, no server outlives it
+    print(f"[gnnscale] graph server {cfg.node_rank} (partition {cfg.node_rank} of {cfg.nodes}, "
+          f"{the_plan.partitions.name}) pid {proc.pid}", flush=True)
+    return Server(cfg, proc, log_path, time.time(), os.uname().nodename)

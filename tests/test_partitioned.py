@@ -1,0 +1,187 @@
+"""The partitioned strategy (DistDGL) across two hosts of tests/netns_hosts.py (the fixture of
+tests/test_hosts.py): one graph server and one trainer per host, the graph split in 2 by METIS,
+GraphSAGE trained with DistNodeDataLoader and DDP over gloo on the hosts' link. Each host gets a
+/dev/shm of its own, as a real host has (DistDGL names its shared memory after the graph).
+Requests the strategy cannot serve are refused before launch, naming the value."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from runners.config import ConfigError, build_parser, config_from_args
+from tests.helpers import REPO, run_config, run_env, runner_argv
+from tests.test_hosts import _ports, alive, hosts, node_pids, result_of  # noqa: F401  (the fixture)
+
+RUN_TIMEOUT_S = 300
+
+
+def start_partitioned(hosts, out: Path, epochs=4, extra=()) -> list:  # noqa: F811
+    """One launcher per host, each starting its host's graph server and trainer; DDP's master and
+    DGL's ip_config name the hosts' link addresses."""
+    h0 = hosts.hosts[0]
+    master_port, dgl_port = next(_ports), next(_ports)
+    ip_config = out.parent / "ip_config.txt"
+    ip_config.write_text("".join(f"{h.address} {dgl_port}\n" for h in hosts.hosts))
+    procs = []
+    for h in hosts.hosts:
+        argv = runner_argv(out, framework="dgl", devices=1, epochs=epochs, extra=[
+            "--strategy", "partitioned", "--nnodes", "2", "--node-rank", str(h.index), "--master-addr", h0.address,
+            "--master-port", str(master_port), "--ip-config", str(ip_config), *extra])
+        with open(out.parent / f"node{h.index}.log", "w") as log:
+            procs.append(hosts.popen(h, ["env", f"PYTHONPATH={run_env()['PYTHONPATH']}", *argv], private_shm=True,
+                                     cwd=REPO, stdout=log, stderr=subprocess.STDOUT))
+    return procs
+
+
+def logs(out: Path) -> str:
+    text = "".join(f"--- node{i}.log\n" + (out.parent / f"node{i}.log").read_text()[-3000:] for i in (0, 1))
+    for server_log in sorted(out.parent.rglob("server*.log")):
+        text += f"--- {server_log}\n" + server_log.read_text()[-1500:]
+    return text
+
+
+def test_distdgl_sage_two_partitions_learns_and_leaves_nothing(hosts, tmp_path):  # noqa: F811
+    out = tmp_path / "job"
+    procs = start_partitioned(hosts, out)
+    codes = [p.wait(timeout=RUN_TIMEOUT_S) for p in procs]
+    assert codes == [0, 0], logs(out)
+    r0, r1 = result_of(out), result_of(out / "node1")
+    assert r0["status"] == "ok" and r1["status"] == "ok", logs(out)
+    assert r0["run_id"] == r1["run_id"] and "-dgl-part-metis-sage-d1x2-" in r0["run_id"]
+    h0, h1 = hosts.hosts
+    assert r0["env"]["network"]["ranks_by_host"] == {h0.hostname: [0], h1.hostname: [1]}
+    # Each host served its own partition, and each trainer trained seeds of its host's partition.
+    for r, h in ((r0, h0), (r1, h1)):
+        part = r["env"]["partitioned"]
+        assert part["partitions"] == 2 and part["part_method"] == "metis"
+        assert part["hosts"][h.index]["address"] == h.address
+        assert part["quality"]["edge_cut_fraction"] < 0.5
+        assert r["config"]["adapter_choices"]["trainer_partition"] == h.index
+        server = part["server"]
+        assert server["host"] == h.hostname and server["exit_code"] == 0, server
+        assert server["stopped_by"] == "shutdown request from the trainers", server
+        mem = server["memory"]
+        assert mem["host_peak_bytes"] > mem["server_peak_bytes"] > 0, server
+        # beside it, the pre-flight model of a replicated run of the point: the whole graph on the host
+        assert mem["replicated_model_dataset_bytes"] == r["preflight"]["memory_model"]["inputs"]["dataset_bytes"] > 0
+        assert r["env"]["rank_env_vars"] is not None
+    # Equal steps on both ranks (padded shares), every epoch covering the training split.
+    s = r0["summary"]
+    steps = json.loads((out / "rank0" / "rank.json").read_text())["steps_per_rank"]
+    assert steps == [s["steps_per_rank_epoch"]] * 2, steps
+    assert s["seed_nodes_per_epoch_all_ranks"] >= s["train_split_seed_nodes"]
+    # It learns: above the features-only baseline on the same validation split.
+    ref = r0["accuracy_reference"]
+    assert s["final_val_acc"] > ref["baseline_val_acc"] and s["converged"] is True, (s["final_val_acc"], ref)
+    # Nothing left running: no process in either host, the servers and trainers gone.
+    assert node_pids(hosts) == {0: [], 1: []}
+    pids = [r["env"]["partitioned"]["server"]["pid"] for r in (r0, r1)]
+    pids += [json.loads(f.read_text())["pid"] for f in list(out.glob("rank*/rank.json")) +
+             list((out / "node1").glob("rank*/rank.json"))]
+    assert len(pids) == 4 and not [p for p in pids if alive(p)]
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--framework", "pyg"], "--strategy partitioned: not available for --framework pyg: PyG's distributed engine"),
+    (["--workers", "1"], "--workers 1: the partitioned strategy samples in the trainer"),
+    (["--nnodes", "2", "--master-port", "29999"], "--strategy partitioned --nnodes 2: needs --ip-config FILE"),
+    (["--part-method", "kmeans"], "--part-method 'kmeans' is unknown; allowed: metis, random"),
+])
+def test_bad_requests_are_refused_before_launch(tmp_path, extra, message):
+    base = ["--strategy", "partitioned", *extra]
+    fw = "pyg" if "pyg" in extra else "dgl"
+    res = run_config(tmp_path / "run", framework=fw, devices=1, epochs=1,
+                     extra=[w for w in base if w not in ("--framework", "pyg")], timeout=120)
+    assert res.returncode == 2 and message in res.stdout, res.stdout[-2000:]
+    assert not (tmp_path / "run").exists()
+
+
+def test_ip_config_must_name_this_host(hosts, tmp_path):  # noqa: F811
+    """A node whose ip_config line is not its own address is refused, naming both."""
+    h0, h1 = hosts.hosts
+    ip_config = tmp_path / "ip_config.txt"
+    ip_config.write_text(f"{h0.address} 30050\n{h0.address} 30050\n")  # node 1's line is host 0's address
+    argv = runner_argv(tmp_path / "job", framework="dgl", devices=1, epochs=1, extra=[
+        "--strategy", "partitioned", "--nnodes", "2", "--node-rank", "1", "--master-addr", h0.address,
+        "--master-port", str(next(_ports)), "--ip-config", str(ip_config)])
+    res = hosts.run(h1, ["env", f"PYTHONPATH={run_env()['PYTHONPATH']}", *argv], timeout=180, cwd=REPO)
+    assert res.returncode == 2, res.stdout[-2000:]
+    assert f"line 2 (node 1) says {h0.address}, but this host's address is {h1.address}" in res.stdout
+    time.sleep(0.1)
+    assert node_pids(hosts)[1] == []
+
+
+def _config(*extra):
+    argv = ["--framework", "dgl", "--model", "sage", "--devices", "1", "--batch-size", "8", "--workers", "0",
+            "--dataset", "tiny", "--epochs", "1", "--out", "/tmp/x", *extra]
+    return config_from_args(build_parser().parse_args(argv), 0, 2)
+
+
+def test_replicated_keeps_a_runs_identity():
+    """The default strategy stays out of a run's identity (run ids of earlier runs don't change);
+    the partitioned strategy and its method are part of it, the hosts' addresses are not."""
+    default, named = _config(), _config("--strategy", "replicated")
+    assert default.identity("h") == named.identity("h")
+    assert not {"strategy", "part_method", "ip_config"} & set(default.identity("h")["settings"])
+    metis, rand = _config("--strategy", "partitioned"), _config("--strategy", "partitioned", "--part-method", "random")
+    assert "-dgl-part-metis-sage-d1-" in metis.identity("h")["run_id"]
+    assert len({default.identity("h")["digest"], metis.identity("h")["digest"], rand.identity("h")["digest"]}) == 3
+    elsewhere = _config("--strategy", "partitioned", "--ip-config", "/elsewhere")
+    assert elsewhere.identity("h") == metis.identity("h")
+    with pytest.raises(ConfigError, match="--part-method random: partitions the graph for --strategy partitioned only"):
+        _config("--part-method", "random")
+
+
+def server_pid(hosts, host) -> int | None:  # noqa: F811
+    import psutil
+
+    for pid in hosts.pids(host):
+        try:
+            if "runners.adapters.dgl_dist" in " ".join(psutil.Process(pid).cmdline()):
+                return pid
+        except psutil.Error:
+            continue
+    return None
+
+
+def test_killed_server_is_named_and_nothing_is_left(hosts, tmp_path):  # noqa: F811
+    """Host 1's graph server is killed mid-run: node 1's run ends `crashed`, cause `lost_server`,
+    naming the server, its host and the signal; node 0's run (its trainer lost the server and its
+    peer) names the same server from node 1's result. Nothing is left running on either host."""
+    import os
+    import signal
+
+    from tests.helpers import live_dir
+
+    out = tmp_path / "job"
+    procs = start_partitioned(hosts, out, epochs=40, extra=["--stall-floor", "10"])
+    h0, h1 = hosts.hosts
+    epochs = None
+    for _ in range(600):  # until node 1 has finished an epoch: at most 600 polls, 120 s
+        epochs = next(live_dir(out / "node1").glob("rank1/epochs.csv"), None)
+        if epochs is not None and len(epochs.read_text().splitlines()) > 1:
+            break
+        time.sleep(0.2)
+    assert epochs is not None, logs(out)
+    victim = server_pid(hosts, h1)
+    assert victim is not None, logs(out)
+    os.kill(victim, signal.SIGKILL)
+    assert [p.wait(timeout=RUN_TIMEOUT_S) for p in procs] == [0, 0], logs(out)
+    r0, r1 = result_of(out), result_of(out / "node1")
+    d1 = r1["diagnosis"]
+    assert r1["status"] == "crashed" and d1["cause"] == "lost_server", d1
+    assert d1["summary"].startswith(f"crashed: graph server 1 (partition 1, pid {victim}) on host {h1.hostname} "
+                                    "died (SIGKILL)"), d1
+    assert d1["lost_server"]["host"] == h1.hostname and d1["lost_server"]["signal"] == "SIGKILL"
+    d0 = r0["diagnosis"]
+    assert r0["status"] == "crashed" and d0["cause"] == "lost_server", d0
+    assert d0["summary"].startswith(f"crashed: graph server 1 (partition 1, pid {victim}) on host {h1.hostname}"), d0
+    assert r0["env"]["partitioned"]["server"]["stopped_by"] in ("the launcher", "shutdown request from the trainers")
+    assert r0["epochs"] and not r0["summary"]  # what was measured is kept; no timing claimed
+    assert node_pids(hosts) == {0: [], 1: []}
+    assert not alive(r0["env"]["partitioned"]["server"]["pid"]) and not alive(victim)
