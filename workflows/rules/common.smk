@@ -475,6 +475,7 @@ REPORT_TABLES = {
     "adaptive": "Timing",
     "lanes": "Timing",
     "loaders": "Timing",
+    "partitioned": "Timing",
     "breakdown": "Timing",
     "throughput": "Timing",
     "accuracy": "Accuracy",
