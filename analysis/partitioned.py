@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis import model_label
+from analysis import framework_label, model_label
 from analysis.display import Cell, GridTable, TableSet
 from analysis.formatting import fmt_bytes, fmt_num, fmt_pct
 from analysis.grouping import performance_runs
@@ -31,6 +31,7 @@ PHASES_TEXT = (
     "RPC (plus GAT's self-loops). In a replicated run the same two phases are the local sampler and "
     "the feature gather")
 # Engines that cannot run partitioned here (issue 31): a skipped row each, not a silent gap.
+GLT = "glt"
 GLT_REASON = ("GraphLearn-for-PyTorch 0.2.4's wheels are built against torch 2.3.0 with CUDA, for Python "
               "3.8-3.11; none installs on the pair's torch 2.2.1 CPU build")
 COLUMNS = ["model", "devices", "batch_size", "workers", "framework", "strategy", "hosts", "n_ok", "statuses",
@@ -39,11 +40,16 @@ COLUMNS = ["model", "devices", "batch_size", "workers", "framework", "strategy",
            "share_low", "share_high"]
 
 
+def engines() -> list:
+    """The frameworks with a partitioned engine (the registry's partitioned_adapter)."""
+    return [n for n, f in registry.FRAMEWORKS.items() if f.partitioned_adapter]
+
+
 def _runs(runs: pd.DataFrame) -> pd.DataFrame:
     if runs.empty or "strategy" not in runs:
         return runs.iloc[0:0]
     r = performance_runs(runs)
-    r = r[(r["harness"].fillna("fair") == "fair") & (r["framework"] == "dgl")].copy()
+    r = r[(r["harness"].fillna("fair") == "fair") & r["framework"].isin(engines())].copy()
     r["strategy"] = r["strategy"].fillna("replicated")
     return r
 
@@ -64,23 +70,25 @@ def _skipped(key, framework: str, strategy: str, reason: str) -> dict:
 
 
 def partitioned_rows(runs: pd.DataFrame) -> pd.DataFrame:
-    """One row per point a partitioned run reached and strategy (DGL replicated, DGL partitioned
-    by each method), then PyG's and GLT's partitioned rows, skipped with the reason."""
+    """One row per point a partitioned run reached, framework with a partitioned engine (DGL)
+    and strategy (replicated, partitioned by each method), then the partitioned rows of the
+    frameworks without one (PyG) and of GLT, skipped with the reason."""
     r = _runs(runs)
     part = r[r["strategy"] == "partitioned"]
     rows = []
-    for key, g in part.groupby(list(POINT_KEYS), sort=True):
-        here = r[(r[list(POINT_KEYS)] == pd.Series(dict(zip(POINT_KEYS, key)))).all(axis=1)]
+    for (fw, *key), g in part.groupby(["framework", *POINT_KEYS], sort=True):
+        key = tuple(key)
+        here = r[(r[list(POINT_KEYS)] == pd.Series(dict(zip(POINT_KEYS, key)))).all(axis=1) & (r["framework"] == fw)]
         rep = here[here["strategy"] == "replicated"]
         base = _measures(rep)
         groups = [("replicated", rep)] + [(f"partitioned ({m})", pg) for m, pg in
                                           g.groupby(g["part_method"].fillna("?"), sort=True)]
         for name, rows_g in groups:
             if rows_g.empty:
-                rows.append(_skipped(key, "dgl", "replicated", "no replicated run at this point"))
+                rows.append(_skipped(key, fw, "replicated", "no replicated run at this point"))
                 continue
             m = _measures(rows_g)
-            row = {**dict(zip(POINT_KEYS, key)), "framework": "dgl", "strategy": name,
+            row = {**dict(zip(POINT_KEYS, key)), "framework": fw, "strategy": name,
                    "hosts": ", ".join(str(int(v)) for v in sorted(set(rows_g["nodes"].dropna()))),
                    "n_ok": len(m["epoch"]),
                    "statuses": ", ".join(f"{n} {s}" for s, n in rows_g["status"].value_counts().items()),
@@ -92,8 +100,9 @@ def partitioned_rows(runs: pd.DataFrame) -> pd.DataFrame:
                 est, lo, hi = ratio_interval(m[what], base[what]) if name != "replicated" else (float("nan"),) * 3
                 row.update({f"{what}_ratio": est, f"{what}_low": lo, f"{what}_high": hi})
             rows.append(row)
-        rows.append(_skipped(key, "pyg", "partitioned", registry.framework("pyg").partitioned_unavailable))
-        rows.append(_skipped(key, "glt", "partitioned", GLT_REASON))
+        rows += [_skipped(key, n, "partitioned", f.partitioned_unavailable) for n, f in registry.FRAMEWORKS.items()
+                 if not f.partitioned_adapter]
+        rows.append(_skipped(key, GLT, "partitioned", GLT_REASON))
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -119,7 +128,6 @@ def _cells(row: dict) -> list:
 def partitioned_table(runs: pd.DataFrame) -> TableSet:
     """The replicated vs partitioned table (partitioned_rows)."""
     data = partitioned_rows(runs)
-    label = {"dgl": "DGL", "pyg": "PyG", "glt": "GraphLearn-for-PyTorch"}
     header = [[("Model", 1), ("Point", 1), ("Framework", 1), ("Strategy (hosts)", 1),
                ("Steady epoch time (s), 95% CI; partitioned / replicated", 1),
                ("Host memory peak, 95% CI; partitioned / replicated", 1),
@@ -128,7 +136,7 @@ def partitioned_table(runs: pd.DataFrame) -> TableSet:
     for row in data.to_dict("records"):
         point = f"{row['devices']} dev/host, batch {row['batch_size']}, {row['workers']} workers"
         strategy = row["strategy"] + (f" ({row['hosts']})" if row["hosts"] else "")
-        rows.append([Cell(model_label(row["model"])), Cell(point), Cell(label.get(row["framework"], row["framework"])),
+        rows.append([Cell(model_label(row["model"])), Cell(point), Cell("GraphLearn-for-PyTorch" if row["framework"] == GLT else framework_label(row["framework"])),
                      Cell(strategy)] + _cells(row))
     grids = [GridTable("", header, rows, n_index=4)] if rows else []
     return TableSet(
