@@ -55,7 +55,7 @@ EXPERIMENT_KEYS = (
     "dataset", "device_type", "nodes", "epochs", "fanouts", "layers", "hidden", "heads",
     "dropout", "lr", "lr_scaling", "warmup_epochs", "weight_decay", "self_loops", "replace",
     "pyg_trim", "breakdown", "probes", "uneven_batches", "inject", "max_steps_per_epoch", "harness", "lane",
-    "until", "precision", "loader_variant",
+    "until", "precision", "loader_variant", "strategy",
 )
 
 # Settings whose defaults differ per model (the seed study's Table 1): they only split

@@ -48,7 +48,7 @@ CONFIG_COLUMNS = (
     # Written by the current runner but not required by the schema.
     "warmup_epochs", "max_steps_per_epoch", "eval_every", "lr_effective", "inject_rank",
     "time_limit_s", "stall_floor_s", "stall_factor", "harness", "lane", "until", "precision", "min_steady_epochs",
-    "max_train_s", "loader",
+    "max_train_s", "loader", "strategy", "part_method",
 )
 # How well a run pinned its steady-state epoch time down (summary.precision, runners/stopping.py).
 PRECISION_COLUMNS = ("stopped_by", "epochs_run", "stopped_by_cap", "precision_reached", "drift_rel", "drifting",
@@ -80,7 +80,7 @@ RUN_COLUMNS = (
        "seed_base", "adapter_choices", "nvml_available", "nvml_reason", "preflight_warnings",
        "diag_cause", "diag_summary", "diag_remedy", "detected_after_s", "cpu_busy_before",
        "mem_model_bytes", "mem_peak_bytes", "mem_peak_source", "mem_limit_bytes", "mem_cgroup_peak_bytes",
-       "oom_killed")
+       "oom_killed", "mem_host_peak_bytes")
     + tuple(f"env_{k}" for k in ENV_COLUMNS)
     + ("scheduler", "scheduler_job", "scheduler_nodes")
     + ("command", "workflow_command", "previous_runs", "run_dir", "result_path")
@@ -284,6 +284,7 @@ def run_row(data: dict, result_path: Path, workflow: str | None = None) -> dict:
     defaults = registry.framework(cfg["framework"]).loaders
     row["loader"] = cfg.get("loader") or defaults[0]
     row["loader_variant"] = "default" if row["loader"] == defaults[0] else row["loader"]
+    row["strategy"] = cfg.get("strategy") or "replicated"  # results from before --strategy were replicated
     row["world_size"] = cfg["devices"] * cfg["nodes"]
     # Ranks and their loader workers on one node; more of them than cores means they take
     # turns on the CPU, which a 2-core result must say before anyone reads it as a GPU claim.
@@ -326,6 +327,9 @@ def run_row(data: dict, result_path: Path, workflow: str | None = None) -> dict:
         "mem_limit_bytes": mem.get("limit_bytes") or cfg.get("memory_limit_bytes") or None,
         "mem_cgroup_peak_bytes": mem.get("cgroup_peak_bytes"),
         "oom_killed": ", ".join(k["role"] for k in (diag.get("oom") or {}).get("killed", [])) or None,
+        # node 0's host: a partitioned run's graph server and trainers (runners.partitioned); else the ranks
+        "mem_host_peak_bytes": ((env.get("partitioned") or {}).get("server") or {}).get("memory", {}).get(
+            "host_peak_bytes") if row["strategy"] == "partitioned" else mem.get("peak_bytes"),
     })
     row.update(work_per_rank(data))
     # Throughput of the steady state: one epoch's seed nodes (all ranks) per steady epoch, so

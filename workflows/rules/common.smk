@@ -91,6 +91,8 @@ wildcard_constraints:
     # ("current-"), a framework's other loader for its timing runs ("graphbolt-"; see KINDS).
     hprefix=r"(study-|conv-|hang-|current-|own-|"
     + "|".join(f"{name}-" for name in registry.OTHER_LOADERS)
+    + "|"
+    + "|".join(f"part-{method}-" for method in settings.PART_METHODS)
     + ")?",
 
 
@@ -105,6 +107,8 @@ RUN_ID = "{hprefix}{framework}-{model}-d{devices}-b{batch}-w{workers}-r{repeat}"
 LANE_PREFIXES = {"current-": "current", "own-": "own"}
 # Timing runs with a framework's loader other than its first carry the loader as their prefix.
 LOADER_PREFIXES = {f"{name}-": name for name in registry.OTHER_LOADERS}
+# Timing runs of the partitioned strategy carry it and the partitioning method.
+PART_PREFIXES = {f"part-{method}-": method for method in settings.PART_METHODS}
 KINDS = (
     {
         "": "timing",
@@ -114,6 +118,7 @@ KINDS = (
     }
     | {p: "timing" for p in LANE_PREFIXES}
     | {p: "timing" for p in LOADER_PREFIXES}
+    | {p: "timing" for p in PART_PREFIXES}
 )
 
 
@@ -258,6 +263,28 @@ if config.get("loaders"):
             )
             if run["framework"] in _fws
         ]
+if config.get("strategy"):
+    _p = config["strategy"]
+    if config["nodes"] < 2:
+        config_error(
+            "strategy",
+            f"partitioned runs need nodes >= 2 (one partition per host, each host an address "
+            f"of its own: DGL finds a process's machine by the first local address in its "
+            f"ip_config); nodes is {config['nodes']}",
+        )
+    _fws = [f for f in GRID["frameworks"] if registry.framework(f).partitioned_adapter]
+    RUNS += [
+        run
+        for run in points(
+            [f"part-{_p['method']}-"],
+            sorted(_p["devices"]),
+            [_p["batch_size"]],
+            [0],
+            _p["repeats"],
+            _p.get("models"),
+        )
+        if run["framework"] in _fws
+    ]
 RUN_DIRS = [RUN_DIR.format(**run) for run in RUNS]
 RUN_RESULTS = [os.path.join(d, "result.json") for d in RUN_DIRS]
 # The timing runs of the pair lane (the grid's, and a framework's other loaders'): what the
@@ -362,7 +389,23 @@ def run_settings(wildcards):
         flags = f"{flags} --lane {lane}"
     # Nor do runs of a framework's first loader pass --loader: adding loaders reruns nothing.
     loader = LOADER_PREFIXES.get(wildcards.hprefix)
-    return f"{flags} --loader {loader}" if loader else flags
+    if loader:
+        flags = f"{flags} --loader {loader}"
+    method = PART_PREFIXES.get(wildcards.hprefix)
+    if method:
+        flags += (
+            f" --strategy partitioned --part-method {method}"
+            f" --ip-config {config['strategy']['ip_config']}"
+        )
+    return flags
+
+
+def partitions_input(wildcards):
+    """A partitioned run's partitions (rule partitions), made once before its nodes start."""
+    method = PART_PREFIXES.get(wildcards.hprefix)
+    if not method:
+        return []
+    return [f"results/partitions/{wildcards.dataset}-p{config['nodes']}-{method}.json"]
 
 
 def workflow_rerun():
@@ -477,6 +520,7 @@ REPORT_TABLES = {
     "adaptive": "Timing",
     "lanes": "Timing",
     "loaders": "Timing",
+    "partitioned": "Timing",
     "breakdown": "Timing",
     "throughput": "Timing",
     "accuracy": "Accuracy",
