@@ -75,7 +75,7 @@ RUN_COLUMNS = (
        "seed_base", "adapter_choices", "nvml_available", "nvml_reason", "preflight_warnings",
        "diag_cause", "diag_summary", "diag_remedy", "detected_after_s", "cpu_busy_before",
        "mem_model_bytes", "mem_peak_bytes", "mem_peak_source", "mem_limit_bytes", "mem_cgroup_peak_bytes",
-       "oom_killed")
+       "oom_killed", "mem_host_peak_bytes")
     + tuple(f"env_{k}" for k in ENV_COLUMNS)
     + ("scheduler", "scheduler_job", "scheduler_nodes")
     + ("command", "workflow_command", "previous_runs", "run_dir", "result_path")
@@ -315,6 +315,9 @@ def run_row(data: dict, result_path: Path, workflow: str | None = None) -> dict:
         "mem_limit_bytes": mem.get("limit_bytes") or cfg.get("memory_limit_bytes") or None,
         "mem_cgroup_peak_bytes": mem.get("cgroup_peak_bytes"),
         "oom_killed": ", ".join(k["role"] for k in (diag.get("oom") or {}).get("killed", [])) or None,
+        # node 0's host: a partitioned run's graph server and trainers (runners.partitioned); else the ranks
+        "mem_host_peak_bytes": ((env.get("partitioned") or {}).get("server") or {}).get("memory", {}).get(
+            "host_peak_bytes") if row["strategy"] == "partitioned" else mem.get("peak_bytes"),
     })
     row.update(work_per_rank(data))
     # Throughput of the steady state: one epoch's seed nodes (all ranks) per steady epoch, so

@@ -31,7 +31,7 @@ import jinja2
 import pandas as pd
 
 from analysis import FRAMEWORK_ORDER, STATUS_COLOURS, framework_label, model_label
-from analysis import answers, deadlocks, lanes, loaders, planning, plots, speedup_gap, tables
+from analysis import answers, deadlocks, lanes, loaders, partitioned, planning, plots, speedup_gap, tables
 from analysis.aggregate import Aggregate
 from analysis.display import TableSet, frame_table, row_anchor
 from analysis.findings import all_findings, precision_findings, study_findings
@@ -41,7 +41,7 @@ from runners.adapters import registry
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 TABLE_NAMES = ("table2", "speed", "paper_comparison", "study_work", "study_time", "scaling", "speedup_gap", "workers", "batch", "breakdown",
-               "throughput", "accuracy", "plan", "adaptive", "lanes", "loaders", "deadlocks", "environment", "fairness", "runs", "invalid")
+               "throughput", "accuracy", "plan", "adaptive", "lanes", "loaders", "partitioned", "deadlocks", "environment", "fairness", "runs", "invalid")
 PLOT_NAMES = ("summary", "status_map", "runtime_vs_devices", "speedup", "speedup_gap", "breakdown", "throughput", "resources")
 # Every file the report writes beside index.html (Snakemake declares these as outputs).
 ASSETS = tuple(f"{t}.{ext}" for t in TABLE_NAMES for ext in ("csv", "html")) + tuple(f"{p}.png" for p in PLOT_NAMES)
@@ -273,6 +273,7 @@ def build_tables(agg: Aggregate, runs: pd.DataFrame) -> dict:
     out = tables.all_tables(runs)
     out["lanes"] = lanes.lanes_table(runs)
     out["loaders"] = loaders.loaders_table(runs)
+    out["partitioned"] = partitioned.partitioned_table(runs)
     out["speedup_gap"] = speedup_gap.gap_table(speedup_gap.gap_data(runs, agg.epochs, agg.steps))
     memory = tables.memory_model_table(runs)
     if not memory.empty:  # the pre-flight memory model against the measured peak

@@ -262,13 +262,74 @@ class Server:
 
 
 def replicated(model: dict | None) -> dict:
-    """The pre-flight model's peak of a replicated run of the same point on one host, and its
-    graph term (every host of a replicated run holds the whole dataset)."""
+    """The pre-flight model of this host (model_peak) beside that of a replicated run of the
+    same point, whose every host holds the whole dataset."""
     if not model:
         return {}
-    return {"replicated_model_bytes": model["total_bytes"],
-            "replicated_model_dataset_bytes": model["terms_bytes"].get("dataset_shared"),
+    rep = model.get("replicated", model)
+    mine = {"model_bytes": model["total_bytes"], "model_sampled_bytes": model.get("sampled_bytes"),
+            "model_partition_bytes": model["terms_bytes"].get("partition")} if "replicated" in model else {}
+    return {**mine, "replicated_model_bytes": rep["total_bytes"],
+            "replicated_model_dataset_bytes": rep["terms_bytes"].get("dataset_shared"),
             "replicated_rule": "runners.memory.model's pre-flight model of this point with the whole graph on the host"}
+
+
+# The graph server before it loads a partition (interpreter, torch, DGL, its RPC services):
+# about 270 MB PSS, measured on the two test hosts (benchmarks.partitioned_memory, 2026-11-25).
+SERVER_BASELINE_BYTES = 270 * 2**20
+# Without the partition's files: DGL keeps per local edge its two ends and an int64 edge id, per
+# local node its int64 id and flags (about 24 bytes each in part*/graph.dgl on `wide`), and the
+# 1-hop halo adds local nodes and edges (on `wide`, P=2: 0.67x more nodes, 0.16x more edges).
+EST_BYTES_PER_LOCAL_EDGE, EST_BYTES_PER_LOCAL_NODE = 24, 24
+EST_HALO_NODES, EST_HALO_EDGES = 1.0, 0.25  # more than `wide` showed: an estimate that errs high
+
+
+def partition_files(cfg, graph_meta: dict) -> tuple:
+    """(directory, this host's partition bytes from its manifest) when the run's partitions are
+    already made (runners.partitions caches them by dataset hash, P and method), else (None, None)."""
+    from runners import partitions
+
+    if not graph_meta.get("dataset_hash"):
+        return None, None
+    where = partitions.directory(Path(cfg.data_root).parent / "partitions", cfg.dataset, graph_meta["dataset_hash"],
+                                 cfg.nodes, cfg.part_method)
+    try:
+        files = partitions.read_manifest(where)["files"]
+    except partitions.PartitionError:
+        return None, None
+    mine = {f: i["bytes"] for f, i in files.items() if f.startswith(f"part{cfg.node_rank}/")}
+    return (where, sum(mine.values())) if mine else (None, None)
+
+
+def model_peak(cfg, graph_meta: dict) -> dict:
+    """Modelled peak memory of this host of a partitioned run: runners.memory's replicated model
+    of the point with the whole dataset replaced by this host's partition (its own files when
+    made: features of its inner nodes, structure with halo and int64 edge ids; else an estimate
+    from the graph's size over P), plus the graph server (its baseline and the responses it
+    builds for every trainer's requests). `sampled_bytes` leaves out the torchrun agent: the
+    processes whose PSS the launcher samples as the host's peak (Server.memory)."""
+    from runners.memory.model import model_peak as replicated_model
+
+    rep = replicated_model(cfg, graph_meta)
+    parts = max(cfg.nodes, 1)
+    where, part_bytes = partition_files(cfg, graph_meta)
+    if part_bytes is None:
+        n, e, feats = (graph_meta.get(k, 0) for k in ("num_nodes", "num_edges", "num_features"))
+        inner = n / parts
+        part_bytes = (inner * (feats * 4 + 8) + inner * (1 + EST_HALO_NODES) * EST_BYTES_PER_LOCAL_NODE
+                      + e / parts * (1 + EST_HALO_EDGES) * EST_BYTES_PER_LOCAL_EDGE)
+    # The server answers every trainer's sampling and feature requests for its partition: about
+    # 1/P of each trainer's batch, one being built and one being sent.
+    responses = 2 * cfg.devices * cfg.nodes * rep["inputs"]["batch_bytes"] / parts
+    terms = {k: v for k, v in rep["terms_bytes"].items() if k not in ("dataset_shared", "dataset_copies")}
+    terms.update(partition=int(part_bytes), server_baseline=SERVER_BASELINE_BYTES, server_responses=int(responses))
+    total = int(sum(terms.values()))
+    return {"total_bytes": total, "terms_bytes": terms, "sampled_bytes": total - terms["agent_baseline"],
+            "inputs": {**rep["inputs"], "partitions": parts, "partition_source":
+                       f"{where}/part{cfg.node_rank} (manifest sizes)" if where else
+                       "estimate: features and ids of N/P nodes, structure of E/P edges with a 1-hop halo",
+                       "dataset_copy_per_rank_bytes": 0},
+            "replicated": {"total_bytes": rep["total_bytes"], "terms_bytes": rep["terms_bytes"]}}
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

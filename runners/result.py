@@ -240,6 +240,7 @@ def _from_1(data: dict) -> None:
     cfg["lane"] = cfg.get("lane") or ((data.get("env") or {}).get("lane") or {}).get("lane") or "pair"
     if not cfg.get("loader") and cfg.get("framework") in registry.FRAMEWORKS:
         cfg["loader"] = registry.framework(cfg["framework"]).loaders[0]
+    cfg["strategy"] = cfg.get("strategy") or "replicated"  # every run replicated the graph before --strategy
     precision = (data.get("summary") or {}).get("precision")
     if precision:
         renamed = {"rel_halfwidth": "precision_reached", "mean_s": "steady_epoch_mean_s"}

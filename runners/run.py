@@ -149,15 +149,24 @@ def shm_need(model: dict) -> int:
     return inp["ranks"] * (inp["dataset_copy_per_rank_bytes"] + inp["batches_waiting_per_rank"] * per_batch)
 
 
+def memory_model(cfg: RunConfig, graph_meta: dict) -> dict:
+    """The modelled peak host memory of this run on this node: runners.memory.model's; for the
+    partitioned strategy this host's partition, graph server and trainers (runners.partitioned)."""
+    from runners import partitioned
+    from runners.memory.model import model_peak
+
+    return partitioned.model_peak(cfg, graph_meta) if cfg.strategy == "partitioned" else model_peak(cfg, graph_meta)
+
+
 def preflight(cfg: RunConfig, env: dict, graph_meta: dict) -> dict:
     """Shared-memory and open-files needs of loader workers and the modelled peak host memory
     of the whole process tree (runners.memory.model); warn, never refuse."""
     from runners import descriptors
-    from runners.memory.model import describe_model, model_peak
+    from runners.memory.model import describe_model
     from runners.memory.units import fmt_bytes
 
     warnings = []
-    model = model_peak(cfg, graph_meta)
+    model = memory_model(cfg, graph_meta)
     if cfg.workers > 0:
         need_shm = shm_need(model)
         shm_free = env.get("shm_free_bytes")
@@ -318,7 +327,6 @@ MAX_PROCESSES_PER_CORE = 8
 def impossible(cfg: RunConfig, env: dict, graph_meta: dict) -> str | None:
     """Why the pre-flight calls this run impossible on this machine, or None: a modelled peak
     above its memory or the --memory-limit cap, or far more processes than cores."""
-    from runners.memory.model import model_peak
     from runners.memory.units import fmt_bytes
 
     procs, cores = cfg.devices * (1 + cfg.workers), env["cpu_cores"]
@@ -326,7 +334,7 @@ def impossible(cfg: RunConfig, env: dict, graph_meta: dict) -> str | None:
         return (f"{cfg.devices} ranks x (1 + {cfg.workers} loader workers) = {procs} processes on {cores} cores, "
                 f"more than {MAX_PROCESSES_PER_CORE} per core: the run would measure the scheduler (start-up alone "
                 f"about {3 * procs / cores:.0f} s of imports); use fewer --devices or --workers")
-    peak = model_peak(cfg, graph_meta)["total_bytes"]
+    peak = memory_model(cfg, graph_meta)["total_bytes"]
     cap, what = ((cfg.memory_limit_bytes, "the --memory-limit cap") if cfg.memory_limit_bytes
                  else (env.get("memory_bytes"), "this machine's memory"))
     if cap and peak > cap:
@@ -362,6 +370,17 @@ class Dataset:
     reference: dict  # accuracy target and baselines (runners.accuracy)
 
 
+def graph_meta(graph) -> dict:
+    """The sizes the pre-flight models read (runners.memory, runners.partitioned)."""
+    return {"num_nodes": graph.num_nodes, "num_edges": graph.num_edges,
+            "num_features": graph.num_features, "num_classes": graph.num_classes,
+            "num_train": len(graph.train_idx),
+            "dataset_bytes": int(sum(a.nbytes for a in (graph.indptr, graph.indices, graph.features,
+                                                       graph.labels))),
+            "adjacency_bytes": int(graph.indptr.nbytes + graph.indices.nbytes),
+            "dataset_hash": graph.content_hash}
+
+
 def prepare_dataset(cfg: RunConfig, env: dict) -> Dataset | None:
     """Prepare, load and verify the dataset, recording its hash in `env`; None (after saying
     why) when it is unusable."""
@@ -377,12 +396,7 @@ def prepare_dataset(cfg: RunConfig, env: dict) -> Dataset | None:
         return None
     env["dataset_hash"] = graph.content_hash
     env["dataset_verification"] = {k: verification[k] for k in ("hashed", "cached", "seconds")}
-    meta = {"num_nodes": graph.num_nodes, "num_edges": graph.num_edges,
-            "num_features": graph.num_features, "num_classes": graph.num_classes,
-            "num_train": len(graph.train_idx),
-            "dataset_bytes": int(sum(a.nbytes for a in (graph.indptr, graph.indices, graph.features,
-                                                       graph.labels))),
-            "adjacency_bytes": int(graph.indptr.nbytes + graph.indices.nbytes)}
+    meta = graph_meta(graph)
     # The graph is dropped on return: the ranks load their own; the reference is cached per dataset.
     return Dataset(graph_path, verification, cfg.identity(graph.content_hash), meta, accuracy.reference(graph))
 
@@ -685,6 +699,9 @@ def main(argv=None) -> int:
     if server is False:
         shutil.rmtree(stage, ignore_errors=True)  # refused before anything ran
         return 2
+    if server is not None:  # the partitions exist now: the model from their own files
+        pre["memory_model"] = memory_model(cfg, data.meta)
+        pre["memory_model_bytes"] = pre["memory_model"]["total_bytes"]
     run = launch(cfg, stage, RunDir(stage).config, env.get("network"), cpu_since)
     run.marks.update(launcher_created=envinfo.process_created(), launcher_main=main_t)
     if server is not None and run.proc is not None:

@@ -297,11 +297,11 @@ class RunSettings:
         "(dgl.dataloading.DataLoader) or graphbolt (dgl.graphbolt's pipeline, DGL's examples from 2.1); "
         "default: the framework's first")
     # Left out of a replicated run's identity (RunConfig.identity), so existing run ids stay.
-    strategy: str = setting(STRATEGIES[0], column=False, choices=STRATEGIES, sweep_omits_default=True,
+    strategy: str = setting(STRATEGIES[0], experiment=True, choices=STRATEGIES, sweep_omits_default=True,
         help="replicated: every rank holds the whole graph (DDP); partitioned: the graph split into one "
         "partition per host (--nnodes), each served by a DistGraphServer, trainers sampling and fetching "
         "features over RPC (DGL only)")
-    part_method: str = setting(PART_METHODS[0], column=False, choices=PART_METHODS, sweep_omits_default=True,
+    part_method: str = setting(PART_METHODS[0], choices=PART_METHODS, sweep_omits_default=True,
         help="partitioned: how the graph is split (runners.partitions)")
     lane: Optional[str] = setting(None, experiment=True, choices=LANES, metavar="LANE",
         help="the software stack the run must run in (scripts/setup.sh): pair (torch 2.2.1, PyG and DGL), "

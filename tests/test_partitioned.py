@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from runners.config import ConfigError, build_parser, config_from_args
-from tests.helpers import REPO, run_config, run_env, runner_argv
+from tests.helpers import DATA_ROOT, REPO, run_config, run_env, runner_argv
 from tests.test_hosts import _ports, alive, hosts, node_pids, result_of  # noqa: F401  (the fixture)
 
 RUN_TIMEOUT_S = 300
@@ -69,6 +69,16 @@ def test_distdgl_sage_two_partitions_learns_and_leaves_nothing(hosts, tmp_path):
         assert mem["host_peak_bytes"] > mem["server_peak_bytes"] > 0, server
         # beside it, the pre-flight model of a replicated run of the point: the whole graph on the host
         assert mem["replicated_model_dataset_bytes"] == r["preflight"]["memory_model"]["inputs"]["dataset_bytes"] > 0
+        # this host's own model: its partition's files (not the whole graph), the server and trainer
+        model = r["preflight"]["memory_model"]
+        assert model["inputs"]["partition_source"].endswith(f"part{h.index} (manifest sizes)"), model["inputs"]
+        assert mem["model_bytes"] == model["total_bytes"] == r["memory"]["model_bytes"]
+        files = json.loads((Path(part["directory"]) / "manifest.json").read_text())["files"]
+        assert mem["model_partition_bytes"] == sum(i["bytes"] for f, i in files.items()
+                                                   if f.startswith(f"part{h.index}/")) > 0
+        assert "dataset_shared" not in model["terms_bytes"] and model["terms_bytes"]["server_baseline"] > 0
+        # close to the host's measured peak: the server's and trainer's PSS (the agent is not sampled)
+        assert 0.7 < mem["model_sampled_bytes"] / mem["host_peak_bytes"] < 1.4, mem
         assert r["env"]["rank_env_vars"] is not None
     # Equal steps on both ranks (padded shares), every epoch covering the training split.
     s = r0["summary"]
@@ -116,10 +126,51 @@ def test_ip_config_must_name_this_host(hosts, tmp_path):  # noqa: F811
     assert node_pids(hosts)[1] == []
 
 
-def _config(*extra):
-    argv = ["--framework", "dgl", "--model", "sage", "--devices", "1", "--batch-size", "8", "--workers", "0",
-            "--dataset", "tiny", "--epochs", "1", "--out", "/tmp/x", *extra]
+def _config(*extra, batch_size=8):
+    argv = ["--framework", "dgl", "--model", "sage", "--devices", "1", "--batch-size", str(batch_size),
+            "--workers", "0", "--dataset", "tiny", "--epochs", "1", "--data-root", str(DATA_ROOT), "--out", "/tmp/x",
+            *extra]
     return config_from_args(build_parser().parse_args(argv), 0, 2)
+
+
+def test_partitioned_memory_model_is_the_hosts_partition():
+    """The pre-flight model of a partitioned host counts its partition, not the whole graph:
+    from the partition's own files once made (tiny's real METIS partitions), from the graph's size
+    over P before (an estimate within 2x of the files); where the graph outweighs the graph
+    server (a graph of 2 million nodes x 602 features), the host's model is below the replicated
+    run's, and a --memory-limit between them refuses the replicated point but not the partitioned."""
+    from runners import datasets, partitioned, partitions, run
+
+    point = ("--strategy", "partitioned", "--nnodes", "2", "--master-addr", "127.0.0.1",
+             "--master-port", "29999", "--ip-config", "/dev/null")
+    cfg = _config(*point, "--node-rank", "1", batch_size=128)
+    meta = run.graph_meta(datasets.load(datasets.prepare("tiny", root=DATA_ROOT)))
+    where = partitions.prepare("tiny", 2, "metis", data_root=DATA_ROOT, root=DATA_ROOT.parent / "partitions")
+    files = partitions.read_manifest(where)["files"]
+    model = run.memory_model(cfg, meta)
+    assert model["inputs"]["partition_source"] == f"{where}/part1 (manifest sizes)"
+    assert model["terms_bytes"]["partition"] == sum(i["bytes"] for f, i in files.items() if f.startswith("part1/"))
+    replicated = model["replicated"]
+    assert replicated["terms_bytes"]["dataset_shared"] == meta["dataset_bytes"]
+    assert replicated["total_bytes"] == run.memory_model(_config(batch_size=128, *point[2:8]), meta)["total_bytes"]
+    # before the partitions exist: the estimate (a dataset hash with no partitions under it)
+    estimate = partitioned.model_peak(cfg, {**meta, "dataset_hash": "0" * 64})
+    assert estimate["inputs"]["partition_source"].startswith("estimate")
+    assert 0.5 < estimate["terms_bytes"]["partition"] / model["terms_bytes"]["partition"] < 2, (estimate, model)
+    # a graph whose features dominate: the host's model is below the replicated run's
+    n, e, feats = 2_000_000, 20_000_000, 602
+    big = {**meta, "num_nodes": n, "num_edges": e, "num_features": feats, "num_train": n // 2,
+           "dataset_bytes": (n + 1) * 8 + e * 8 + n * feats * 4 + n * 8, "adjacency_bytes": (n + 1) * 8 + e * 8,
+           "dataset_hash": None}
+    mine = partitioned.model_peak(cfg, big)
+    assert mine["terms_bytes"]["partition"] < 0.6 * big["dataset_bytes"], mine["terms_bytes"]
+    assert mine["total_bytes"] < mine["replicated"]["total_bytes"] - 0.2 * big["dataset_bytes"], mine
+    limit = (mine["total_bytes"] + mine["replicated"]["total_bytes"]) // 2
+    env = {"cpu_cores": 2, "memory_bytes": None}
+    capped = ("--memory-limit", str(limit))
+    assert run.impossible(_config(*point, *capped, batch_size=128), env, big) is None
+    why = run.impossible(_config(*point[2:8], *capped, batch_size=128), env, big)
+    assert why and why.startswith("the modelled peak host memory") and "exceeds the --memory-limit cap" in why
 
 
 def test_replicated_keeps_a_runs_identity():

@@ -195,6 +195,33 @@ def test_default_sweep_run_kinds(tmp_path):
     assert not any("--uneven-batches" in c for c in timing + kinds["conv"] + kinds["study"] + kinds["lane"])
 
 
+def test_strategy_block_adds_partitioned_points(tmp_path):
+    """config strategy (null by default) adds DGL's partitioned points on 2 nodes: each passes
+    the strategy, the method and the ip_config, waits for its partitions (rule partitions,
+    P = nodes) and starts one runner per node; PyG, without a partitioned engine, gets none.
+    On one node the config is refused, naming why."""
+    strategy = "strategy: {method: metis, devices: [1], batch_size: 128, repeats: 2, ip_config: hosts.txt}\n"
+    (tmp_path / "two.yaml").write_text("nodes: 2\n" + strategy)
+    (tmp_path / "one.yaml").write_text(strategy)
+    res = snakemake("-n", "-p", "--configfile", str(CONFIGS / "minimal.yaml"), str(tmp_path / "two.yaml"),
+                    cwd=tmp_path)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out[-3000:]
+    commands = [c for c in out.splitlines() if "runners.run" in c]
+    part = [c for c in commands if "/part-metis-" in c]
+    assert len(part) == 2 and all("--framework dgl" in c and "--devices 1 " in c and "--batch-size 128" in c
+                                  and "--strategy partitioned --part-method metis --ip-config hosts.txt" in c
+                                  and "srun --nodes=2" in c and "--workers 0" in c for c in part), part
+    assert not any("--strategy" in c for c in commands if c not in part)
+    assert job_counts(out).get("partitions") == 1
+    assert "results/partitions/tiny-p2-metis.json" in out
+    default = snakemake("-n", "-p", "--configfile", str(CONFIGS / "config.yaml"), cwd=tmp_path)
+    assert default.returncode == 0 and "--strategy" not in default.stdout + default.stderr
+    one = snakemake("-n", "--configfile", str(CONFIGS / "minimal.yaml"), str(tmp_path / "one.yaml"), cwd=tmp_path)
+    assert one.returncode != 0
+    assert "Invalid config: strategy: partitioned runs need nodes >= 2" in one.stdout + one.stderr
+
+
 def test_run_message_numbers_runs(tmp_path):
     """Runs are numbered in their execution order (each framework once here)."""
     res = snakemake("-n", "--configfile", str(CONFIGS / "minimal.yaml"), cwd=tmp_path)

@@ -104,6 +104,11 @@ LANE_PREFIXES = {
 LOADER_PREFIXES = {"default": ""} | {
     name: f"{name}-" for name in registry.OTHER_LOADERS
 }
+# How a timing run holds the graph (settings.STRATEGIES): none for replicated, "part-METHOD-"
+# for the partitioned strategy with its partitioning method (settings.PART_METHODS).
+PART_PREFIXES = {"replicated": ""} | {
+    method: f"part-{method}-" for method in settings.PART_METHODS
+}
 
 
 def prefix_pattern(prefixes):
@@ -123,11 +128,12 @@ wildcard_constraints:
     kind_prefix=prefix_pattern(KIND_PREFIXES.values()),
     lane_prefix=prefix_pattern(LANE_PREFIXES.values()),
     loader_prefix=prefix_pattern(LOADER_PREFIXES.values()),
+    part_prefix=prefix_pattern(PART_PREFIXES.values()),
 
 
 DATASET = config["dataset"]
 # A run's name, written once: the run rule's output and log and run_dir use it.
-RUN_NAME = "{kind_prefix}{lane_prefix}{loader_prefix}{framework}-{model}-d{devices}-b{batch}-w{workers}-r{repeat}"
+RUN_NAME = "{kind_prefix}{lane_prefix}{loader_prefix}{part_prefix}{framework}-{model}-d{devices}-b{batch}-w{workers}-r{repeat}"
 
 
 def lane_of(wildcards):
@@ -175,9 +181,11 @@ def points(
     models=None,
     lane="pair",
     loader="default",
+    part_method="replicated",
 ):
     """Run entries of the grid's frameworks x models (or `models`) over the given axes, for
-    each of `kinds` (KIND_PREFIXES) in `lane` with `loader` (LANE_PREFIXES, LOADER_PREFIXES).
+    each of `kinds` (KIND_PREFIXES) in `lane` with `loader`, replicated or partitioned by
+    `part_method` (LANE_PREFIXES, LOADER_PREFIXES, PART_PREFIXES).
     """
     return [
         dict(
@@ -185,6 +193,7 @@ def points(
             kind_prefix=KIND_PREFIXES[kind],
             lane_prefix=LANE_PREFIXES[lane],
             loader_prefix=LOADER_PREFIXES[loader],
+            part_prefix=PART_PREFIXES[part_method],
             framework=framework,
             model=model,
             devices=d,
@@ -301,6 +310,29 @@ if config.get("loaders"):
             )
             if run["framework"] in _fws
         ]
+if config.get("strategy"):
+    _p = config["strategy"]
+    if config["nodes"] < 2:
+        config_error(
+            "strategy",
+            f"partitioned runs need nodes >= 2 (one partition per host, each host an address "
+            f"of its own: DGL finds a process's machine by the first local address in its "
+            f"ip_config); nodes is {config['nodes']}",
+        )
+    _fws = [f for f in GRID["frameworks"] if registry.framework(f).partitioned_adapter]
+    RUNS += [
+        run
+        for run in points(
+            ["timing"],
+            sorted(_p["devices"]),
+            [_p["batch_size"]],
+            [0],
+            _p["repeats"],
+            _p.get("models"),
+            part_method=_p["method"],
+        )
+        if run["framework"] in _fws
+    ]
 RUN_DIRS = [run_dir(run) for run in RUNS]
 RUN_RESULTS = [os.path.join(d, "result.json") for d in RUN_DIRS]
 # The timing runs of the pair lane (the grid's, and a framework's other loaders'): what the
@@ -310,6 +342,8 @@ TIMING_RESULTS = [
     for run in RUNS
     if run["kind_prefix"] == KIND_PREFIXES["timing"]
     and run["lane_prefix"] == LANE_PREFIXES["pair"]
+    # partitioned points are not among the plan's comparisons (a point key has no strategy)
+    and run["part_prefix"] == PART_PREFIXES["replicated"]
 ]
 
 
@@ -365,6 +399,7 @@ def run_priority(wildcards):
         "kind_prefix",
         "lane_prefix",
         "loader_prefix",
+        "part_prefix",
         "framework",
         "model",
         "devices",
@@ -408,7 +443,23 @@ def run_settings(wildcards):
         flags = f"{flags} --lane {lane}"
     # Nor do runs of a framework's first loader pass --loader: adding loaders reruns nothing.
     loader = {p: name for name, p in LOADER_PREFIXES.items()}[wildcards.loader_prefix]
-    return flags if loader == "default" else f"{flags} --loader {loader}"
+    if loader != "default":
+        flags = f"{flags} --loader {loader}"
+    method = {p: name for name, p in PART_PREFIXES.items()}[wildcards.part_prefix]
+    if method != "replicated":
+        flags += (
+            f" --strategy partitioned --part-method {method}"
+            f" --ip-config {config['strategy']['ip_config']}"
+        )
+    return flags
+
+
+def partitions_input(wildcards):
+    """A partitioned run's partitions (rule partitions), made once before its nodes start."""
+    method = {p: name for name, p in PART_PREFIXES.items()}[wildcards.part_prefix]
+    if method == "replicated":
+        return []
+    return [f"results/partitions/{wildcards.dataset}-p{config['nodes']}-{method}.json"]
 
 
 def workflow_rerun():
@@ -523,6 +574,7 @@ REPORT_TABLES = {
     "adaptive": "Timing",
     "lanes": "Timing",
     "loaders": "Timing",
+    "partitioned": "Timing",
     "breakdown": "Timing",
     "throughput": "Timing",
     "accuracy": "Accuracy",

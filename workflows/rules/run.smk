@@ -11,6 +11,7 @@ rule run:
         # download) must not invalidate finished runs; each result records the
         # dataset's content hash instead.
         dataset=ancient("results/datasets/{dataset}/meta.json"),
+        partitions=partitions_input,
     output:
         # update: Snakemake neither removes a finished result before a forced rerun nor after a
         # failed one (it restores it); the runner keeps the replaced run under previous/.
