@@ -17,6 +17,7 @@ import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from runners.adapters import registry
 from runners.evidence import (AT_LIMIT, POLL_S, InterruptionEvidence, MemoryWatch, OomEvidence, exit_evidence,
                               rank_info, stop_evidence)
 
@@ -423,8 +424,6 @@ def _rule_frozen_rank(ev):
         return "stalled_rank", x["rank"], [f"rank {x['rank']} is frozen: {_describe(x)}"]
 
 
-# A thread of GraphBolt's pipeline: torchdata's Prefetcher runs the stages up to copy_to in it.
-PIPELINE_THREAD_FILES = ("torchdata/datapipes/iter/util/prefetcher.py",)
 # Frames that say only that a thread waits, not where its work stopped.
 WAIT_FILES = ("threading.py", "queue.py")
 
@@ -432,7 +431,7 @@ WAIT_FILES = ("threading.py", "queue.py")
 def _pipeline_thread(x: dict):
     """The rank's pipeline thread (GraphBolt's prefetch thread), or None."""
     return next((t for t in x.get("threads") or []
-                 if any(f in frame for frame in t["frames"] for f in PIPELINE_THREAD_FILES)), None)
+                 if any(f in frame for frame in t["frames"] for f in registry.PIPELINE_THREAD_FILES)), None)
 
 
 def _rule_stalled_pipeline(ev):

@@ -215,6 +215,9 @@ LOADER_NAMES = tuple(dict.fromkeys(name for f in FRAMEWORKS.values() for name in
 # Loaders built as a pipeline of stages that run in the rank's own threads (DGL's GraphBolt: up
 # to copy_to in a prefetch thread): --inject hang-pipeline stops one of their stages.
 PIPELINE_LOADERS = ("graphbolt",)
+# The source files a thread of such a pipeline runs in (torchdata's Prefetcher, which GraphBolt's
+# DataLoader puts in front of copy_to): the watchdog recognises the thread by them in a stack dump.
+PIPELINE_THREAD_FILES = ("torchdata/datapipes/iter/util/prefetcher.py",)
 # The loaders that are not their framework's first (a sweep times them beside it: config loaders).
 OTHER_LOADERS = tuple(dict.fromkeys(name for f in FRAMEWORKS.values() for name in f.loaders[1:]))
 MODEL_NAMES = tuple(MODELS)
