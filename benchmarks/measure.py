@@ -26,7 +26,9 @@ Prints one markdown table (measurement, figure, target, verdict, detail) and wri
 
 The configurations of 1, 2, 4 and 6 run interleaved (repeat i runs every variant once, in an
 order rotated by i) so that drift of a shared machine hits all variants alike; each figure
-is the median over repeats of a per-repeat ratio. Runner runs go through `python -m
+is the median over repeats of a per-repeat ratio, except fidelity's: the geometric mean of the
+per-repeat ratios with a 95% interval, whose verdict is UNSETTLED while the interval spans the
+target (more repeats narrow it). Runner runs go through `python -m
 runners.run`, exactly what users run. This is a benchmark, not a test: verdicts are
 reported, never asserted.
 """
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import socket
@@ -45,6 +48,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from analysis.stats import mean_ci
 from runners import datasets, envinfo, record
 from runners.config import build_parser as runner_parser
 from runners.config import config_from_args
@@ -286,10 +290,26 @@ def recorder_cost(s: Settings, work: Path, steps: int = 5000, rounds: int = 5) -
     return {"per_step_s": statistics.median(per_step), "calls_per_step": calls, "rounds_s": per_step}
 
 
-def row(key: str, figure: float, shown: str, detail: str) -> dict:
+def row(key: str, figure: float, shown: str, detail: str, interval: tuple | None = None) -> dict:
+    """One table row. With `interval` (low, high), the verdict is the interval's: PASS when all
+    of it is within the limit, MISS when none of it is, UNSETTLED when it spans the limit (the
+    repeats cannot tell the figure from the target)."""
     name, target, limit = TARGETS[key.split(":")[0]]
+    if interval is None or any(v != v for v in interval):  # no interval (NaN): the figure's own verdict
+        verdict = "PASS" if figure <= limit else "MISS"
+    else:
+        verdict = "PASS" if interval[1] <= limit else "MISS" if interval[0] > limit else "UNSETTLED"
     return {"key": key, "measurement": f"{name} ({key.split(':')[1]})", "figure": shown, "value": figure,
-            "target": target, "verdict": "PASS" if figure <= limit else "MISS", "detail": detail}
+            "target": target, "verdict": verdict, "detail": detail,
+            **({"interval": list(interval)} if interval is not None else {})}
+
+
+def paired_ratio(ratios: list) -> tuple:
+    """(geometric mean, low, high) of per-repeat ratios of interleaved pairs: a 95% t-interval
+    on their logs, so the pairing cancels the drift the repeats share and the interval is
+    multiplicative, as timing noise is. NaN bounds below 2 repeats."""
+    mean, half = mean_ci([math.log(r) for r in ratios])
+    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
 
 
 def wanted(s: Settings, kind: str) -> bool:
@@ -362,32 +382,36 @@ def measure_timing(s: Settings, work: Path, raw: dict) -> list:
 
 
 def fidelity_rows(s: Settings, work: Path, runs: dict, raw: dict) -> list:
-    """Row 2: runner over reference epoch time (median of per-repeat ratios, with their range),
-    and what the runner's per-step bookkeeping (recorder_cost) is of its median step."""
+    """Row 2: runner over reference epoch time (the geometric mean of per-repeat ratios with its
+    95% interval, which gives the verdict; their median and range beside it), and what the
+    runner's per-step bookkeeping (recorder_cost) is of its median step."""
     rec = raw["recorder"] = recorder_cost(s, work)
     rows = []
     for fw in TIMED:
         for m in s.models:
             on, ref = runs[(fw, m, "probes-on")], runs[(fw, m, "reference")]
             ratios = [a["epoch_s"] / b["epoch_s"] for a, b in zip(on, ref)]
-            fid = statistics.median(ratios)
+            fid, lo, hi = paired_ratio(ratios)
             step = statistics.median(r["step_s"] for r in on)
-            rows.append(row(f"fidelity:{fw}-{m}", fid, f"{fid:.3f}",
+            rows.append(row(f"fidelity:{fw}-{m}", fid, f"{fid:.3f} ({lo:.3f}-{hi:.3f})",
+                            f"{len(ratios)} interleaved repeats: median {statistics.median(ratios):.3f}, "
                             f"range {min(ratios):.3f}-{max(ratios):.3f}; median epoch "
                             f"{statistics.median(r['epoch_s'] for r in on):.3f} s runner vs "
                             f"{statistics.median(r['epoch_s'] for r in ref):.3f} s reference; steps/epoch "
                             f"{on[0]['steps_per_epoch']} vs {ref[0]['steps_per_epoch']}; threads/rank "
                             f"{on[0]['threads']} vs {ref[0]['threads']}; loop bookkeeping (StepRecorder, "
                             f"{rec['calls_per_step']} calls) {rec['per_step_s'] * 1e6:.1f} us/step = "
-                            f"{rec['per_step_s'] / step * 100:.3f}% of the median step"))
+                            f"{rec['per_step_s'] / step * 100:.3f}% of the median step", (lo, hi)))
             for v, (what, _) in REFERENCE_VARIANTS.get(fw, {}).items():
                 other = runs[(fw, m, v)]
                 ratios = [a["epoch_s"] / b["epoch_s"] for a, b in zip(on, other)]
-                fid = statistics.median(ratios)
-                rows.append(row(f"fidelity:{fw}-{m}-{v.removeprefix('reference-')}", fid, f"{fid:.3f}",
-                                f"against {what}: range {min(ratios):.3f}-{max(ratios):.3f}; median epoch "
+                fid, lo, hi = paired_ratio(ratios)
+                rows.append(row(f"fidelity:{fw}-{m}-{v.removeprefix('reference-')}", fid,
+                                f"{fid:.3f} ({lo:.3f}-{hi:.3f})",
+                                f"against {what}: median {statistics.median(ratios):.3f}, range "
+                                f"{min(ratios):.3f}-{max(ratios):.3f}; median epoch "
                                 f"{statistics.median(r['epoch_s'] for r in other):.3f} s; the example as written "
-                                f"(every format) {statistics.median(r['epoch_s'] for r in ref):.3f} s"))
+                                f"(every format) {statistics.median(r['epoch_s'] for r in ref):.3f} s", (lo, hi)))
     return rows
 
 

@@ -35,8 +35,11 @@ def test_quick_measure_prints_every_row(tmp_path):
         rows = [line for line in table if line.startswith(f"| {name} |")]
         assert len(rows) == 1, f"row {name!r} missing from:\n" + "\n".join(table)
         verdict = rows[0].split(" | ")[3]
-        # Sweep rows are skipped without --with-sweep; every other row was measured.
-        assert verdict in (("SKIP",) if name.startswith("sweep") else ("PASS", "MISS")), rows[0]
+        # Sweep rows are skipped without --with-sweep; fidelity's verdict is its interval's,
+        # which two quick repeats rarely settle; every other row was measured.
+        allowed = (("SKIP",) if name.startswith("sweep") else
+                   ("PASS", "MISS", "UNSETTLED") if name.startswith("fidelity") else ("PASS", "MISS"))
+        assert verdict in allowed, rows[0]
     written = (tmp_path / "out" / "measure.md").read_text()
     assert all(f"| {name} |" in written for name in ROWS)
     raw = json.loads((tmp_path / "out" / "measure.json").read_text())
