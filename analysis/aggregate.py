@@ -75,7 +75,7 @@ RUN_COLUMNS = (
        "seed_base", "adapter_choices", "nvml_available", "nvml_reason", "preflight_warnings",
        "diag_cause", "diag_summary", "diag_remedy", "detected_after_s", "cpu_busy_before",
        "mem_model_bytes", "mem_peak_bytes", "mem_peak_source", "mem_limit_bytes", "mem_cgroup_peak_bytes",
-       "oom_killed", "mem_host_peak_bytes", "mem_host_peaks", "mem_max_host_peak_bytes")
+       "oom_killed", "mem_host_peak_bytes", "mem_host_peaks", "mem_max_host_peak_bytes", "mem_model_sampled_bytes")
     + tuple(f"env_{k}" for k in ENV_COLUMNS)
     + ("scheduler", "scheduler_job", "scheduler_nodes")
     + ("command", "workflow_command", "previous_runs", "run_dir", "result_path")
@@ -317,6 +317,9 @@ def run_row(data: dict, result_path: Path, workflow: str | None = None) -> dict:
         "oom_killed": ", ".join(k["role"] for k in (diag.get("oom") or {}).get("killed", [])) or None,
         "mem_host_peak_bytes": host_peak(data),  # node 0's; every host's: host_peak_columns
         **host_peak_columns({0: host_peak(data)}, cfg.get("nodes")),
+        # the model of the processes a partitioned host's peak covers (server + trainers, no torchrun agent)
+        "mem_model_sampled_bytes": ((env.get("partitioned") or {}).get("server") or {}).get("memory", {}).get(
+            "model_sampled_bytes"),
     })
     row.update(work_per_rank(data))
     # Throughput of the steady state: one epoch's seed nodes (all ranks) per steady epoch, so

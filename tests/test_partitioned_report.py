@@ -15,6 +15,7 @@ import pytest
 from analysis import aggregate, report
 from analysis.formatting import fmt_bytes
 from analysis.partitioned import GLT_REASON, partitioned_rows, partitioned_table
+from analysis.tables import memory_model_table
 from runners.adapters import registry
 from tests.helpers import run_config
 from tests.test_hosts import hosts  # noqa: F401  (the fixture)
@@ -119,3 +120,17 @@ def test_report_has_the_section_and_says_how_to_get_one(agg, real, tmp_path):
     assert none.data.empty and not none.grids
     assert none.html().count("<p") == 1 and "--strategy partitioned --nnodes 2 --ip-config FILE" in none.html()
 
+
+def test_memory_model_table_sets_a_partitioned_host_against_its_model(real):
+    """The memory-model table's measured peak of a partitioned run is its host's (graph server +
+    trainer, sampled together), set against the model of the same processes; the replicated run
+    keeps its ranks' peak against its own model, in a row of its own."""
+    table = memory_model_table(real).set_index("strategy")
+    r_part, r_rep = (real[real["strategy"] == s].iloc[0] for s in ("partitioned", "replicated"))
+    part, rep = table.loc["partitioned"], table.loc["replicated"]
+    assert part["mem_peak_bytes"] == r_part["mem_host_peak_bytes"] > r_part["mem_peak_bytes"]  # the server counted
+    assert part["mem_model_bytes"] == r_part["mem_model_sampled_bytes"] < r_part["mem_model_bytes"]  # no agent
+    assert 0.7 < part["peak_over_model"] < 1.4, part
+    assert "graph server + trainers" in part["measured"] and rep["measured"] == "ranks + loader workers"
+    assert rep["mem_peak_bytes"] == r_rep["mem_peak_bytes"] and rep["mem_model_bytes"] == r_rep["mem_model_bytes"]
+    assert part["runs"] == rep["runs"] == 1
