@@ -3,8 +3,8 @@ replicated runs of the same point (model, devices per host, batch size, loader w
 
 Per point a partitioned run reached: each strategy's steady-state epoch time, the peak memory
 of a host (the largest over the run's hosts, each host's shown beside it: a partitioned run's
-graph server plus its trainers on that host; a replicated run's ranks and workers) and the share of a step spent sampling and fetching (the load_wait and prepare
-phases), each with its 95% interval over repeats, and the partitioned over the replicated with
+graph server plus its trainers on that host; a replicated run's ranks and workers) and the share
+of a step spent sampling and fetching (the load_wait and prepare phases), each with its 95% interval over repeats, and the partitioned over the replicated with
 its interval. The frameworks and engines that cannot run partitioned here are rows too, skipped
 with the reason.
 """
@@ -36,8 +36,8 @@ GLT_REASON = ("GraphLearn-for-PyTorch 0.2.4's wheels are built against torch 2.3
               "3.8-3.11; none installs on the pair's torch 2.2.1 CPU build")
 COLUMNS = ["model", "devices", "batch_size", "workers", "framework", "strategy", "hosts", "n_ok", "statuses",
            "reason", "epoch_s", "epoch_ci_s", "epoch_ratio", "epoch_low", "epoch_high", "host_bytes",
-           "host_ci_bytes", "host_ratio", "host_low", "host_high", "per_host_bytes", "per_host_ci_bytes", "share", "share_ci", "share_ratio",
-           "share_low", "share_high"]
+           "host_ci_bytes", "host_ratio", "host_low", "host_high", "per_host_bytes", "per_host_ci_bytes", "share",
+           "share_ci", "share_ratio", "share_low", "share_high"]
 
 
 def engines() -> list:
@@ -110,7 +110,8 @@ def partitioned_rows(runs: pd.DataFrame) -> pd.DataFrame:
                    "reason": ""}
             hosts = {k: mean_ci(v) for k, v in per_host(rows_g).items()}
             row["per_host_bytes"] = ",".join(f"{k}:{m:.0f}" for k, (m, _) in hosts.items())
-            row["per_host_ci_bytes"] = ",".join(f"{k}:{'' if pd.isna(c) else f'{c:.0f}'}" for k, (_, c) in hosts.items())
+            row["per_host_ci_bytes"] = ",".join(f"{k}:{'' if pd.isna(c) else f'{c:.0f}'}"
+                                                for k, (_, c) in hosts.items())
             for what in ("epoch", "host", "share"):
                 mean, ci = mean_ci(m[what])
                 row[{"epoch": "epoch_s", "host": "host_bytes", "share": "share"}[what]] = mean

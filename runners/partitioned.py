@@ -331,8 +331,8 @@ class Server:
             for sig, wait_s in ((signal.SIGKILL, 10.0),) if stalled else ((signal.SIGTERM, grace_s),
                                                                             (signal.SIGKILL, 10.0)):
                 try:
-                    if sig == signal.SIGTERM:
-                        os.killpg(self.proc.pid, signal.SIGCONT)  # a stopped process acts on SIGTERM only once continued
+                    if sig == signal.SIGTERM:  # a stopped process acts on SIGTERM only once continued
+                        os.killpg(self.proc.pid, signal.SIGCONT)
                     os.killpg(self.proc.pid, sig)
                 except ProcessLookupError:
                     break

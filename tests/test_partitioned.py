@@ -282,7 +282,8 @@ def test_stopped_server_is_named_and_nothing_is_left(hosts, tmp_path):  # noqa: 
         assert d0["summary"].startswith(named) and "node 1's result" in d0["summary"], d0
         assert d0["stalled_server"]["pid"] == victim
         # node 0's own server kept running: stopped by its launcher, not diagnosed
-        assert r0["env"]["partitioned"]["server"]["stopped_by"] in ("the launcher", "shutdown request from the trainers")
+        assert r0["env"]["partitioned"]["server"]["stopped_by"] in ("the launcher",
+                                                                   "shutdown request from the trainers")
         assert r0["epochs"] and not r0["summary"]  # what was measured is kept; no timing claimed
         assert node_pids(hosts) == {0: [], 1: []}
         assert not alive(victim) and not alive(r0["env"]["partitioned"]["server"]["pid"])
