@@ -75,7 +75,7 @@ RUN_COLUMNS = (
        "seed_base", "adapter_choices", "nvml_available", "nvml_reason", "preflight_warnings",
        "diag_cause", "diag_summary", "diag_remedy", "detected_after_s", "cpu_busy_before",
        "mem_model_bytes", "mem_peak_bytes", "mem_peak_source", "mem_limit_bytes", "mem_cgroup_peak_bytes",
-       "oom_killed", "mem_host_peak_bytes")
+       "oom_killed", "mem_host_peak_bytes", "mem_host_peaks", "mem_max_host_peak_bytes", "mem_model_sampled_bytes")
     + tuple(f"env_{k}" for k in ENV_COLUMNS)
     + ("scheduler", "scheduler_job", "scheduler_nodes")
     + ("command", "workflow_command", "previous_runs", "run_dir", "result_path")
@@ -134,7 +134,7 @@ class Aggregate:
         return cls(failures=failures, plan=plan, **frames)
 
 
-TEXT_COLUMNS = ("scheduler", "scheduler_job", "scheduler_nodes")
+TEXT_COLUMNS = ("scheduler", "scheduler_job", "scheduler_nodes", "mem_host_peaks")
 
 
 def _read_csv(path: Path, columns) -> pd.DataFrame:
@@ -315,9 +315,11 @@ def run_row(data: dict, result_path: Path, workflow: str | None = None) -> dict:
         "mem_limit_bytes": mem.get("limit_bytes") or cfg.get("memory_limit_bytes") or None,
         "mem_cgroup_peak_bytes": mem.get("cgroup_peak_bytes"),
         "oom_killed": ", ".join(k["role"] for k in (diag.get("oom") or {}).get("killed", [])) or None,
-        # node 0's host: a partitioned run's graph server and trainers (runners.partitioned); else the ranks
-        "mem_host_peak_bytes": ((env.get("partitioned") or {}).get("server") or {}).get("memory", {}).get(
-            "host_peak_bytes") if row["strategy"] == "partitioned" else mem.get("peak_bytes"),
+        "mem_host_peak_bytes": host_peak(data),  # node 0's; every host's: host_peak_columns
+        **host_peak_columns({0: host_peak(data)}, cfg.get("nodes")),
+        # the model of the processes a partitioned host's peak covers (server + trainers, no torchrun agent)
+        "mem_model_sampled_bytes": ((env.get("partitioned") or {}).get("server") or {}).get("memory", {}).get(
+            "model_sampled_bytes"),
     })
     row.update(work_per_rank(data))
     # Throughput of the steady state: one epoch's seed nodes (all ranks) per steady epoch, so
@@ -326,6 +328,24 @@ def run_row(data: dict, result_path: Path, workflow: str | None = None) -> dict:
     row["steady_seed_nodes_per_s"] = seeds / steady if seeds and steady else None
     row.update(env_columns(env))
     return row
+
+
+def host_peak(data: dict):
+    """The peak memory of the host whose result `data` is: a partitioned run's graph server and
+    trainers (runners.partitioned, env.partitioned.server.memory); else its ranks and workers."""
+    if (data["config"].get("strategy") or "replicated") == "partitioned":
+        return ((data["env"].get("partitioned") or {}).get("server") or {}).get("memory", {}).get("host_peak_bytes")
+    return (data.get("memory") or {}).get("peak_bytes")
+
+
+def host_peak_columns(peaks: dict, nodes: int) -> dict:
+    """mem_host_peaks (every host's peak in node order, comma-joined, empty where a host's result
+    has none) and mem_max_host_peak_bytes (the largest; None unless every host's is known: the
+    largest of some hosts would pass for the run's)."""
+    values = [peaks.get(k) for k in range(max(int(nodes or 1), 1))]
+    known = [v for v in values if v is not None]
+    return {"mem_host_peaks": ",".join("" if v is None else str(int(v)) for v in values),
+            "mem_max_host_peak_bytes": max(known) if known and len(known) == len(values) else None}
 
 
 def env_columns(env: dict) -> dict:
@@ -413,19 +433,23 @@ def aggregate(paths, workflow: str | None = None) -> Aggregate:
         if data["status"] not in ("ok", "skipped"):  # skipped points never ran: nothing to diagnose
             failures.append(deadlocks.failure_record(data, run_dir))
 
-    # A node's per-rank rows join its run (node 0's result sits one directory above it).
-    parents = {Path(r["run_dir"]): r["run_id"] for r in runs}
+    # A node's per-rank rows and its host's memory join its run (node 0's result sits one directory above it).
+    parents = {Path(r["run_dir"]): r for r in runs}
+    host_peaks = {d: {0: r["mem_host_peak_bytes"]} for d, r in parents.items()}
     for path, data, node in node_results:
-        rid = parents.get(path.parent.parent)
+        rid = (parents.get(path.parent.parent) or {}).get("run_id")
         if rid is None:
             invalid.append({"path": str(path), "run_id": data["run_id"],
                             "reason": f"node {node} of a multi-node run whose node-0 result "
                                       f"({RunDir(path.parent.parent).result}) is not among the "
                                       "results; not a run of its own"})
             continue
+        host_peaks[path.parent.parent][node] = host_peak(data)
         epochs += epoch_rows(data, rid)
         steps += rank_csvs(path.parent, rid, "steps")
         cpu += rank_csvs(path.parent, rid, "cpu")
+    for d, r in parents.items():
+        r.update(host_peak_columns(host_peaks[d], r.get("nodes")))
 
     def concat(frames, columns):
         return pd.concat(frames, ignore_index=True) if frames else _frame([], columns)

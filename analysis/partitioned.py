@@ -1,10 +1,10 @@
 """Replicated vs partitioned: DistDGL's partitioned runs (runners.partitioned) beside the
 replicated runs of the same point (model, devices per host, batch size, loader workers).
 
-Per point a partitioned run reached: each strategy's steady-state epoch time, memory of a host
-(node 0's: a partitioned run's graph server plus its trainers; a replicated run's ranks and
-workers) and the share of a step spent sampling and fetching (the load_wait and prepare
-phases), each with its 95% interval over repeats, and the partitioned over the replicated with
+Per point a partitioned run reached: each strategy's steady-state epoch time, the peak memory
+of a host (the largest over the run's hosts, each host's shown beside it: a partitioned run's
+graph server plus its trainers on that host; a replicated run's ranks and workers) and the share
+of a step spent sampling and fetching (the load_wait and prepare phases), each with its 95% interval over repeats, and the partitioned over the replicated with
 its interval. The frameworks and engines that cannot run partitioned here are rows too, skipped
 with the reason.
 """
@@ -36,8 +36,8 @@ GLT_REASON = ("GraphLearn-for-PyTorch 0.2.4's wheels are built against torch 2.3
               "3.8-3.11; none installs on the pair's torch 2.2.1 CPU build")
 COLUMNS = ["model", "devices", "batch_size", "workers", "framework", "strategy", "hosts", "n_ok", "statuses",
            "reason", "epoch_s", "epoch_ci_s", "epoch_ratio", "epoch_low", "epoch_high", "host_bytes",
-           "host_ci_bytes", "host_ratio", "host_low", "host_high", "share", "share_ci", "share_ratio",
-           "share_low", "share_high"]
+           "host_ci_bytes", "host_ratio", "host_low", "host_high", "per_host_bytes", "per_host_ci_bytes", "share",
+           "share_ci", "share_ratio", "share_low", "share_high"]
 
 
 def engines() -> list:
@@ -55,13 +55,28 @@ def _runs(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def _measures(g: pd.DataFrame) -> dict:
-    """Per ok run: steady epoch time, node 0's host peak and the sampling-and-fetching share."""
+    """Per ok run: steady epoch time, the largest host peak over its hosts and the
+    sampling-and-fetching share."""
     ok = g[g["status"] == "ok"]
     num = {c: pd.to_numeric(ok[c], errors="coerce") if c in ok else pd.Series(dtype=float)
-           for c in ("steady_epoch_mean_s", "mem_host_peak_bytes", "step_load_wait_s", "step_prepare_s", "step_s")}
+           for c in ("steady_epoch_mean_s", "mem_max_host_peak_bytes", "step_load_wait_s", "step_prepare_s",
+                     "step_s")}
     share = (num["step_load_wait_s"] + num["step_prepare_s"]) / num["step_s"]
-    return {"epoch": num["steady_epoch_mean_s"].dropna(), "host": num["mem_host_peak_bytes"].dropna(),
+    return {"epoch": num["steady_epoch_mean_s"].dropna(), "host": num["mem_max_host_peak_bytes"].dropna(),
             "share": share.dropna()}
+
+
+def per_host(g: pd.DataFrame) -> dict:
+    """node -> its host's peak per ok run (runs.csv mem_host_peaks, node order), hosts with none left out."""
+    ok = g[g["status"] == "ok"]
+    hosts: dict = {}
+    for text in (ok["mem_host_peaks"] if "mem_host_peaks" in ok else []):
+        if not isinstance(text, str):
+            text = "" if pd.isna(text) else str(int(text))
+        for k, v in enumerate(text.split(",")):
+            if v.strip():
+                hosts.setdefault(k, []).append(float(v))
+    return {k: pd.Series(v) for k, v in sorted(hosts.items())}
 
 
 def _skipped(key, framework: str, strategy: str, reason: str) -> dict:
@@ -93,6 +108,10 @@ def partitioned_rows(runs: pd.DataFrame) -> pd.DataFrame:
                    "n_ok": len(m["epoch"]),
                    "statuses": ", ".join(f"{n} {s}" for s, n in rows_g["status"].value_counts().items()),
                    "reason": ""}
+            hosts = {k: mean_ci(v) for k, v in per_host(rows_g).items()}
+            row["per_host_bytes"] = ",".join(f"{k}:{m:.0f}" for k, (m, _) in hosts.items())
+            row["per_host_ci_bytes"] = ",".join(f"{k}:{'' if pd.isna(c) else f'{c:.0f}'}"
+                                                for k, (_, c) in hosts.items())
             for what in ("epoch", "host", "share"):
                 mean, ci = mean_ci(m[what])
                 row[{"epoch": "epoch_s", "host": "host_bytes", "share": "share"}[what]] = mean
@@ -121,8 +140,21 @@ def _cells(row: dict) -> list:
         return "" if base else f"; {ratio_text(row[f'{what}_ratio'], row[f'{what}_low'], row[f'{what}_high'])}"
 
     return [Cell(f"{_value(row['epoch_s'], row['epoch_ci_s'], fmt_num)} (n={row['n_ok']}){vs('epoch')}"),
-            Cell(_value(row["host_bytes"], row["host_ci_bytes"], fmt_bytes) + vs("host")),
+            Cell(_value(row["host_bytes"], row["host_ci_bytes"], fmt_bytes) + vs("host") + _hosts_text(row)),
             Cell(_value(row["share"], row["share_ci"], fmt_pct) + vs("share"))]
+
+
+def _hosts_text(row: dict) -> str:
+    """Every host's peak ("host 0 1.10 GiB ± 3 MiB, host 1 ..."), after the largest."""
+    def pairs(v) -> dict:
+        return dict(p.split(":") for p in (v if isinstance(v, str) else "").split(",") if p)
+
+    means, cis = pairs(row.get("per_host_bytes")), pairs(row.get("per_host_ci_bytes"))
+    if not means:
+        return ""
+    parts = [f"host {k} " + _value(float(m), float(cis[k]) if cis.get(k) else float("nan"), fmt_bytes)
+             for k, m in means.items()]
+    return "; per host: " + ", ".join(parts)
 
 
 def partitioned_table(runs: pd.DataFrame) -> TableSet:
@@ -130,7 +162,7 @@ def partitioned_table(runs: pd.DataFrame) -> TableSet:
     data = partitioned_rows(runs)
     header = [[("Model", 1), ("Point", 1), ("Framework", 1), ("Strategy (hosts)", 1),
                ("Steady epoch time (s), 95% CI; partitioned / replicated", 1),
-               ("Host memory peak, 95% CI; partitioned / replicated", 1),
+               ("Host memory peak (largest host), 95% CI; partitioned / replicated; each host's", 1),
                ("Sampling + fetching share of a step, 95% CI; partitioned / replicated", 1)]]
     rows = []
     for row in data.to_dict("records"):
@@ -145,8 +177,9 @@ def partitioned_table(runs: pd.DataFrame) -> TableSet:
         "replicated runs (every rank holds the whole graph) beside its partitioned runs (one partition per "
         "host, served by a DistGraphServer; runners.partitioned). Per strategy the mean over repeats with its "
         "95% t-interval, and the partitioned over the replicated (" + CI_METHOD_RATIO + "): the steady-state "
-        "epoch time; the peak memory of node 0's host (partitioned: the graph server's PSS plus its "
-        "trainers'; replicated: the ranks' and loader workers'); the share of a step in the load_wait and "
+        "epoch time; the peak memory of a host, the largest over the run's hosts with each host's beside it "
+        "(partitioned: that host's graph server's PSS plus its trainers', as its launcher sampled them; "
+        "replicated: the ranks' and loader workers'); the share of a step in the load_wait and "
         "prepare phases. " + PHASES_TEXT + ". Epoch times compare at equal devices per host; a partitioned "
         "run's trainers each take their partition's seeds (the README's seeds note).",
         data, grids,

@@ -209,7 +209,7 @@ def memory_frame(memory: pd.DataFrame) -> pd.DataFrame:
     return out.rename(columns={"mem_model_bytes": "modelled peak", "mem_peak_bytes": "measured peak",
                                "mem_cgroup_peak_bytes": "cgroup peak", "mem_limit_bytes": "limit",
                                "peak_over_model": "measured / modelled", "model_over_limit": "modelled / limit",
-                               "oom_killed": "OOM-killed"})
+                               "oom_killed": "OOM-killed", "measured": "measured processes"})
 
 
 def runs_frame(runs: pd.DataFrame) -> pd.DataFrame:
@@ -280,8 +280,10 @@ def build_tables(agg: Aggregate, runs: pd.DataFrame) -> dict:
         out["memory_model"] = frame_table(
             memory_frame(memory), "memory_model", "Memory model vs measured peak",
             "Per configuration: the pre-flight model of peak host memory (runners/memory/model.py: ranks, "
-            "loader workers, batches in flight, dataset copies), the highest measured peak (PSS of ranks "
-            "and workers at the worst sample), the memory cgroup's own peak and which processes the "
+            "loader workers, batches in flight, dataset copies; a partitioned host's partition and graph server), "
+            "the highest measured peak of the same processes (PSS of ranks and workers at the worst sample; "
+            "for a partitioned run node 0's graph server and trainers sampled together, against their model "
+            "without the torchrun agent), the memory cgroup's own peak and which processes the "
             "out-of-memory killer took when the run had a --memory-limit (docs/memory.md).",
             )
         out["memory_model"].data = memory  # the CSV keeps the bytes

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from runners.adapters import registry
-from runners.evidence import (AT_LIMIT, POLL_S, InterruptionEvidence, MemoryWatch, OomEvidence, exit_evidence,
-                              rank_info, stop_evidence)
+from runners.evidence import (AT_LIMIT, POLL_S, InterruptionEvidence, MemoryWatch, OomEvidence, ServerEvidence,
+                              exit_evidence, rank_info, stop_evidence)
 
 
 @dataclass
@@ -68,6 +68,13 @@ CAUSES = {
         "the others wait for it in a collective",
         "look at that rank's stack and process state: a stopped process (SIGSTOP, a debugger), "
         "a straggler, an infinite loop, or a blocking call in the training step",
+    ),
+    "stalled_server": (
+        "a graph server of the partitioned strategy stopped making progress (stopped by a signal or a "
+        "debugger, or stuck), so the trainers that sample and fetch features from it waited for its "
+        "answers over RPC until the watchdog's stall limit",
+        "look at the server's process state and stack (logs/server<K>.log, stacks/graph-server*): a "
+        "SIGSTOP or a debugger attached to it, a host that swaps, a request it never finished; then rerun",
     ),
     "dead_rank": (
         "a rank failed and the remaining ranks were left waiting in a collective",
@@ -522,6 +529,98 @@ def diagnose_stop(out: Path, status: str, stalled, watch: dict, states: dict, st
     return {"summary": summary, "cause": key, "cause_text": cause, "remedy": remedy, "evidence": evidence,
             "ranks": ranks, "workers": ev["workers"], "culprit_rank": culprit, "stack_files": stacks,
             "threshold_s": round(threshold, 2)}
+
+
+# -- the partitioned strategy: a graph server that stopped making progress ------------------
+def server_stall(ev: ServerEvidence):
+    """(how, evidence line) when the graph server stopped making progress by the detection, else
+    None. Stopped ('T', 't') or in uninterruptible sleep without CPU at its last two samples, as
+    `is_frozen` judges a rank; or, while its host's trainers waited for it over RPC, no CPU
+    progress over the stall window with its main thread outside its request wait (an idle server
+    waits there too, without CPU: the stack tells a stuck server from an idle one)."""
+    if len(ev.samples) < 2:
+        return None
+    last = ev.samples[-2:]
+    states = [s for _, s, _ in last]
+    cpu = [c for _, _, c in ev.samples]
+    used = cpu[-1] - cpu[0] if None not in (cpu[0], cpu[-1]) else None
+    span = ev.samples[-1][0] - ev.samples[0][0]
+    who = f"graph server {ev.node} (pid {ev.pid})"
+    since = ev.samples[-1][0]
+    for t, s, _ in reversed(ev.samples):
+        if s not in FROZEN_STATES:
+            break
+        since = t
+    # stopped only after the watchdog's detection: not what the trainers waited for
+    if all(s in FROZEN_STATES for s in states) and since <= 0:
+        return "stopped", (f"{who} was in process state '{states[-1]}' (stopped: SIGSTOP or a debugger) from "
+                           f"{-since:.1f} s before the detection on, in a stall window of {ev.window_s:.1f} s"
+                           + (f"; CPU time +{used:.2f} s over {span:.1f} s" if used is not None else ""))
+    tail_cpu = (last[1][2] - last[0][2]) if None not in (last[0][2], last[1][2]) else None
+    tail_s = last[1][0] - last[0][0]
+    if states == ["disk-sleep"] * 2 and tail_cpu is not None and tail_s > 0 and tail_cpu / tail_s < CPU_IDLE_S:
+        return "uninterruptible sleep", (f"{who} was in uninterruptible sleep ('disk-sleep') without CPU use "
+                                         f"(+{tail_cpu:.2f} s in {tail_s:.1f} s): stuck in the kernel")
+    if (ev.ranks_in_rpc and ev.waiting_for_requests is False and used is not None and span > 0
+            and span >= ev.window_s / 2 and used / span < CPU_IDLE_S):
+        return "stuck", (f"{who} used no CPU (+{used:.2f} s in {span:.1f} s of the {ev.window_s:.1f} s stall "
+                         f"window) while its host's trainers waited for it over RPC, and its main thread was "
+                         f"not waiting for requests: {ev.stack_top[0] if ev.stack_top else '?'}")
+    return None
+
+
+def _waiters(ev: ServerEvidence) -> str:
+    return ", ".join(f"rank {r} in {frame}" for r, frame in ev.ranks_in_rpc)
+
+
+def diagnose_stalled_server(status: str, diag: dict | None, ev: ServerEvidence | None) -> dict | None:
+    """The diagnosis of a hang whose cause is this host's graph server (cause `stalled_server`,
+    naming the server, its partition, pid, host and how it stopped), or None when the server
+    kept going (`server_stall`). `diag`: the watchdog's diagnosis, kept as the evidence after."""
+    if status != "hang" or ev is None:
+        return None
+    found = server_stall(ev)
+    if found is None:
+        return None
+    how, line = found
+    cause, remedy = CAUSES["stalled_server"]
+    waited = _waiters(ev)
+    summary = (f"hang: graph server {ev.node} (partition {ev.node}, pid {ev.pid}) on host {ev.host} stopped making "
+               f"progress ({how}); " + (f"its trainers waited for it over RPC ({waited})" if waited else
+                                       "the run's trainers, which sample and fetch features from it, waited")
+               + "; cause: " + cause.split(" (")[0])
+    d = dict(diag or {})
+    evidence = [line] + ([f"waiting over RPC: {waited}"] if waited else [])
+    d.update(summary=summary, cause="stalled_server", cause_text=cause, remedy=remedy, culprit_rank=None,
+             previous_cause=d.get("cause"), previous_summary=d.get("summary"),
+             stalled_server={"node": ev.node, "partition": ev.node, "host": ev.host, "pid": ev.pid, "how": how,
+                             "state": ev.samples[-1][1], "window_s": ev.window_s, "evidence": ev.to_json()},
+             evidence=evidence + list(d.get("evidence") or []))
+    d.setdefault("ranks", [])
+    return d
+
+
+def remote_server_stall(status: str, diag: dict | None, ev: ServerEvidence | None, others: list) -> dict | None:
+    """Node 0, when no other node's result named a graph server: its trainers waited over RPC
+    while its own server kept going, so the stalled server is another host's (`others`: the other
+    nodes, [{node, host}], host None when unknown). None unless the evidence says so."""
+    if status != "hang" or ev is None or not ev.ranks_in_rpc or server_stall(ev) is not None:
+        return None
+    cause, remedy = CAUSES["stalled_server"]
+    state = ev.samples[-1][1] if ev.samples else "?"
+    where = ", ".join(f"node {o['node']}" + (f" (host {o['host']})" if o.get("host") else "") for o in others)
+    summary = (f"hang: this host's trainers waited for a graph server over RPC ({_waiters(ev)}) while graph server "
+               f"{ev.node} on host {ev.host} (pid {ev.pid}) kept running (state '{state}'): the stall points to "
+               f"another node's graph server: {where or 'another node'}, whose result did not name it; cause: "
+               + cause.split(" (")[0])
+    d = dict(diag or {})
+    d.update(summary=summary, cause="stalled_server", cause_text=cause, remedy=remedy, culprit_rank=None,
+             previous_cause=d.get("cause"), previous_summary=d.get("summary"),
+             stalled_server={"node": None, "suspect_nodes": [o["node"] for o in others], "evidence": ev.to_json()},
+             evidence=[f"waiting over RPC: {_waiters(ev)}; this host's graph server {ev.node} was not stalled "
+                       f"(state '{state}')"] + list(d.get("evidence") or []))
+    d.setdefault("ranks", [])
+    return d
 
 
 # -- runs that ended by themselves ----------------------------------------------------------

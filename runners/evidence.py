@@ -378,6 +378,37 @@ def interruption_evidence(out: Path, sig, watch: dict, after_s: float) -> Interr
                                 steps=steps, epochs=epochs)
 
 
+@dataclass(frozen=True)
+class ServerEvidence:
+    """A graph server of a partitioned run (runners.partitioned) through the stall the watchdog
+    detected: its process state and CPU time as its launcher sampled them over the stall window
+    (the watchdog's threshold up to the detection), its main thread's stack when it was dumped,
+    and which of its host's trainers were waiting for an answer over the framework's RPC."""
+
+    node: int  # the server's node, which is also its partition (one server per host)
+    host: str
+    pid: int
+    window_s: float  # the watchdog's stall threshold
+    samples: list  # [(seconds relative to the detection, psutil status, CPU seconds or None)], oldest first
+    ranks_in_rpc: list  # [(rank, its innermost frame)]: this host's trainers blocked in an RPC call
+    stack_top: list = dataclasses.field(default_factory=list)  # the server's innermost frames, [] if not dumped
+    waiting_for_requests: bool | None = None  # its innermost frame is the RPC request wait; None if not dumped
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def rpc_waiters(ranks: list, files) -> list:
+    """[(rank, frame)] of the ranks (runners.diagnosis's rank records, with stack_top) whose
+    innermost frames are in one of `files` (the RPC client's source)."""
+    found = []
+    for x in ranks:
+        frame = next((f for f in (x.get("stack_top") or []) if any(name in f for name in files)), None)
+        if frame is not None and x.get("phase") not in ("done", "failed"):
+            found.append((x["rank"], frame))
+    return found
+
+
 WORKER_PIDS = re.compile(r"DataLoader worker \(pids?\(?s?\)?\s*([\d, ]+)\)")
 
 

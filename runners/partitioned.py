@@ -21,6 +21,7 @@ needs an address of its own (the two-host test fixture gives each a network name
 from __future__ import annotations
 
 import atexit
+import collections
 import json
 import os
 import signal
@@ -38,6 +39,9 @@ from runners.settings import ConfigError
 SAMPLERS = 0
 SERVERS_PER_HOST = 1
 SAMPLE_INTERVAL_S = 0.5
+# The server's state and CPU time kept for a stall's diagnosis: the last hour at SAMPLE_INTERVAL_S,
+# more than any stall window (the watchdog's threshold, at most the start-up timeout).
+STATE_SAMPLES = 7200
 
 
 def read_ip_config(cfg, address: str | None) -> list:
@@ -134,10 +138,15 @@ class Server:
     log_path: Path
     started_t: float
     host: str
+    out: Path | None = None  # the run directory (the server's stack dump goes to its stacks/)
     trainers_root: int | None = None  # the rank starter's pid, once launched
     samples: list = field(default_factory=list)  # (t, server PSS, trainers' PSS, trainers)
     died: dict | None = None  # the server ended while its trainers ran (see _lost)
+    # (time.time(), psutil status, CPU seconds) of the server at every sample: a stall's evidence
+    states: collections.deque = field(default_factory=lambda: collections.deque(maxlen=STATE_SAMPLES))
+    stall: object = None  # runners.evidence.ServerEvidence of the stall the watchdog detected (gather)
     _stop: threading.Event = field(default_factory=threading.Event)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
     _thread: threading.Thread | None = None
 
     def watch(self, trainers_root: int) -> None:
@@ -154,8 +163,22 @@ class Server:
         except psutil.Error:
             return []
 
+    def _observe_state(self) -> None:
+        import psutil
+
+        try:
+            p = psutil.Process(self.proc.pid)
+            with p.oneshot():
+                state = (time.time(), p.status(), sum(p.cpu_times()[:2]))
+        except (psutil.Error, OSError):
+            return
+        with self._lock:
+            self.states.append(state)
+
     def _sample(self) -> None:
         while not self._stop.wait(SAMPLE_INTERVAL_S):
+            if self.proc.poll() is None:
+                self._observe_state()
             # Exit code 0 is the shutdown the trainers ask for at the end; anything else is a death.
             if self.died is None and self.proc.poll() not in (None, 0) and self._trainer_pids():
                 self._lost()
@@ -178,10 +201,58 @@ class Server:
         except (ProcessLookupError, PermissionError):
             pass
 
+    def gather(self, outcome, launch_t: float):
+        """When the watchdog stopped the run as a hang: this server's evidence over the stall window
+        (runners.evidence.ServerEvidence, kept as `stall`), its stack dumped when its host's trainers
+        waited for it over RPC and it was not stopped. Call before stop(), while it still runs."""
+        from runners.adapters.registry import RPC_WAIT_FILES
+        from runners.evidence import ServerEvidence, py_spy_dump, rpc_waiters
+        from runners.stacks import top_frames
+
+        if (outcome is None or outcome.status != "hang" or outcome.detected_after_s is None or self.died is not None
+                or self.proc.poll() is not None):
+            return None
+        self._observe_state()  # its state now, after the trainers were stopped
+        diag = outcome.diagnosis or {}
+        end, window = launch_t + outcome.detected_after_s, float(diag.get("threshold_s") or 0.0)
+        with self._lock:
+            seen = list(self.states)
+        # Up to CPU_SAMPLE_S after the detection: the supervisor sampled the ranks' states until then.
+        samples = [(round(t - end, 2), st, round(cpu, 3)) for t, st, cpu in seen
+                   if end - window - SAMPLE_INTERVAL_S <= t <= end + 1.0]
+        if len(samples) < 2:  # a stall window shorter than the sampling: the latest two samples
+            samples = [(round(t - end, 2), st, round(cpu, 3)) for t, st, cpu in seen[-2:]]
+        waiters = rpc_waiters(diag.get("ranks") or [], RPC_WAIT_FILES)
+        stack, idle = [], None
+        frozen = bool(samples) and samples[-1][1] in ("stopped", "tracing-stop")
+        if waiters and not frozen and self.out is not None:
+            import shutil
+
+            py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+            if Path(py_spy).exists():
+                text = py_spy_dump(py_spy, self.proc.pid, native=False)
+                path = RunDir(self.out).stack_dump(f"graph-server{self.cfg.node_rank}", self.proc.pid)
+                path.parent.mkdir(exist_ok=True)
+                path.write_text(text)
+                stack = top_frames(text)
+                idle = bool(stack) and any(f in stack[0] for f in RPC_WAIT_FILES)
+        self.stall = ServerEvidence(node=self.cfg.node_rank, host=self.host, pid=self.proc.pid, window_s=window,
+                                    samples=samples, ranks_in_rpc=waiters, stack_top=stack,
+                                    waiting_for_requests=idle if stack else None)
+        return self.stall
+
     def explain(self, outcome) -> None:
         """When this host's server died mid-run: the run `crashed`, cause `lost_server`, the
-        summary naming the server, its host and how it ended (the trainers were its victims)."""
-        if self.died is None or outcome is None:
+        summary naming the server, its host and how it ended (the trainers were its victims).
+        When it stopped making progress (gather): the hang's cause is `stalled_server`."""
+        if outcome is None:
+            return
+        if self.died is None:
+            from runners.diagnosis import diagnose_stalled_server
+
+            stalled = diagnose_stalled_server(outcome.status, outcome.diagnosis, self.stall)
+            if stalled is not None:
+                outcome.diagnosis = stalled
             return
         how = self.died["signal"] or f"exit code {self.died['exit_code']}"
         summary = (f"crashed: graph server {self.cfg.node_rank} (partition {self.cfg.node_rank}, pid "
@@ -197,27 +268,49 @@ class Server:
         outcome.status, outcome.diagnosis = "crashed", d
 
     def adopt_remote(self, out: Path, outcome, started_at: str) -> None:
-        """Node 0, whose own server lived: a server that died on another node is the run's cause
-        when that node's result says so (node{K}/result.json beside node 0's, as runners.nodes
-        reads them); node 0's trainers only lost it (or the peers it stopped)."""
+        """Node 0, whose own server lived and kept going: a server that died or stopped making
+        progress on another node is the run's cause when that node's result says so
+        (node{K}/result.json beside node 0's, as runners.nodes reads them); node 0's trainers only
+        lost it or waited for it. A hang no result explains, while node 0's trainers waited over
+        RPC, points to another node's server (diagnosis.remote_server_stall)."""
+        from runners.diagnosis import remote_server_stall, server_stall
+
         if (self.cfg.node_rank != 0 or self.cfg.nodes < 2 or outcome is None or outcome.status == "ok"
-                or self.died is not None):
+                or self.died is not None or (self.stall is not None and server_stall(self.stall) is not None)):
             return
         from runners import history, nodes
 
-        for k, res in sorted(nodes.other_results(self.cfg, history.point_dir(out), started_at).items()):
+        results = nodes.other_results(self.cfg, history.point_dir(out), started_at)
+        for k, res in sorted(results.items()):
             theirs = res.get("diagnosis") or {}
-            if theirs.get("cause") != "lost_server":
+            cause = theirs.get("cause")
+            if cause not in ("lost_server", "stalled_server") or not (theirs.get(cause) or {}).get("host"):
                 continue
             mine = outcome.diagnosis or {}
+            verb = "lost it" if cause == "lost_server" else "waited for it"
             outcome.diagnosis = {
-                **mine, "summary": f"{theirs['summary']} (node {k}'s result; node 0's trainers lost it: "
+                **mine, "summary": f"{theirs['summary']} (node {k}'s result; node 0's trainers {verb}: "
                                    f"{mine.get('summary', outcome.status)})",
-                "cause": "lost_server", "cause_text": theirs.get("cause_text"), "remedy": theirs.get("remedy"),
-                "lost_server": theirs.get("lost_server"), "culprit_rank": None, "previous_status": outcome.status,
+                "cause": cause, "cause_text": theirs.get("cause_text"), "remedy": theirs.get("remedy"),
+                cause: theirs.get(cause), "culprit_rank": None, "previous_status": outcome.status,
                 "evidence": [f"node {k}'s result: {theirs['summary']}"] + list(mine.get("evidence") or [])}
-            outcome.status = "crashed"
+            # A server lost is a crash (its trainers were victims); one that stopped is the hang it caused.
+            outcome.status = "crashed" if cause == "lost_server" else outcome.status
             return
+        if (outcome.diagnosis or {}).get("culprit_node") or (outcome.diagnosis or {}).get("cause") == "lost_node":
+            return  # another node's result or a lost connection already names where it stopped
+        others = [{"node": k, "host": (results.get(k) or {}).get("env", {}).get("hostname")
+                   or self.host_of(k)} for k in range(1, self.cfg.nodes)]
+        pointed = remote_server_stall(outcome.status, outcome.diagnosis, self.stall, others)
+        if pointed is not None:
+            outcome.diagnosis = pointed
+
+    def host_of(self, node: int) -> str | None:
+        """Node `node`'s address in the run's ip_config (the host's name is in its own result)."""
+        try:
+            return RunDir(self.out).ip_config.read_text().split("\n")[node].split()[0]
+        except (OSError, IndexError, TypeError):
+            return None
 
     def stop(self, grace_s: float, replicated_model: dict | None = None) -> dict:
         """Wait up to `grace_s` for the server to leave (the trainers' rank 0 shuts every server
@@ -228,12 +321,18 @@ class Server:
         if self._thread is not None:
             self._thread.join(timeout=5)
         stopped_by = "shutdown request from the trainers"
+        # A server that stopped making progress never acts on a shutdown request, and continued it
+        # could answer another node's waiting trainer: SIGKILL at once (it ends a stopped process too).
+        stalled = self.stall is not None and self._stalled()
         try:
-            self.proc.wait(timeout=grace_s)
+            self.proc.wait(timeout=0.1 if stalled else grace_s)
         except subprocess.TimeoutExpired:
             stopped_by = "the launcher"
-            for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
+            for sig, wait_s in ((signal.SIGKILL, 10.0),) if stalled else ((signal.SIGTERM, grace_s),
+                                                                            (signal.SIGKILL, 10.0)):
                 try:
+                    if sig == signal.SIGTERM:  # a stopped process acts on SIGTERM only once continued
+                        os.killpg(self.proc.pid, signal.SIGCONT)
                     os.killpg(self.proc.pid, sig)
                 except ProcessLookupError:
                     break
@@ -243,11 +342,18 @@ class Server:
                 except subprocess.TimeoutExpired:
                     continue
         code = self.proc.returncode
+        if stalled:
+            stopped_by = "the launcher (stalled)"
         return {"pid": self.proc.pid, "host": self.host, "node": self.cfg.node_rank,
                 "exit_code": code if code is None or code >= 0 else None,
                 "signal": signal.Signals(-code).name if code is not None and code < 0 else None,
                 "stopped_by": "died mid-run" if self.died else stopped_by, "died": self.died,
                 "log": str(self.log_path), "memory": {**self.memory(), **replicated(replicated_model)}}
+
+    def _stalled(self) -> bool:
+        from runners.diagnosis import server_stall
+
+        return server_stall(self.stall) is not None
 
     def memory(self) -> dict:
         """This host's peak: the server's PSS plus its trainers' at the worst sample."""
@@ -355,4 +461,4 @@ def start_server(cfg, the_plan: Plan, out: Path) -> Server:
     atexit.register(_kill_group, proc)  # whatever happens to the launcher, no server outlives it
     print(f"[gnnscale] graph server {cfg.node_rank} (partition {cfg.node_rank} of {cfg.nodes}, "
           f"{the_plan.partitions.name}) pid {proc.pid}", flush=True)
-    return Server(cfg, proc, log_path, time.time(), os.uname().nodename)
+    return Server(cfg, proc, log_path, time.time(), os.uname().nodename, out=out)

@@ -708,8 +708,10 @@ def main(argv=None) -> int:
         server.watch(run.proc.pid)
     failed = supervise(cfg, stage, run, log)
     if server is not None:
+        server.gather(run.outcome, run.launch_t)  # a hang: the server's state through the stall, while it runs
         env["partitioned"]["server"] = server.stop(cfg.kill_grace_s, pre.get("memory_model"))
-        server.explain(run.outcome)  # a server that died mid-run is the cause, its trainers victims
+        # a server that died mid-run is the cause, its trainers victims; one that stopped making progress, the hang's
+        server.explain(run.outcome)
     if failed is not None:
         return failed
     run.marks["tree_exited"] = time.time()

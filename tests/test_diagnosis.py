@@ -378,3 +378,50 @@ def test_an_interruption_is_diagnosed_from_its_evidence_alone():
     assert d["summary"].startswith("interrupted: SIGTERM to the launcher 12.3 s after launch stopped the run; "
                                    "2 epoch(s) and 17 step(s) were measured before it")
     assert d["summary"].endswith("; SLURM job 42: the job reached its time limit")
+
+
+# -- the partitioned strategy: a graph server that stopped making progress ------------------
+def server_ev(states, cpu=(0.0,) * 3, waiters=((0, "recv_rpc_message (dgl/distributed/rpc.py:1095)"),),
+              stack=(), idle=None, window=10.0):
+    from runners.evidence import ServerEvidence
+
+    times = [-window + i * window / (len(states) - 1) for i in range(len(states))]
+    return ServerEvidence(node=1, host="h1", pid=4242, window_s=window, samples=list(zip(times, states, cpu)),
+                          ranks_in_rpc=list(waiters), stack_top=list(stack), waiting_for_requests=idle)
+
+
+def test_a_stopped_graph_server_is_the_cause_of_the_hang():
+    from runners.diagnosis import diagnose_stalled_server
+
+    watchdog = {"summary": "hang: rank 1 made no progress", "cause": "stalled_worker", "evidence": ["rank 1 ..."]}
+    d = diagnose_stalled_server("hang", watchdog, server_ev(["sleeping", "stopped", "stopped"]))
+    assert d["cause"] == "stalled_server" and d["culprit_rank"] is None and d["previous_cause"] == "stalled_worker"
+    assert d["summary"].startswith("hang: graph server 1 (partition 1, pid 4242) on host h1 stopped making progress "
+                                   "(stopped); its trainers waited for it over RPC (rank 0 in recv_rpc_message")
+    assert "process state 'stopped'" in d["evidence"][0] and "from 0.0 s before" not in d["evidence"][0]
+    assert d["evidence"][-1] == "rank 1 ..." and d["stalled_server"]["host"] == "h1"
+    # stopped at one sample only (continued since), or a run that was not a hang: not the cause
+    assert diagnose_stalled_server("hang", watchdog, server_ev(["stopped", "stopped", "sleeping"])) is None
+    assert diagnose_stalled_server("crashed", watchdog, server_ev(["stopped"] * 3)) is None
+    assert diagnose_stalled_server("hang", watchdog, None) is None
+
+
+def test_an_idle_graph_server_is_not_a_stuck_one():
+    """No CPU over the window with trainers waiting in RPC: stuck only when its main thread is
+    outside its request wait (an idle server sleeps there too, without CPU)."""
+    from runners.diagnosis import diagnose_stalled_server, remote_server_stall, server_stall
+
+    idle = server_ev(["sleeping"] * 3, stack=["recv_rpc_message (dgl/distributed/rpc.py:1095)"], idle=True)
+    assert server_stall(idle) is None
+    stuck = server_ev(["sleeping"] * 3, stack=["acquire (threading.py:320)"], idle=False)
+    d = diagnose_stalled_server("hang", {}, stuck)
+    assert d["stalled_server"]["how"] == "stuck" and "acquire (threading.py:320)" in d["evidence"][0]
+    # the same stack with CPU progress, or no trainer waiting over RPC: not stuck
+    assert server_stall(server_ev(["running"] * 3, cpu=(0.0, 4.0, 9.0), stack=["acquire (x.py:1)"], idle=False)) is None
+    assert server_stall(server_ev(["sleeping"] * 3, waiters=(), stack=["acquire (x.py:1)"], idle=False)) is None
+    # node 0, whose trainers waited over RPC while its own server idled: the stall points elsewhere
+    pointed = remote_server_stall("hang", {"cause": "stalled_worker"}, idle, [{"node": 1, "host": "h1"}])
+    assert pointed["cause"] == "stalled_server" and pointed["stalled_server"]["node"] is None
+    assert "points to another node's graph server: node 1 (host h1), whose result" in pointed["summary"]
+    assert remote_server_stall("hang", {}, server_ev(["sleeping"] * 3, waiters=()), []) is None
+    assert remote_server_stall("hang", {}, server_ev(["stopped"] * 3), []) is None

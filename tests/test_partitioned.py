@@ -236,3 +236,57 @@ def test_killed_server_is_named_and_nothing_is_left(hosts, tmp_path):  # noqa: F
     assert r0["epochs"] and not r0["summary"]  # what was measured is kept; no timing claimed
     assert node_pids(hosts) == {0: [], 1: []}
     assert not alive(r0["env"]["partitioned"]["server"]["pid"]) and not alive(victim)
+
+
+def test_stopped_server_is_named_and_nothing_is_left(hosts, tmp_path):  # noqa: F811
+    """Host 1's graph server is stopped (SIGSTOP) mid-run, alive but serving nothing: the trainers
+    wait until the watchdog's stall limit (10 s here). Node 1's run ends `hang`, cause
+    `stalled_server`, naming the server, its partition, pid and host from its process state; node
+    0's (its trainer waited for that server over RPC) names the same server from node 1's result.
+    The stopped server is killed by its launcher: nothing is left running on either host."""
+    import os
+    import signal
+
+    from tests.helpers import live_dir
+
+    out = tmp_path / "job"
+    procs = start_partitioned(hosts, out, epochs=40, extra=["--stall-floor", "10"])
+    h0, h1 = hosts.hosts
+    epochs = None
+    for _ in range(600):  # until node 1 has finished an epoch: at most 600 polls, 120 s
+        epochs = next(live_dir(out / "node1").glob("rank1/epochs.csv"), None)
+        if epochs is not None and len(epochs.read_text().splitlines()) > 1:
+            break
+        time.sleep(0.2)
+    assert epochs is not None, logs(out)
+    victim = server_pid(hosts, h1)
+    assert victim is not None, logs(out)
+    os.kill(victim, signal.SIGSTOP)
+    try:
+        assert [p.wait(timeout=RUN_TIMEOUT_S) for p in procs] == [0, 0], logs(out)
+        r0, r1 = result_of(out), result_of(out / "node1")
+        named = (f"hang: graph server 1 (partition 1, pid {victim}) on host {h1.hostname} stopped making progress "
+                 "(stopped)")
+        d1 = r1["diagnosis"]
+        assert r1["status"] == "hang" and d1["cause"] == "stalled_server", d1
+        assert d1["summary"].startswith(named), d1
+        stalled = d1["stalled_server"]
+        assert (stalled["node"], stalled["host"], stalled["pid"], stalled["state"]) == (1, h1.hostname, victim,
+                                                                                       "stopped"), stalled
+        assert "process state 'stopped'" in d1["evidence"][0], d1["evidence"]
+        assert d1["previous_cause"] != "stalled_server" and d1["threshold_s"] >= 10
+        server = r1["env"]["partitioned"]["server"]
+        assert server["stopped_by"] == "the launcher (stalled)" and server["signal"] == "SIGKILL", server
+        d0 = r0["diagnosis"]
+        assert r0["status"] == "hang" and d0["cause"] == "stalled_server", d0
+        assert d0["summary"].startswith(named) and "node 1's result" in d0["summary"], d0
+        assert d0["stalled_server"]["pid"] == victim
+        # node 0's own server kept running: stopped by its launcher, not diagnosed
+        assert r0["env"]["partitioned"]["server"]["stopped_by"] in ("the launcher",
+                                                                   "shutdown request from the trainers")
+        assert r0["epochs"] and not r0["summary"]  # what was measured is kept; no timing claimed
+        assert node_pids(hosts) == {0: [], 1: []}
+        assert not alive(victim) and not alive(r0["env"]["partitioned"]["server"]["pid"])
+    finally:
+        if alive(victim):  # whatever failed above, no stopped process outlives the test
+            os.kill(victim, signal.SIGKILL)

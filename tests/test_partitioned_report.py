@@ -6,11 +6,16 @@ the section is one line saying how to get one."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
 from analysis import aggregate, report
+from analysis.formatting import fmt_bytes
 from analysis.partitioned import GLT_REASON, partitioned_rows, partitioned_table
+from analysis.tables import memory_model_table
 from runners.adapters import registry
 from tests.helpers import run_config
 from tests.test_hosts import hosts  # noqa: F401  (the fixture)
@@ -39,18 +44,19 @@ def real(agg):
 
 def spread(runs: pd.DataFrame, epoch_factor: float, host_factor: float) -> pd.DataFrame:
     """Each real row as 3 repeats (noise 0.97, 1.0, 1.03); the partitioned rows' epoch time and
-    host memory set to `epoch_factor` and `host_factor` x the replicated run's."""
+    largest host's memory set to `epoch_factor` and `host_factor` x the replicated run's (every
+    host's peak scaled alike)."""
     rep = runs[runs["strategy"] == "replicated"].iloc[0]
     rows = []
     for _, r in runs.iterrows():
         for k, noise in enumerate((0.97, 1.0, 1.03)):
             row = r.to_dict()
-            if row["strategy"] == "partitioned":
-                row["steady_epoch_mean_s"] = rep["steady_epoch_mean_s"] * epoch_factor * noise
-                row["mem_host_peak_bytes"] = rep["mem_host_peak_bytes"] * host_factor * noise
-            else:
-                row["steady_epoch_mean_s"] = rep["steady_epoch_mean_s"] * noise
-                row["mem_host_peak_bytes"] = rep["mem_host_peak_bytes"] * noise
+            part = row["strategy"] == "partitioned"
+            row["steady_epoch_mean_s"] = rep["steady_epoch_mean_s"] * (epoch_factor if part else 1.0) * noise
+            target = rep["mem_max_host_peak_bytes"] * (host_factor if part else 1.0) * noise
+            scale = target / row["mem_max_host_peak_bytes"]
+            row["mem_host_peaks"] = ",".join(str(int(float(v) * scale)) for v in row["mem_host_peaks"].split(","))
+            row["mem_max_host_peak_bytes"] = max(int(v) for v in row["mem_host_peaks"].split(","))
             rows.append({**row, "repeat": k, "run_id": f"{r['run_id']}-r{k}"})
     return pd.DataFrame(rows)
 
@@ -60,9 +66,18 @@ def test_section_from_real_runs(real):
     part, rep = rows.loc[("dgl", "partitioned (metis)")], rows.loc[("dgl", "replicated")]
     r_part, r_rep = (real[real["strategy"] == s].iloc[0] for s in ("partitioned", "replicated"))
     assert part["hosts"] == "2" and rep["hosts"] == "1" and part["n_ok"] == rep["n_ok"] == 1
-    # the real values: node 0's host (graph server + trainer) against the replicated run's ranks
-    assert part["host_bytes"] == r_part["mem_host_peak_bytes"] > r_part["mem_peak_bytes"] > 0
-    assert rep["host_bytes"] == r_rep["mem_peak_bytes"] > 0
+    # the real values: the larger host (graph server + trainer), each host's beside it, against the
+    # replicated run's ranks
+    node1 = json.loads((Path(r_part["run_dir"]) / "node1" / "result.json").read_text())
+    peak0, peak1 = r_part["mem_host_peak_bytes"], node1["env"]["partitioned"]["server"]["memory"]["host_peak_bytes"]
+    assert peak0 > r_part["mem_peak_bytes"] > 0 and peak1 > 0 and node1["config"]["node_rank"] == 1
+    assert r_part["mem_host_peaks"] == f"{int(peak0)},{int(peak1)}"
+    assert part["host_bytes"] == r_part["mem_max_host_peak_bytes"] == max(peak0, peak1)
+    assert part["per_host_bytes"] == f"0:{peak0:.0f},1:{peak1:.0f}"
+    assert rep["host_bytes"] == r_rep["mem_peak_bytes"] == r_rep["mem_max_host_peak_bytes"] > 0
+    assert rep["per_host_bytes"] == f"0:{r_rep['mem_peak_bytes']:.0f}"
+    html = partitioned_table(real).html()
+    assert f"host 0 {fmt_bytes(peak0)}, host 1 {fmt_bytes(peak1)}" in html, html
     assert part["epoch_s"] == pytest.approx(r_part["steady_epoch_mean_s"])
     assert part["epoch_ratio"] == pytest.approx(r_part["steady_epoch_mean_s"] / r_rep["steady_epoch_mean_s"])
     share = (r_part["step_load_wait_s"] + r_part["step_prepare_s"]) / r_part["step_s"]
@@ -84,6 +99,8 @@ def test_section_intervals_on_repeats(real):
     assert part["epoch_ratio"] == pytest.approx(1.5, rel=1e-6) and 1 < part["epoch_low"] < 1.5 < part["epoch_high"]
     assert part["host_ratio"] == pytest.approx(0.6, rel=1e-6) and part["host_low"] < 0.6 < part["host_high"] < 1
     assert part["epoch_ci_s"] > 0 and part["host_ci_bytes"] > 0
+    # every host's peak with its own interval
+    assert [k for k, c in (p.split(":") for p in part["per_host_ci_bytes"].split(",")) if float(c) > 0] == ["0", "1"]
     table = partitioned_table(spread(real, 1.5, 0.6))
     text = table.html()
     assert "1.50×" in text and "0.60×" in text and "pyg-lib" in text and "GraphLearn-for-PyTorch" in text
@@ -102,3 +119,18 @@ def test_report_has_the_section_and_says_how_to_get_one(agg, real, tmp_path):
     none = partitioned_table(real[real["strategy"] == "replicated"])
     assert none.data.empty and not none.grids
     assert none.html().count("<p") == 1 and "--strategy partitioned --nnodes 2 --ip-config FILE" in none.html()
+
+
+def test_memory_model_table_sets_a_partitioned_host_against_its_model(real):
+    """The memory-model table's measured peak of a partitioned run is its host's (graph server +
+    trainer, sampled together), set against the model of the same processes; the replicated run
+    keeps its ranks' peak against its own model, in a row of its own."""
+    table = memory_model_table(real).set_index("strategy")
+    r_part, r_rep = (real[real["strategy"] == s].iloc[0] for s in ("partitioned", "replicated"))
+    part, rep = table.loc["partitioned"], table.loc["replicated"]
+    assert part["mem_peak_bytes"] == r_part["mem_host_peak_bytes"] > r_part["mem_peak_bytes"]  # the server counted
+    assert part["mem_model_bytes"] == r_part["mem_model_sampled_bytes"] < r_part["mem_model_bytes"]  # no agent
+    assert 0.7 < part["peak_over_model"] < 1.4, part
+    assert "graph server + trainers" in part["measured"] and rep["measured"] == "ranks + loader workers"
+    assert rep["mem_peak_bytes"] == r_rep["mem_peak_bytes"] and rep["mem_model_bytes"] == r_rep["mem_model_bytes"]
+    assert part["runs"] == rep["runs"] == 1

@@ -218,6 +218,10 @@ PIPELINE_LOADERS = ("graphbolt",)
 # The source files a thread of such a pipeline runs in (torchdata's Prefetcher, which GraphBolt's
 # DataLoader puts in front of copy_to): the watchdog recognises the thread by them in a stack dump.
 PIPELINE_THREAD_FILES = ("torchdata/datapipes/iter/util/prefetcher.py",)
+# The source file of the partitioned engine's RPC calls (DistDGL's recv_rpc_message and fast_pull,
+# blocking in C): a trainer whose innermost frame is there waits for a graph server's answer; a graph
+# server whose innermost frame is there waits for its next request (idle, not stuck).
+RPC_WAIT_FILES = ("dgl/distributed/rpc.py",)
 # The loaders that are not their framework's first (a sweep times them beside it: config loaders).
 OTHER_LOADERS = tuple(dict.fromkeys(name for f in FRAMEWORKS.values() for name in f.loaders[1:]))
 MODEL_NAMES = tuple(MODELS)
