@@ -184,4 +184,5 @@ def partitioned_table(runs: pd.DataFrame) -> TableSet:
         "run's trainers each take their partition's seeds (the README's seeds note).",
         data, grids,
         empty_text="No partitioned run: run DGL with `--strategy partitioned --nnodes 2 --ip-config FILE` on two "
-                   "hosts (README, 'Past one machine's memory') to fill this section.")
+                   "hosts, or set config `strategy` with `nodes: 2` under SLURM (which makes the ip_config from the "
+                   "job's nodes; README, 'Past one machine's memory') to fill this section.")

@@ -1,7 +1,7 @@
 """The partitioned strategy, the launcher's side: one DistGraphServer per host beside the trainers.
 
 Each node's launcher (`python -m runners.run --strategy partitioned --nnodes P --node-rank K
---ip-config FILE ...`) makes sure the graph's P partitions exist and verify (runners.partitions),
+--ip-config FILE|slurm ...`) makes sure the graph's P partitions exist and verify (runners.partitions),
 starts its host's graph server (partition K) with the variables DGL's tools/launch.py would set
 over ssh (no ssh here: every role is started by the suite), gives its trainers theirs, and after
 the run stops the server and records how it ended, with each host's memory: the server's PSS
@@ -15,7 +15,9 @@ Variables (DGL 2.1.0, dgl/distributed/dist_context.py and tools/launch.py):
 - both: OMP_NUM_THREADS (an OpenMP fork deadlock otherwise, DGL #1129); samplers 0 (sampler
   processes are unreliable, DGL #7753, #3887).
 A process finds its machine as the first ip_config line whose address is local, so each host
-needs an address of its own (the two-host test fixture gives each a network namespace).
+needs an address of its own (the two-host test fixture gives each a network namespace). Under
+SLURM (`--ip-config slurm`, as the sweep passes) each launcher writes the list itself from the
+job's nodes (runners.slurm), so no user has to know which nodes the scheduler will give.
 """
 
 from __future__ import annotations
@@ -44,13 +46,23 @@ SAMPLE_INTERVAL_S = 0.5
 STATE_SAMPLES = 7200
 
 
-def read_ip_config(cfg, address: str | None) -> list:
-    """[(address, port)] per host from --ip-config, checked against the run: one line per node,
-    this node's line its own address. One node without a file: loopback and a free port."""
-    if cfg.nodes == 1 and not cfg.ip_config:
+# DGL's default server port (dgl.distributed), for lines that name none and the generated list.
+DGL_PORT = 30050
+# --ip-config's value that asks for the list from the SLURM allocation (runners.slurm).
+FROM_SLURM = "slurm"
+
+
+def read_ip_config(cfg, address: str | None) -> tuple:
+    """([(address, port)] per host, where the list came from), checked against the run: one line
+    per node, this node's line its own address. `--ip-config slurm`: the job's nodes in node order
+    at their NodeAddr (runners.slurm), node 0's the master's address. One node without a file
+    (or with `slurm`): loopback and a free port."""
+    if cfg.nodes == 1 and cfg.ip_config in (None, FROM_SLURM):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
-            return [("127.0.0.1", s.getsockname()[1])]
+            return [("127.0.0.1", s.getsockname()[1])], {"source": "loopback (one node)"}
+    if cfg.ip_config == FROM_SLURM:
+        return _from_slurm(cfg, address)
     path = Path(cfg.ip_config)
     try:
         lines = [line.split() for line in path.read_text().splitlines() if line.strip()]
@@ -60,14 +72,49 @@ def read_ip_config(cfg, address: str | None) -> list:
     for i, words in enumerate(lines):
         if len(words) not in (1, 2) or (len(words) == 2 and not words[1].isdigit()):
             raise ConfigError(f"--ip-config {path}: line {i + 1} {' '.join(words)!r}: expected 'ADDRESS [PORT]'")
-        hosts.append((words[0], int(words[1]) if len(words) == 2 else 30050))
+        hosts.append((words[0], int(words[1]) if len(words) == 2 else DGL_PORT))
     if len(hosts) != cfg.nodes:
         raise ConfigError(f"--ip-config {path}: {len(hosts)} hosts for --nnodes {cfg.nodes}; one line per node")
+    _own_line(cfg, hosts, address, f"--ip-config {path}")
+    return hosts, {"source": "file", "file": str(path.resolve())}
+
+
+def _own_line(cfg, hosts: list, address: str | None, what: str) -> None:
     if address is not None and hosts[cfg.node_rank][0] != address:
-        raise ConfigError(f"--ip-config {path}: line {cfg.node_rank + 1} (node {cfg.node_rank}) says "
+        raise ConfigError(f"{what}: line {cfg.node_rank + 1} (node {cfg.node_rank}) says "
                           f"{hosts[cfg.node_rank][0]}, but this host's address is {address}: DGL finds a process's "
                           "machine as the first line whose address is local")
-    return hosts
+
+
+def _from_slurm(cfg, address: str | None) -> tuple:
+    """The allocation's nodes in node order, partition k served on node k: every node's launcher
+    writes the same list, as each reads it from slurmctld."""
+    from runners import slurm
+
+    what = f"--ip-config {FROM_SLURM}"
+    try:
+        nodes = slurm.allocation()
+    except ConfigError as exc:
+        raise ConfigError(f"{what}: {exc}") from None
+    if len(nodes) != cfg.nodes:
+        raise ConfigError(f"{what}: the job has {len(nodes)} nodes ({', '.join(n['name'] for n in nodes)}) for "
+                          f"--nnodes {cfg.nodes}; one partition per node")
+    seen = {}
+    for n in nodes:
+        if n["address"] in seen:
+            raise ConfigError(f"{what}: nodes {seen[n['address']]} and {n['name']} both have the address "
+                              f"{n['address']}; each partition's host needs an address of its own")
+        seen[n["address"]] = n["name"]
+    hosts = [(n["address"], DGL_PORT) for n in nodes]
+    # scripts/slurm_node.sh gives node 0's NodeAddr as the master. A master elsewhere would not
+    # host the rendezvous (node rank 0 does), and the nodes would wait there until its timeout.
+    first = nodes[0]
+    if cfg.master_addr not in (first["node_addr"], first["address"]):
+        raise ConfigError(f"{what}: node 0 ({first['name']}) is at {first['address']}, but --master-addr is "
+                          f"{cfg.master_addr}; start the run with scripts/slurm_node.sh, which gives node 0's NodeAddr")
+    _own_line(cfg, hosts, address, what)
+    return hosts, {"source": "slurm allocation (scontrol NodeAddr, node order)",
+                   "job_id": os.environ.get("SLURM_JOB_ID"), "nodes": nodes}
 
 
 @dataclass
@@ -78,6 +125,7 @@ class Plan:
     part_config: Path
     ip_config: Path  # the run's copy, in its directory
     hosts: list
+    hosts_from: dict  # where the list came from (read_ip_config)
     manifest: dict
     quality: dict
 
@@ -101,6 +149,9 @@ class Plan:
                 "part_method": cfg.part_method, "directory": str(self.partitions),
                 "content_hash": self.manifest["content_hash"], "quality": self.quality,
                 "hosts": [{"node": i, "address": a, "port": p} for i, (a, p) in enumerate(self.hosts)],
+                # the copy's place in the run directory: `self.ip_config` is in the staging one
+                "ip_config": {**self.hosts_from, "copy": str(RunDir(Path()).ip_config),
+                              "lines": [f"{a} {p}" for a, p in self.hosts]},
                 "servers_per_host": SERVERS_PER_HOST, "samplers": SAMPLERS,
                 "trainer_env": self.trainer_env(cfg)}
 
@@ -110,13 +161,13 @@ def plan(cfg, env: dict, out: Path) -> Plan:
     ConfigError (bad --ip-config), runners.partitions.PartitionError or DatasetError."""
     from runners import partitions
 
-    hosts = read_ip_config(cfg, (env.get("network") or {}).get("address"))
+    hosts, hosts_from = read_ip_config(cfg, (env.get("network") or {}).get("address"))
     where = partitions.prepare(cfg.dataset, cfg.nodes, cfg.part_method, data_root=cfg.data_root,
                                root=Path(cfg.data_root).parent / "partitions")
     manifest = partitions.read_manifest(where)
     ip_config = RunDir(out).ip_config
     ip_config.write_text("".join(f"{a} {p}\n" for a, p in hosts))
-    return Plan(where, where / manifest["part_config"], ip_config, hosts, manifest,
+    return Plan(where, where / manifest["part_config"], ip_config, hosts, hosts_from, manifest,
                 json.loads((where / partitions.QUALITY).read_text()))
 
 

@@ -335,9 +335,10 @@ class RunSettings:
     inject_step: int = setting(2, column=False, flag=None)
     node_rank: int = setting(0, column=False, group=_MULTI_NODE)
     master_addr: str = setting("127.0.0.1", column=False, group=_MULTI_NODE)
-    ip_config: Optional[str] = setting(None, column=False, group=_MULTI_NODE, metavar="FILE",
+    ip_config: Optional[str] = setting(None, column=False, group=_MULTI_NODE, metavar="FILE|slurm",
         help="partitioned across hosts: DGL's ip_config, one line 'ADDRESS [PORT]' per host in node-rank "
-        "order (host k serves partition k); one node: 127.0.0.1 and a free port")
+        "order (host k serves partition k); slurm: made from the SLURM job's nodes (their NodeAddr, in "
+        "node order; under srun with scripts/slurm_node.sh); one node: 127.0.0.1 and a free port")
     rank_starter: str = setting("auto", column=False, choices=RANK_STARTERS, group=_MULTI_NODE,
         help="what starts the ranks: spawn (runners.spawn, plain Python, one node only), torchrun (its "
         "agent imports torch first, about 1.5 s per run), auto: spawn on one node, torchrun on several")

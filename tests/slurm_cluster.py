@@ -64,9 +64,13 @@ class Cluster:
     the cluster across them, which start() makes and stop() removes; else one node, this machine."""
 
     def __init__(self, root: Path, kill_wait_s: int = 30, min_job_age_s: int = 300, hosts=None,
-                 slurmd_timeout_s: int = 300):
+                 slurmd_timeout_s: int = 300, private_shm: bool = False):
         self.root = Path(root)
         self.hosts = hosts
+        # each compute host's slurmd (and so every job it starts) on a /dev/shm of its own
+        # (netns_hosts.Hosts.argv): DistDGL's graph servers name their shared memory after the
+        # graph, and two hosts sharing one /dev/shm would collide where real hosts cannot
+        self.private_shm = private_shm
         self.head = None  # the host of slurmctld and the clients; None: this machine
         self.nodes = [None]  # the compute nodes' hosts
         self.host = socket.gethostname().split(".")[0]  # slurmctld's hostname
@@ -147,16 +151,16 @@ class Cluster:
             "",
         ]))
 
-    def argv(self, argv: list, host=None) -> list:
+    def argv(self, argv: list, host=None, private_shm: bool = False) -> list:
         """`argv` as run on `host` (a netns host), by default where clients run: the head."""
         host = host or self.head
-        return self.hosts.argv(host, argv) if host else list(argv)
+        return self.hosts.argv(host, argv, private_shm) if host else list(argv)
 
-    def _start(self, name: str, argv: list, pidfile: Path, host=None) -> None:
+    def _start(self, name: str, argv: list, pidfile: Path, host=None, private_shm: bool = False) -> None:
         log = open(self.root / "log" / f"{name}.out", "w")
         # nice 19: the cluster's jobs inherit it and must not slow down other work on the machine.
         # The daemon forks into the background; it stays in the host's namespaces.
-        subprocess.run(self.argv(["nice", "-n", "19", *argv], host), env=self.env, stdout=log,
+        subprocess.run(self.argv(["nice", "-n", "19", *argv], host, private_shm), env=self.env, stdout=log,
                        stderr=subprocess.STDOUT, check=True, timeout=30)
         deadline = time.time() + 15
         while not (pidfile.exists() and pidfile.read_text().strip()):
@@ -202,7 +206,7 @@ class Cluster:
                     self.root / "slurmctld.pid")
         for name, host in zip(self.node_names, self.nodes):
             self._start(f"slurmd-{name}", [self._which("slurmd"), "-f", str(self.conf)],
-                        self.root / f"slurmd-{name}.pid", host)
+                        self.root / f"slurmd-{name}.pid", host, private_shm=self.private_shm and host is not None)
         deadline = time.time() + 30
         while True:  # every node up: one line per node, each idle (at most 30 s)
             states = self.run("sinfo", "-h", "-N", "-o", "%t", check=False).stdout.split()

@@ -126,6 +126,24 @@ def test_ip_config_must_name_this_host(hosts, tmp_path):  # noqa: F811
     assert node_pids(hosts)[1] == []
 
 
+def test_ip_config_from_slurm_refuses_unusable_addresses():
+    """`--ip-config slurm` (runners.slurm, the sweep's partitioned runs): outside a job step it
+    says so; a NodeAddr that is or resolves to loopback here (a host's own 127.0.1.1 entry) or is
+    no IPv4 address is refused naming the node and the value, never written into the list."""
+    from runners import slurm
+
+    with pytest.raises(ConfigError, match="not inside a SLURM job step"):
+        slurm.allocation({})
+    assert slurm.address_of("n0", "10.231.7.10") == "10.231.7.10"
+    # localhost from /etc/hosts, as a node's own name on 127.0.1.1 would resolve (no DNS query)
+    with pytest.raises(ConfigError, match=r"SLURM node n0: NodeAddr localhost resolves to 127\.0\.0\.1 on this host"):
+        slurm.address_of("n0", "localhost")
+    with pytest.raises(ConfigError, match=r"SLURM node n1: NodeAddr 127\.0\.1\.1 is a loopback address"):
+        slurm.address_of("n1", "127.0.1.1")
+    with pytest.raises(ConfigError, match="SLURM node n1: NodeAddr fe80::1 is not an IPv4 address"):
+        slurm.address_of("n1", "fe80::1")
+
+
 def _config(*extra, batch_size=8):
     argv = ["--framework", "dgl", "--model", "sage", "--devices", "1", "--batch-size", str(batch_size),
             "--workers", "0", "--dataset", "tiny", "--epochs", "1", "--data-root", str(DATA_ROOT), "--out", "/tmp/x",

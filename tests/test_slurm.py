@@ -5,7 +5,8 @@ and a two-node one across network-namespace hosts (`slurm_hosts`, with tests/net
 - the sweep submitted through profiles/slurm with the SLURM executor;
 - a multi-node run as SLURM runs it (one job, 2 tasks, one torchrun agent per task);
 - SLURM's limits (time limit, scancel) leave results;
-- on two hosts: the sweep's multi-node run, one task per host; a node killed mid-run.
+- on two hosts: the sweep's multi-node run, one task per host; the sweep's partitioned
+  (DistDGL) point with the ip_config made from the job's nodes; a node killed mid-run.
 """
 
 import json
@@ -22,7 +23,7 @@ import jsonschema
 
 from tests import netns_hosts, slurm_cluster
 from tests.helpers import free_port, live_dir, runner_argv
-from tests.test_workflow import SNAKEMAKE, minimal_with, project_copy
+from tests.test_workflow import SNAKEMAKE, job_counts, minimal_with, project_copy
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -43,8 +44,9 @@ def sweep(cluster, proj, cfg: dict, run_threads: int, *extra):
         [SNAKEMAKE, "-s", str(proj / "Snakefile"), "--directory", str(proj),
          "--workflow-profile", str(proj / "profiles" / "slurm"),
          "--slurm-init-seconds-before-status-checks", "1",
-         "--set-threads", f"run={run_threads}", "dataset=1",
+         "--set-threads", f"run={run_threads}", "dataset=1", "partitions=1",
          "--set-resources", "run:mem_mb=2000", "run:slurm_extra=''", "dataset:mem_mb=2000",
+         "partitions:mem_mb=2000",
          "--configfile", str(proj / "sweep.yaml"), "--config", "request_gpus=False", *extra]),
         cwd=proj, env=cluster.env, capture_output=True, text=True, timeout=900)
     return res, time.time() - t0
@@ -198,12 +200,13 @@ def slurm_hosts(tmp_path_factory):
     """A cluster across three namespace hosts (tests/netns_hosts.py): two compute nodes, each
     with its own slurmd, hostname and address, and a head node with munged and slurmctld,
     where the clients and Snakemake run. A silent slurmd is DOWN after 10 s, so that a lost
-    node ends its job quickly. Afterwards nothing may be left: no namespace, link, daemon or
-    any process that ran in a host."""
+    node ends its job quickly. Each compute host has a /dev/shm of its own, as real hosts do
+    (DistDGL's servers name their shared memory after the graph). Afterwards nothing may be
+    left: no namespace, link, daemon or any process that ran in a host."""
     reason = netns_hosts.why_not() or slurm_cluster.why_not()
     if reason:
         pytest.skip(reason)
-    cluster = slurm_cluster.Cluster(tmp_path_factory.mktemp("slurm-hosts"), slurmd_timeout_s=10,
+    cluster = slurm_cluster.Cluster(tmp_path_factory.mktemp("slurm-hosts"), slurmd_timeout_s=10, private_shm=True,
                                     hosts=netns_hosts.Hosts(3, prefix=f"{netns_hosts.Hosts().prefix}s"))
     try:
         try:
@@ -250,6 +253,89 @@ def test_slurm_sweep_across_two_hosts(slurm_hosts, proj):
     print(f"\n[slurm] two-host sweep (dataset + one 2-node run): {sweep_s:.1f} s; run {r0['wall_time_s']:.1f} s")
 
 
+def slurmd_pid(cluster, host) -> int:
+    return cluster.procs[f"slurmd-{host.hostname}"][0]
+
+
+def test_slurm_partitioned_sweep_across_two_hosts(slurm_hosts, proj):
+    """The sweep through profiles/slurm with the `strategy` block (DistDGL, 2 partitions by METIS,
+    `nodes: 2`, 2 repeats) beside the grid's replicated point: the `partitions` rule runs as a job
+    of its own, each partitioned run as one job with one task per node, each node's launcher
+    making DGL's ip_config from the job's nodes (their NodeAddr in node order: partition k on
+    node k). The repeats follow each other on the same nodes and DGL port. Both nodes of each run
+    `ok`, the runs learn, each host served its own partition, nothing is left on either host,
+    and the report's "replicated vs partitioned" section holds both strategies."""
+    import pandas as pd
+
+    cluster = slurm_hosts
+    h0, h1 = cluster.nodes
+    cfg = minimal_with(**{"grid.frameworks": ["dgl"], "grid.devices": [1], "nodes": 2, "epochs": 4,
+                          "models.sage.hidden": 64, "time_limit_s": 240,
+                          "strategy": {"method": "metis", "devices": [1], "batch_size": 64, "repeats": 2}})
+    # Every CPU of a node per run: the runs take turns on the nodes, as the profile's
+    # --exclusive (dropped here) would have them, instead of sharing node 0's master port.
+    res, sweep_s = sweep(cluster, proj, cfg, cluster.cpus)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out[-6000:]
+    assert job_counts(out).get("partitions") == 1 and job_counts(out).get("run") == 3, out[-3000:]
+    assert (proj / "results/partitions/tiny-p2-metis.json").exists()
+    runs = proj / "results/runs/tiny"
+    jobs = [runs / f"part-metis-dgl-sage-d1-b64-w0-r{k}" for k in (0, 1)]
+    assert sorted(p.name for p in runs.iterdir()) == ["dgl-sage-d1-b64-w0-r0"] + [j.name for j in jobs]
+    lines = [f"{h0.address} 30050", f"{h1.address} 30050"]
+    pids, job_ids, accs = [], set(), []
+    for job in jobs:
+        r0, r1 = (json.loads(p.read_text()) for p in (job / "result.json", job / "node1" / "result.json"))
+        assert r0["status"] == r1["status"] == "ok", (job.name, r0.get("diagnosis"), r1.get("diagnosis"))
+        s0, s1 = r0["env"]["scheduler"], r1["env"]["scheduler"]
+        assert s0["job_id"] == s1["job_id"] and s0["ntasks"] == s1["ntasks"] == "2", s0
+        assert [(s["procid"], s["nodeid"]) for s in (s0, s1)] == [("0", "0"), ("1", "1")]
+        assert (r0["env"]["hostname"], r1["env"]["hostname"]) == (h0.hostname, h1.hostname)
+        job_ids.add(s0["job_id"])
+        for r, h, d in ((r0, h0, job), (r1, h1, job / "node1")):
+            part = r["env"]["partitioned"]
+            # the ip_config each node made: both hosts' own addresses (never 127.0.1.1), in node order
+            ipc = part["ip_config"]
+            assert ipc["source"].startswith("slurm allocation") and ipc["job_id"] == s0["job_id"], ipc
+            assert [(n["name"], n["address"]) for n in ipc["nodes"]] == [(h0.hostname, h0.address),
+                                                                         (h1.hostname, h1.address)], ipc
+            assert ipc["lines"] == lines and (d / ipc["copy"]).read_text().splitlines() == lines
+            assert [x["address"] for x in part["hosts"]] == [h0.address, h1.address]
+            assert r["config"]["ip_config"] == "slurm" and r["config"]["strategy"] == "partitioned"
+            # each host served its own partition, and its trainer trained that partition's seeds
+            assert r["config"]["adapter_choices"]["trainer_partition"] == h.index
+            server = part["server"]
+            assert server["host"] == h.hostname and server["exit_code"] == 0, server
+            assert server["stopped_by"] == "shutdown request from the trainers", server
+            pids.append(server["pid"])
+        assert r0["env"]["network"]["ranks_by_host"] == {h0.hostname: [0], h1.hostname: [1]}
+        # It learns: above the features-only baseline on the validation split.
+        s, ref = r0["summary"], r0["accuracy_reference"]
+        assert s["final_val_acc"] > ref["baseline_val_acc"] and s["converged"] is True, (s["final_val_acc"], ref)
+        accs.append(f"{s['final_val_acc']:.3f} ({r0['wall_time_s']:.0f} s)")
+        pids += [json.loads(f.read_text())["pid"] for f in [*job.glob("rank*/rank.json"),
+                                                            *job.glob("node1/rank*/rank.json")]]
+    assert len(job_ids) == 2 and len(pids) == 8
+    # Nothing left: each host runs its slurmd only; the servers and trainers are gone, and so is
+    # the servers' shared memory in each host's /dev/shm.
+    for h in (h0, h1):
+        wait_until(f"{h.hostname} to be idle", lambda h=h: cluster.hosts.pids(h) == [slurmd_pid(cluster, h)], 30)
+        assert os.listdir(f"/proc/{slurmd_pid(cluster, h)}/root/dev/shm") == [], h.hostname
+    assert not [p for p in pids if slurm_cluster._alive(p, slurm_cluster._start_time(p))]
+    # The report's section: DGL replicated beside partitioned at the point, both measured.
+    table = pd.read_csv(proj / "results/report/partitioned.csv")
+    dgl = table[table["framework"] == "dgl"].set_index("strategy")
+    assert list(dgl.index) == ["replicated", "partitioned (metis)"], table
+    assert list(dgl["n_ok"]) == [1, 2] and (dgl["epoch_s"] > 0).all() and (dgl["host_bytes"] > 0).all(), dgl
+    assert dgl.loc["partitioned (metis)", "epoch_ratio"] > 0 and dgl.loc["partitioned (metis)", "host_ratio"] > 0
+    html = (proj / "results/report/index.html").read_text()
+    section = html[html.index('<section id="partitioned">'):]
+    assert "partitioned (metis) (2)" in section[:section.index("</section>")]
+    print(f"\n[slurm] partitioned sweep (dataset, partitions, a replicated and two partitioned 2-node runs, "
+          f"report): {sweep_s:.1f} s; partitioned runs' val acc (wall) {', '.join(accs)}, baseline "
+          f"{ref['baseline_val_acc']:.3f}")
+
+
 def test_slurm_node_killed_mid_run(slurm_hosts, tmp_path):
     """Node 1 of a running two-node job dies: its slurmd, step daemon, runner and rank, killed
     at once. Node 0's run ends `crashed`, cause `lost_node`, naming node 1's host and address;
@@ -284,6 +370,5 @@ def test_slurm_node_killed_mid_run(slurm_hosts, tmp_path):
     assert job_state(cluster, job) == "NODE_FAIL", log[-3000:]
     ended_s = time.time() - killed_t
     # Nothing of the job is left on node 0: its ranks, torchrun, runner, srun and step daemons are gone.
-    slurmd0 = cluster.procs[f"slurmd-{h0.hostname}"][0]
-    wait_until("node 0 to be idle", lambda: cluster.hosts.pids(h0) == [slurmd0], 30)
+    wait_until("node 0 to be idle", lambda: cluster.hosts.pids(h0) == [slurmd_pid(cluster, h0)], 30)
     print(f"\n[slurm] node 1 killed: node 0's result {result_s:.1f} s later, the job NODE_FAIL {ended_s:.1f} s later")

@@ -197,10 +197,11 @@ def test_default_sweep_run_kinds(tmp_path):
 
 def test_strategy_block_adds_partitioned_points(tmp_path):
     """config strategy (null by default) adds DGL's partitioned points on 2 nodes: each passes
-    the strategy, the method and the ip_config, waits for its partitions (rule partitions,
+    the strategy, the method and `--ip-config slurm` (each node's launcher makes it from the
+    SLURM job's nodes), waits for its partitions (rule partitions,
     P = nodes) and starts one runner per node; PyG, without a partitioned engine, gets none.
     On one node the config is refused, naming why."""
-    strategy = "strategy: {method: metis, devices: [1], batch_size: 128, repeats: 2, ip_config: hosts.txt}\n"
+    strategy = "strategy: {method: metis, devices: [1], batch_size: 128, repeats: 2}\n"
     (tmp_path / "two.yaml").write_text("nodes: 2\n" + strategy)
     (tmp_path / "one.yaml").write_text(strategy)
     res = snakemake("-n", "-p", "--configfile", str(CONFIGS / "minimal.yaml"), str(tmp_path / "two.yaml"),
@@ -210,7 +211,7 @@ def test_strategy_block_adds_partitioned_points(tmp_path):
     commands = [c for c in out.splitlines() if "runners.run" in c]
     part = [c for c in commands if "/part-metis-" in c]
     assert len(part) == 2 and all("--framework dgl" in c and "--devices 1 " in c and "--batch-size 128" in c
-                                  and "--strategy partitioned --part-method metis --ip-config hosts.txt" in c
+                                  and "--strategy partitioned --part-method metis --ip-config slurm" in c
                                   and "srun --nodes=2" in c and "--workers 0" in c for c in part), part
     assert not any("--strategy" in c for c in commands if c not in part)
     assert job_counts(out).get("partitions") == 1

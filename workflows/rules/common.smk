@@ -447,9 +447,11 @@ def run_settings(wildcards):
         flags = f"{flags} --loader {loader}"
     method = {p: name for name, p in PART_PREFIXES.items()}[wildcards.part_prefix]
     if method != "replicated":
+        # "slurm": each node's launcher writes the list from the job's own nodes (runners.slurm);
+        # nobody can name them before the scheduler picks them.
         flags += (
             f" --strategy partitioned --part-method {method}"
-            f" --ip-config {config['strategy']['ip_config']}"
+            f" --ip-config {config['strategy'].get('ip_config') or 'slurm'}"
         )
     return flags
 
