@@ -54,7 +54,7 @@ report:
 	@echo "report: $(CURDIR)/results/report/index.html"
 
 test: lanes browser slurm
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=15 tests
 
 doctor: setup
 	$(LANE_VENV)/bin/python -m runners.doctor
