@@ -218,18 +218,12 @@ def server_pid(hosts, host) -> int | None:  # noqa: F811
     return None
 
 
-def test_killed_server_is_named_and_nothing_is_left(hosts, tmp_path):  # noqa: F811
-    """Host 1's graph server is killed mid-run: node 1's run ends `crashed`, cause `lost_server`,
-    naming the server, its host and the signal; node 0's run (its trainer lost the server and its
-    peer) names the same server from node 1's result. Nothing is left running on either host."""
-    import os
-    import signal
-
+def run_until_host1_trains(hosts, out: Path) -> tuple:
+    """A long partitioned run (stall limit 10 s), started and waited on until node 1 has finished an
+    epoch: (the nodes' launcher processes, host 1's graph server pid)."""
     from tests.helpers import live_dir
 
-    out = tmp_path / "job"
     procs = start_partitioned(hosts, out, epochs=40, extra=["--stall-floor", "10"])
-    h0, h1 = hosts.hosts
     epochs = None
     for _ in range(600):  # until node 1 has finished an epoch: at most 600 polls, 120 s
         epochs = next(live_dir(out / "node1").glob("rank1/epochs.csv"), None)
@@ -237,8 +231,21 @@ def test_killed_server_is_named_and_nothing_is_left(hosts, tmp_path):  # noqa: F
             break
         time.sleep(0.2)
     assert epochs is not None, logs(out)
-    victim = server_pid(hosts, h1)
+    victim = server_pid(hosts, hosts.hosts[1])
     assert victim is not None, logs(out)
+    return procs, victim
+
+
+def test_killed_server_is_named_and_nothing_is_left(hosts, tmp_path):  # noqa: F811
+    """Host 1's graph server is killed mid-run: node 1's run ends `crashed`, cause `lost_server`,
+    naming the server, its host and the signal; node 0's run (its trainer lost the server and its
+    peer) names the same server from node 1's result. Nothing is left running on either host."""
+    import os
+    import signal
+
+    out = tmp_path / "job"
+    procs, victim = run_until_host1_trains(hosts, out)
+    h0, h1 = hosts.hosts
     os.kill(victim, signal.SIGKILL)
     assert [p.wait(timeout=RUN_TIMEOUT_S) for p in procs] == [0, 0], logs(out)
     r0, r1 = result_of(out), result_of(out / "node1")
@@ -265,20 +272,9 @@ def test_stopped_server_is_named_and_nothing_is_left(hosts, tmp_path):  # noqa: 
     import os
     import signal
 
-    from tests.helpers import live_dir
-
     out = tmp_path / "job"
-    procs = start_partitioned(hosts, out, epochs=40, extra=["--stall-floor", "10"])
+    procs, victim = run_until_host1_trains(hosts, out)
     h0, h1 = hosts.hosts
-    epochs = None
-    for _ in range(600):  # until node 1 has finished an epoch: at most 600 polls, 120 s
-        epochs = next(live_dir(out / "node1").glob("rank1/epochs.csv"), None)
-        if epochs is not None and len(epochs.read_text().splitlines()) > 1:
-            break
-        time.sleep(0.2)
-    assert epochs is not None, logs(out)
-    victim = server_pid(hosts, h1)
-    assert victim is not None, logs(out)
     os.kill(victim, signal.SIGSTOP)
     try:
         assert [p.wait(timeout=RUN_TIMEOUT_S) for p in procs] == [0, 0], logs(out)
