@@ -315,8 +315,7 @@ def run_row(data: dict, result_path: Path, workflow: str | None = None) -> dict:
         "mem_limit_bytes": mem.get("limit_bytes") or cfg.get("memory_limit_bytes") or None,
         "mem_cgroup_peak_bytes": mem.get("cgroup_peak_bytes"),
         "oom_killed": ", ".join(k["role"] for k in (diag.get("oom") or {}).get("killed", [])) or None,
-        "mem_host_peak_bytes": host_peak(data),  # node 0's; every host's: host_peak_columns
-        **host_peak_columns({0: host_peak(data)}, cfg.get("nodes")),
+        "mem_host_peak_bytes": host_peak(data),  # node 0's; every host's: aggregate() adds host_peak_columns
         # the model of the processes a partitioned host's peak covers (server + trainers, no torchrun agent)
         "mem_model_sampled_bytes": ((env.get("partitioned") or {}).get("server") or {}).get("memory", {}).get(
             "model_sampled_bytes"),

@@ -540,8 +540,11 @@ def server_stall(ev: ServerEvidence):
     waits there too, without CPU: the stack tells a stuck server from an idle one)."""
     if len(ev.samples) < 2:
         return None
-    last = ev.samples[-2:]
-    states = [s for _, s, _ in last]
+    (t0, s0, c0), (t1, s1, c1) = ev.samples[-2:]
+    # the last two samples in the shape of a rank's record, judged as is_frozen judges a rank
+    tail = {"state": s1, "state_before": s0, "cpu_interval_s": t1 - t0,
+            "cpu_delta_s": c1 - c0 if None not in (c0, c1) else None}
+    frozen = is_frozen(tail)
     cpu = [c for _, _, c in ev.samples]
     used = cpu[-1] - cpu[0] if None not in (cpu[0], cpu[-1]) else None
     span = ev.samples[-1][0] - ev.samples[0][0]
@@ -552,15 +555,13 @@ def server_stall(ev: ServerEvidence):
             break
         since = t
     # stopped only after the watchdog's detection: not what the trainers waited for
-    if all(s in FROZEN_STATES for s in states) and since <= 0:
-        return "stopped", (f"{who} was in process state '{states[-1]}' (stopped: SIGSTOP or a debugger) from "
+    if frozen and s1 in FROZEN_STATES and since <= 0:
+        return "stopped", (f"{who} was in process state '{s1}' (stopped: SIGSTOP or a debugger) from "
                            f"{-since:.1f} s before the detection on, in a stall window of {ev.window_s:.1f} s"
                            + (f"; CPU time +{used:.2f} s over {span:.1f} s" if used is not None else ""))
-    tail_cpu = (last[1][2] - last[0][2]) if None not in (last[0][2], last[1][2]) else None
-    tail_s = last[1][0] - last[0][0]
-    if states == ["disk-sleep"] * 2 and tail_cpu is not None and tail_s > 0 and tail_cpu / tail_s < CPU_IDLE_S:
+    if frozen and s1 == "disk-sleep":
         return "uninterruptible sleep", (f"{who} was in uninterruptible sleep ('disk-sleep') without CPU use "
-                                         f"(+{tail_cpu:.2f} s in {tail_s:.1f} s): stuck in the kernel")
+                                         f"(+{tail['cpu_delta_s']:.2f} s in {t1 - t0:.1f} s): stuck in the kernel")
     if (ev.ranks_in_rpc and ev.waiting_for_requests is False and used is not None and span > 0
             and span >= ev.window_s / 2 and used / span < CPU_IDLE_S):
         return "stuck", (f"{who} used no CPU (+{used:.2f} s in {span:.1f} s of the {ev.window_s:.1f} s stall "

@@ -180,6 +180,12 @@ def process_states(procs, interval: float = 0.0) -> dict:
     return states
 
 
+def py_spy_path() -> str | None:
+    """py-spy's executable: on PATH, or beside this Python (a venv not activated); None without it."""
+    py_spy = shutil.which("py-spy") or str(Path(os.sys.executable).parent / "py-spy")
+    return py_spy if Path(py_spy).exists() else None
+
+
 def py_spy_dump(py_spy: str, pid: int, native: bool) -> str:
     """py-spy's dump of every thread; a stopped process can't be suspended, so retry without."""
     text = ""
@@ -202,8 +208,7 @@ def capture_stacks(out: Path, procs, watch: dict, native: bool = False) -> dict:
     stacks_dir.mkdir(exist_ok=True)
     roles = process_roles(out, watch)
     files = {}
-    py_spy = shutil.which("py-spy") or str(Path(os.sys.executable).parent / "py-spy")
-    have_py_spy = Path(py_spy).exists()
+    py_spy = py_spy_path()
     for p in procs:
         if p.pid not in roles or not is_alive(p):
             continue
@@ -213,7 +218,7 @@ def capture_stacks(out: Path, procs, watch: dict, native: bool = False) -> dict:
             os.kill(p.pid, signal.SIGUSR1)
         except OSError:
             pass
-        if have_py_spy:
+        if py_spy is not None:
             text = py_spy_dump(py_spy, p.pid, native)
         else:
             text = "py-spy not installed; see the faulthandler-*.txt dumps"

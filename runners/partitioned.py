@@ -257,7 +257,7 @@ class Server:
         (runners.evidence.ServerEvidence, kept as `stall`), its stack dumped when its host's trainers
         waited for it over RPC and it was not stopped. Call before stop(), while it still runs."""
         from runners.adapters.registry import RPC_WAIT_FILES
-        from runners.evidence import ServerEvidence, py_spy_dump, rpc_waiters
+        from runners.evidence import ServerEvidence, py_spy_dump, py_spy_path, rpc_waiters
         from runners.stacks import top_frames
 
         if (outcome is None or outcome.status != "hang" or outcome.detected_after_s is None or self.died is not None
@@ -276,17 +276,14 @@ class Server:
         waiters = rpc_waiters(diag.get("ranks") or [], RPC_WAIT_FILES)
         stack, idle = [], None
         frozen = bool(samples) and samples[-1][1] in ("stopped", "tracing-stop")
-        if waiters and not frozen and self.out is not None:
-            import shutil
-
-            py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-            if Path(py_spy).exists():
-                text = py_spy_dump(py_spy, self.proc.pid, native=False)
-                path = RunDir(self.out).stack_dump(f"graph-server{self.cfg.node_rank}", self.proc.pid)
-                path.parent.mkdir(exist_ok=True)
-                path.write_text(text)
-                stack = top_frames(text)
-                idle = bool(stack) and any(f in stack[0] for f in RPC_WAIT_FILES)
+        py_spy = py_spy_path() if waiters and not frozen and self.out is not None else None
+        if py_spy is not None:
+            text = py_spy_dump(py_spy, self.proc.pid, native=False)
+            path = RunDir(self.out).stack_dump(f"graph-server{self.cfg.node_rank}", self.proc.pid)
+            path.parent.mkdir(exist_ok=True)
+            path.write_text(text)
+            stack = top_frames(text)
+            idle = bool(stack) and any(f in stack[0] for f in RPC_WAIT_FILES)
         self.stall = ServerEvidence(node=self.cfg.node_rank, host=self.host, pid=self.proc.pid, window_s=window,
                                     samples=samples, ranks_in_rpc=waiters, stack_top=stack,
                                     waiting_for_requests=idle if stack else None)
