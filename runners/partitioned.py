@@ -180,6 +180,10 @@ def pss(pid: int) -> int | None:
         return None
 
 
+# Signals a process does not raise itself (an abort or a segfault it may, on losing its clients)
+EXTERNAL_SIGNALS = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
+
+
 @dataclass
 class Server:
     """This host's graph server, and this host's memory sampled while the run goes."""
@@ -230,27 +234,36 @@ class Server:
         while not self._stop.wait(SAMPLE_INTERVAL_S):
             if self.proc.poll() is None:
                 self._observe_state()
-            # Exit code 0 is the shutdown the trainers ask for at the end; anything else is a death.
-            if self.died is None and self.proc.poll() not in (None, 0) and self._trainer_pids():
-                self._lost()
+            self._check_ended()
             server = pss(self.proc.pid) if self.proc.poll() is None else None
             trainers = [v for v in (pss(p) for p in self._trainer_pids()) if v is not None]
             if server is not None or trainers:
                 self.samples.append((round(time.time() - self.started_t, 3), server, sum(trainers), len(trainers)))
 
-    def _lost(self) -> None:
-        """The server ended while its trainers still run: they would wait for it over RPC until
-        the watchdog's stall limit. Stop them now (their process group, SIGTERM), and keep what
-        happened for the diagnosis (explain)."""
-        code = self.proc.returncode
+    def _check_ended(self) -> None:
+        """Keep (as `died`, for explain) a server that ended before the launcher stopped it: by a
+        signal sent from outside at any time (nothing in a run sends one to its server; a person,
+        the kernel's OOM killer or the scheduler does, and its trainers may have ended first, as
+        its victims), or otherwise while its trainers still ran (an error or abort after they ended
+        may be their consequence). Exit code 0 is the shutdown the trainers ask for at the end.
+        Trainers still running would wait for it over RPC until the stall limit: stop them (SIGTERM)."""
+        code = self.proc.poll()
+        if self.died is not None or code in (None, 0):
+            return
+        trainers = self._trainer_pids()
+        if not trainers and -code not in EXTERNAL_SIGNALS:
+            return
         self.died = {"t_s": round(time.time() - self.started_t, 3), "exit_code": code if code >= 0 else None,
                      "signal": signal.Signals(-code).name if code < 0 else None}
         print(f"[gnnscale] graph server {self.cfg.node_rank} (pid {self.proc.pid}) on {self.host} ended "
-              f"({self.died['signal'] or 'exit code %s' % code}) while its trainers ran; stopping them", flush=True)
-        try:
-            os.killpg(self.trainers_root, signal.SIGTERM)
-        except (ProcessLookupError, PermissionError):
-            pass
+              f"({self.died['signal'] or 'exit code %s' % code}) "
+              + ("while its trainers ran; stopping them" if trainers else "before the launcher stopped it"),
+              flush=True)
+        if trainers:
+            try:
+                os.killpg(self.trainers_root, signal.SIGTERM)
+            except (ProcessLookupError, PermissionError):
+                pass
 
     def gather(self, outcome, launch_t: float):
         """When the watchdog stopped the run as a hang: this server's evidence over the stall window
@@ -293,8 +306,8 @@ class Server:
         """When this host's server died mid-run: the run `crashed`, cause `lost_server`, the
         summary naming the server, its host and how it ended (the trainers were its victims).
         When it stopped making progress (gather): the hang's cause is `stalled_server`."""
-        if outcome is None:
-            return
+        if outcome is None or outcome.status in ("ok", "interrupted"):
+            return  # a finished run stands; an interrupted one was stopped from outside, server and all
         if self.died is None:
             from runners.diagnosis import diagnose_stalled_server
 
@@ -368,6 +381,9 @@ class Server:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+        # The sampler looks every SAMPLE_INTERVAL_S: a server killed since its last look, whose
+        # trainers then ended at once, is seen here, before anything of the launcher's stops it.
+        self._check_ended()
         stopped_by = "shutdown request from the trainers"
         # A server that stopped making progress never acts on a shutdown request, and continued it
         # could answer another node's waiting trainer: SIGKILL at once (it ends a stopped process too).

@@ -710,8 +710,6 @@ def main(argv=None) -> int:
     if server is not None:
         server.gather(run.outcome, run.launch_t)  # a hang: the server's state through the stall, while it runs
         env["partitioned"]["server"] = server.stop(cfg.kill_grace_s, pre.get("memory_model"))
-        # a server that died mid-run is the cause, its trainers victims; one that stopped making progress, the hang's
-        server.explain(run.outcome)
     if failed is not None:
         return failed
     run.marks["tree_exited"] = time.time()
@@ -722,7 +720,10 @@ def main(argv=None) -> int:
         run.outcome.diagnosis = nodes.explain(cfg, stage, run.local_ranks, run.outcome.status,
                                               run.outcome.diagnosis, run.started_at)
     if server is not None:
-        server.adopt_remote(stage, run.outcome, run.started_at)  # another host's server died
+        # After nodes.explain: this host's own server, dead or stalled, outranks the peers its trainers
+        # lost on the way (they were its victims); then another host's server, from that node's result.
+        server.explain(run.outcome)
+        server.adopt_remote(stage, run.outcome, run.started_at)
     recheck_dataset(data, env)
     return write_and_report(stage, out, launched_result(cfg, argv, data, env, pre, run), run)
 

@@ -307,3 +307,56 @@ def test_stopped_server_is_named_and_nothing_is_left(hosts, tmp_path):  # noqa: 
     finally:
         if alive(victim):  # whatever failed above, no stopped process outlives the test
             os.kill(victim, signal.SIGKILL)
+
+
+def _server_process(tmp_path, command: str):
+    """A Server around a real process (`sh -c command`, in its own process group as the graph
+    server is), whose trainers' starter is a process with no children (its trainers ended)."""
+    import sys
+    import types
+
+    from runners.partitioned import Server
+
+    proc = subprocess.Popen(["sh", "-c", command], start_new_session=True)
+    starter = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    cfg = types.SimpleNamespace(node_rank=1)
+    server = Server(cfg=cfg, proc=proc, log_path=tmp_path / "server1.log", started_t=time.time(), host="h1")
+    server.trainers_root = starter.pid
+    return server, proc, starter
+
+
+@pytest.mark.parametrize("command, signal_name, died", [
+    ("sleep 60", "SIGKILL", True),   # killed from outside after its trainers ended: still the cause
+    ("sleep 60", "SIGTERM", True),
+    ("exit 3", None, False),         # an error after its trainers ended may be their consequence
+    ("kill -ABRT $$", None, False),  # so may an abort
+])
+def test_server_death_is_kept_though_its_trainers_ended_first(tmp_path, command, signal_name, died):
+    """The launcher's sampler looks every 0.5 s: a server killed just after its trainers ended
+    (they had lost it) is found by stop() all the same, and is the run's cause (`lost_server`)
+    over the peers the trainers lost; the launcher stops nothing of its own first."""
+    import os
+    import signal
+
+    from runners.diagnosis import Outcome
+
+    server, proc, starter = _server_process(tmp_path, command)
+    try:
+        if signal_name:
+            os.kill(proc.pid, getattr(signal, signal_name))
+        proc.wait(timeout=10)
+        ended = server.stop(grace_s=1.0)
+        assert (server.died is not None) is died, server.died
+        assert ended["stopped_by"] == ("died mid-run" if died else "shutdown request from the trainers"), ended
+        lost_node = {"summary": "crashed: lost node 0 (...)", "cause": "lost_node", "ranks": [], "evidence": []}
+        outcome = Outcome("crashed", dict(lost_node))
+        server.explain(outcome)
+        assert outcome.diagnosis["cause"] == ("lost_server" if died else "lost_node"), outcome.diagnosis
+        if died:
+            assert outcome.diagnosis["lost_server"]["signal"] == signal_name
+            finished = Outcome("ok", None)
+            server.explain(finished)  # a run that finished stands whatever its server did after
+            assert finished.status == "ok" and finished.diagnosis is None
+    finally:
+        starter.kill()
+        starter.wait()
