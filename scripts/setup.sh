@@ -28,6 +28,34 @@ if ! command -v "$PYTHON" >/dev/null; then
     echo "setup: $PYTHON not found; lane $LANE needs it (set PYTHON=/path/to/python)" >&2
     exit 1
 fi
+# Free disk before pip starts: on a full disk pip stops mid-download with "Connection
+# interrupted", a network error that hides the cause. pip keeps every wheel of the lane in its
+# temp dir until it installs them (about 3 GB for the CUDA builds of torch and its nvidia
+# libraries); a new lane then holds 5.1-5.5 GB (pair, current, measured). An update in place
+# needs the downloads only. GNNSCALE_SETUP_NEED_GB replaces the lane's figure; 0 skips the check.
+free_gb() { df -Pk "$1" | awk 'NR==2 {printf "%.1f", $4 / 1048576}'; }
+existing() { local d=$1; while [ ! -d "$d" ]; do d=$(dirname "$d"); done; echo "$d"; }
+case "$LANE" in own) lane_gb=1; download_gb=1 ;; *) lane_gb=6; download_gb=3 ;; esac
+[ ! -x "$VENV/bin/python" ] || lane_gb=1
+lane_gb=${GNNSCALE_SETUP_NEED_GB:-$lane_gb}
+if [ "$lane_gb" != 0 ]; then
+    venv_dir=$(existing "$VENV")
+    tmp_dir=$("$PYTHON" -c 'import tempfile; print(tempfile.gettempdir())')
+    if [ "$(stat -c %d "$venv_dir")" = "$(stat -c %d "$tmp_dir")" ]; then
+        checks=("$venv_dir:$(( lane_gb + download_gb )):the lane's environment $VENV and pip's downloads in $tmp_dir")
+    else
+        checks=("$venv_dir:$lane_gb:the lane's environment $VENV" "$tmp_dir:$download_gb:pip's downloads (temp dir; TMPDIR moves it)")
+    fi
+    for check in "${checks[@]}"; do
+        dir=${check%%:*}; rest=${check#*:}; need=${rest%%:*}; what=${rest#*:}
+        have=$(free_gb "$dir")
+        if awk -v h="$have" -v n="$need" 'BEGIN {exit !(h < n)}'; then
+            echo "setup: lane $LANE needs about $need GB free for $what; $dir has $have GB free." >&2
+            echo "setup: free some space there (or set VENV=... / TMPDIR=... elsewhere); GNNSCALE_SETUP_NEED_GB=N sets the need, 0 skips this check" >&2
+            exit 1
+        fi
+    done
+fi
 start=$(date +%s)
 PY="$VENV/bin/python"
 PIP=("$PY" -m pip --disable-pip-version-check)

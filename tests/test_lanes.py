@@ -180,3 +180,22 @@ def test_sweep_report_shows_both_lanes(tmp_path):
     assert "not installed" in lanes[(lanes.framework == "dgl") & (lanes.lane == "current")]["reason"].iloc[0]
     page = (proj / "results" / "report" / "index.html").read_text()
     assert "Lanes: the same graph on another torch" in page and f"current ({by[('pyg', 'current')].env_torch})" in page
+
+
+@pytest.mark.parametrize("tmpdir_elsewhere", [False, True])
+def test_setup_refuses_a_lane_the_disk_cannot_hold(tmp_path, tmpdir_elsewhere):
+    """A disk too full for the lane is refused before pip starts, naming the need, the place and
+    what is free there (pip itself reports a full disk as "Connection interrupted"); nothing is made."""
+    venv = tmp_path / "lanes" / "new"
+    env = {**os.environ, "LANE": "pair", "VENV": str(venv), "GNNSCALE_SETUP_NEED_GB": "100000"}
+    if tmpdir_elsewhere:  # pip's temp dir on another filesystem: checked on its own
+        if os.stat("/dev/shm").st_dev == os.stat(tmp_path).st_dev:
+            pytest.skip("/dev/shm is on the same filesystem as the test's directory")
+        env["TMPDIR"] = "/dev/shm"
+    res = subprocess.run(["scripts/setup.sh"], cwd=REPO, capture_output=True, text=True, timeout=60, env=env)
+    assert res.returncode == 1, res.stdout + res.stderr
+    said = res.stderr
+    assert re.search(r"lane pair needs about 1000\d\d GB free for the lane's environment " + re.escape(str(venv)), said), said
+    assert f"{tmp_path} has " in said and "GB free" in said and "GNNSCALE_SETUP_NEED_GB" in said, said
+    assert ("pip's downloads in" in said) is not tmpdir_elsewhere, said
+    assert not (tmp_path / "lanes").exists()
