@@ -91,11 +91,20 @@ def _from_slurm(cfg, address: str | None) -> tuple:
     writes the same list, as each reads it from slurmctld."""
     from runners import slurm
 
-    what = f"--ip-config {FROM_SLURM}"
     try:
         nodes = slurm.allocation()
     except ConfigError as exc:
-        raise ConfigError(f"{what}: {exc}") from None
+        raise ConfigError(f"--ip-config {FROM_SLURM}: {exc}") from None
+    return hosts_of_allocation(cfg, nodes, address), {
+        "source": "slurm allocation (scontrol NodeAddr, node order)", "job_id": os.environ.get("SLURM_JOB_ID"),
+        "nodes": nodes}
+
+
+def hosts_of_allocation(cfg, nodes: list, address: str | None) -> list:
+    """[(address, port)] of the allocation's nodes (runners.slurm.allocation), refused naming the
+    nodes when they cannot serve the run: another count than --nnodes, two nodes on one address,
+    a master that is not node 0, or this host not at its node's line."""
+    what = f"--ip-config {FROM_SLURM}"
     if len(nodes) != cfg.nodes:
         raise ConfigError(f"{what}: the job has {len(nodes)} nodes ({', '.join(n['name'] for n in nodes)}) for "
                           f"--nnodes {cfg.nodes}; one partition per node")
@@ -113,8 +122,7 @@ def _from_slurm(cfg, address: str | None) -> tuple:
         raise ConfigError(f"{what}: node 0 ({first['name']}) is at {first['address']}, but --master-addr is "
                           f"{cfg.master_addr}; start the run with scripts/slurm_node.sh, which gives node 0's NodeAddr")
     _own_line(cfg, hosts, address, what)
-    return hosts, {"source": "slurm allocation (scontrol NodeAddr, node order)",
-                   "job_id": os.environ.get("SLURM_JOB_ID"), "nodes": nodes}
+    return hosts
 
 
 @dataclass

@@ -144,6 +144,33 @@ def test_ip_config_from_slurm_refuses_unusable_addresses():
         slurm.address_of("n1", "fe80::1")
 
 
+@pytest.mark.parametrize("nodes, master, address, message", [
+    ([("n0", "10.9.0.1")], "10.9.0.1", "10.9.0.1",
+     r"the job has 1 nodes \(n0\) for --nnodes 2; one partition per node"),
+    ([("n0", "10.9.0.1"), ("n1", "10.9.0.1")], "10.9.0.1", "10.9.0.1",
+     r"nodes n0 and n1 both have the address 10\.9\.0\.1; each partition's host needs an address of its own"),
+    ([("n0", "10.9.0.1"), ("n1", "10.9.0.2")], "10.9.0.2", "10.9.0.1",
+     r"node 0 \(n0\) is at 10\.9\.0\.1, but --master-addr is 10\.9\.0\.2; start the run with scripts/slurm_node\.sh"),
+    ([("n0", "10.9.0.1"), ("n1", "10.9.0.2")], "n0", "10.9.0.7",
+     r"line 1 \(node 0\) says 10\.9\.0\.1, but this host's address is 10\.9\.0\.7"),
+])
+def test_slurm_allocation_that_cannot_serve_the_run_is_refused(nodes, master, address, message):
+    """`--ip-config slurm`: an allocation that cannot serve the partitioned run is refused before
+    anything starts, naming the nodes and values; one that can gives node k's address on line k."""
+    import types
+
+    from runners.partitioned import DGL_PORT, hosts_of_allocation
+
+    cfg = types.SimpleNamespace(nodes=2, node_rank=0, master_addr=master)
+    allocation = [{"name": n, "node_addr": n, "address": a} for n, a in nodes]
+    with pytest.raises(ConfigError, match="--ip-config slurm: " + message):
+        hosts_of_allocation(cfg, allocation, address)
+    good = [{"name": "n0", "node_addr": "n0", "address": "10.9.0.1"},
+            {"name": "n1", "node_addr": "n1", "address": "10.9.0.2"}]
+    cfg.master_addr = "n0"  # node 0's NodeAddr, as scripts/slurm_node.sh gives it
+    assert hosts_of_allocation(cfg, good, "10.9.0.1") == [("10.9.0.1", DGL_PORT), ("10.9.0.2", DGL_PORT)]
+
+
 def _config(*extra, batch_size=8):
     argv = ["--framework", "dgl", "--model", "sage", "--devices", "1", "--batch-size", str(batch_size),
             "--workers", "0", "--dataset", "tiny", "--epochs", "1", "--data-root", str(DATA_ROOT), "--out", "/tmp/x",
