@@ -577,11 +577,13 @@ def _waiters(ev: ServerEvidence) -> str:
 def diagnose_stalled_server(status: str, diag: dict | None, ev: ServerEvidence | None) -> dict | None:
     """The diagnosis of a hang whose cause is this host's graph server (cause `stalled_server`,
     naming the server, its partition, pid, host and how it stopped), or None when the server
-    kept going (`server_stall`). `diag`: the watchdog's diagnosis, kept as the evidence after."""
-    if status != "hang" or ev is None:
+    kept going (`server_stall`). `diag`: the watchdog's diagnosis, kept as the evidence after.
+    A `crashed` run counts only when its server was stopped: another node's watchdog ended the
+    run first, and this node's trainers crashed on the peers they lost while waiting for it."""
+    if status not in ("hang", "crashed") or ev is None:
         return None
     found = server_stall(ev)
-    if found is None:
+    if found is None or (status == "crashed" and found[0] != "stopped"):
         return None
     how, line = found
     cause, remedy = CAUSES["stalled_server"]
@@ -593,7 +595,7 @@ def diagnose_stalled_server(status: str, diag: dict | None, ev: ServerEvidence |
     d = dict(diag or {})
     evidence = [line] + ([f"waiting over RPC: {waited}"] if waited else [])
     d.update(summary=summary, cause="stalled_server", cause_text=cause, remedy=remedy, culprit_rank=None,
-             previous_cause=d.get("cause"), previous_summary=d.get("summary"),
+             previous_cause=d.get("cause"), previous_summary=d.get("summary"), previous_status=status,
              stalled_server={"node": ev.node, "partition": ev.node, "host": ev.host, "pid": ev.pid, "how": how,
                              "state": ev.samples[-1][1], "window_s": ev.window_s, "evidence": ev.to_json()},
              evidence=evidence + list(d.get("evidence") or []))
@@ -616,7 +618,7 @@ def remote_server_stall(status: str, diag: dict | None, ev: ServerEvidence | Non
                + cause.split(" (")[0])
     d = dict(diag or {})
     d.update(summary=summary, cause="stalled_server", cause_text=cause, remedy=remedy, culprit_rank=None,
-             previous_cause=d.get("cause"), previous_summary=d.get("summary"),
+             previous_cause=d.get("cause"), previous_summary=d.get("summary"), previous_status=status,
              stalled_server={"node": None, "suspect_nodes": [o["node"] for o in others], "evidence": ev.to_json()},
              evidence=[f"waiting over RPC: {_waiters(ev)}; this host's graph server {ev.node} was not stalled "
                        f"(state '{state}')"] + list(d.get("evidence") or []))

@@ -44,6 +44,8 @@ SAMPLE_INTERVAL_S = 0.5
 # The server's state and CPU time kept for a stall's diagnosis: the last hour at SAMPLE_INTERVAL_S,
 # more than any stall window (the watchdog's threshold, at most the start-up timeout).
 STATE_SAMPLES = 7200
+# A crashed run's look back at its server's states (gather): the stall floor's default span
+CRASH_WINDOW_S = 10.0
 
 
 # DGL's default server port (dgl.distributed), for lines that name none and the generated list.
@@ -281,12 +283,18 @@ class Server:
         from runners.evidence import ServerEvidence, py_spy_dump, py_spy_path, rpc_waiters
         from runners.stacks import top_frames
 
-        if (outcome is None or outcome.status != "hang" or outcome.detected_after_s is None or self.died is not None
-                or self.proc.poll() is not None):
+        if outcome is None or self.died is not None or self.proc.poll() is not None:
+            return None
+        diag = outcome.diagnosis or {}
+        if outcome.status == "hang" and outcome.detected_after_s is not None:
+            end, window = launch_t + outcome.detected_after_s, float(diag.get("threshold_s") or 0.0)
+        elif outcome.status == "crashed":
+            # Another node's watchdog may stop its trainers first, and this node's then crash on
+            # the peers they lost: a server stopped when they ended is the cause all the same.
+            end, window = time.time(), CRASH_WINDOW_S
+        else:
             return None
         self._observe_state()  # its state now, after the trainers were stopped
-        diag = outcome.diagnosis or {}
-        end, window = launch_t + outcome.detected_after_s, float(diag.get("threshold_s") or 0.0)
         with self._lock:
             seen = list(self.states)
         # Up to CPU_SAMPLE_S after the detection: the supervisor sampled the ranks' states until then.
@@ -297,6 +305,8 @@ class Server:
         waiters = rpc_waiters(diag.get("ranks") or [], RPC_WAIT_FILES)
         stack, idle = [], None
         frozen = bool(samples) and samples[-1][1] in ("stopped", "tracing-stop")
+        if outcome.status == "crashed" and not frozen:
+            return None  # a crash with a server that still runs: its trainers' own errors say why
         py_spy = py_spy_path() if waiters and not frozen and self.out is not None else None
         if py_spy is not None:
             text = py_spy_dump(py_spy, self.proc.pid, native=False)
@@ -320,8 +330,8 @@ class Server:
             from runners.diagnosis import diagnose_stalled_server
 
             stalled = diagnose_stalled_server(outcome.status, outcome.diagnosis, self.stall)
-            if stalled is not None:
-                outcome.diagnosis = stalled
+            if stalled is not None:  # a crash on the peers it cost is still the hang it caused
+                outcome.status, outcome.diagnosis = "hang", stalled
             return
         how = self.died["signal"] or f"exit code {self.died['exit_code']}"
         summary = (f"crashed: graph server {self.cfg.node_rank} (partition {self.cfg.node_rank}, pid "

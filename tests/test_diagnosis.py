@@ -400,10 +400,19 @@ def test_a_stopped_graph_server_is_the_cause_of_the_hang():
                                    "(stopped); its trainers waited for it over RPC (rank 0 in recv_rpc_message")
     assert "process state 'stopped'" in d["evidence"][0] and "from 0.0 s before" not in d["evidence"][0]
     assert d["evidence"][-1] == "rank 1 ..." and d["stalled_server"]["host"] == "h1"
-    # stopped at one sample only (continued since), or a run that was not a hang: not the cause
+    # stopped at one sample only (continued since), or a run that ended otherwise: not the cause
     assert diagnose_stalled_server("hang", watchdog, server_ev(["stopped", "stopped", "sleeping"])) is None
-    assert diagnose_stalled_server("crashed", watchdog, server_ev(["stopped"] * 3)) is None
+    assert diagnose_stalled_server("timeout", watchdog, server_ev(["stopped"] * 3)) is None
     assert diagnose_stalled_server("hang", watchdog, None) is None
+    # a crash (its trainers lost their peers when another node's watchdog stopped its own) while
+    # the server was stopped: the hang it caused; a server that was merely stuck is no such proof
+    lost = {"summary": "crashed: lost node 0", "cause": "lost_node", "evidence": []}
+    crashed = diagnose_stalled_server("crashed", lost, server_ev(["stopped"] * 3))
+    assert crashed["cause"] == "stalled_server" and crashed["previous_status"] == "crashed"
+    assert crashed["previous_cause"] == "lost_node" and crashed["summary"].startswith("hang: graph server 1")
+    stuck = server_ev(["sleeping"] * 3, stack=["acquire (threading.py:320)"], idle=False)
+    assert diagnose_stalled_server("hang", {}, stuck) is not None
+    assert diagnose_stalled_server("crashed", lost, stuck) is None
 
 
 def test_an_idle_graph_server_is_not_a_stuck_one():
