@@ -44,8 +44,6 @@ SAMPLE_INTERVAL_S = 0.5
 # The server's state and CPU time kept for a stall's diagnosis: the last hour at SAMPLE_INTERVAL_S,
 # more than any stall window (the watchdog's threshold, at most the start-up timeout).
 STATE_SAMPLES = 7200
-# A crashed run's look back at its server's states (gather): the stall floor's default span
-CRASH_WINDOW_S = 10.0
 
 
 # DGL's default server port (dgl.distributed), for lines that name none and the generated list.
@@ -276,10 +274,12 @@ class Server:
                 pass
 
     def gather(self, outcome, launch_t: float):
-        """When the watchdog stopped the run as a hang: this server's evidence over the stall window
-        (runners.evidence.ServerEvidence, kept as `stall`), its stack dumped when its host's trainers
-        waited for it over RPC and it was not stopped. Call before stop(), while it still runs."""
+        """When the watchdog stopped the run as a hang, or its trainers crashed while this server
+        was stopped: the server's evidence over the stall window (runners.evidence.ServerEvidence,
+        kept as `stall`), its stack dumped when its host's trainers waited for it over RPC and it
+        was not stopped. Call before stop(), while it still runs."""
         from runners.adapters.registry import RPC_WAIT_FILES
+        from runners.diagnosis import FROZEN_STATES
         from runners.evidence import ServerEvidence, py_spy_dump, py_spy_path, rpc_waiters
         from runners.stacks import top_frames
 
@@ -291,7 +291,7 @@ class Server:
         elif outcome.status == "crashed":
             # Another node's watchdog may stop its trainers first, and this node's then crash on
             # the peers they lost: a server stopped when they ended is the cause all the same.
-            end, window = time.time(), CRASH_WINDOW_S
+            end, window = time.time(), float(self.cfg.stall_floor_s)  # what a hang would have needed
         else:
             return None
         self._observe_state()  # its state now, after the trainers were stopped
@@ -304,7 +304,7 @@ class Server:
             samples = [(round(t - end, 2), st, round(cpu, 3)) for t, st, cpu in seen[-2:]]
         waiters = rpc_waiters(diag.get("ranks") or [], RPC_WAIT_FILES)
         stack, idle = [], None
-        frozen = bool(samples) and samples[-1][1] in ("stopped", "tracing-stop")
+        frozen = bool(samples) and samples[-1][1] in FROZEN_STATES
         if outcome.status == "crashed" and not frozen:
             return None  # a crash with a server that still runs: its trainers' own errors say why
         py_spy = py_spy_path() if waiters and not frozen and self.out is not None else None

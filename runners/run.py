@@ -708,7 +708,7 @@ def main(argv=None) -> int:
         server.watch(run.proc.pid)
     failed = supervise(cfg, stage, run, log)
     if server is not None:
-        server.gather(run.outcome, run.launch_t)  # a hang: the server's state through the stall, while it runs
+        server.gather(run.outcome, run.launch_t)  # a hang (or a crash while it was stopped): its state, while it runs
         env["partitioned"]["server"] = server.stop(cfg.kill_grace_s, pre.get("memory_model"))
     if failed is not None:
         return failed
