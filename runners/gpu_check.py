@@ -37,6 +37,10 @@ def _run(cmd: list, log: Path) -> int:
         return subprocess.run(cmd, cwd=envinfo.REPO_ROOT, stdout=fh, stderr=subprocess.STDOUT).returncode
 
 
+# A run on a GPU trains `small` for a few seconds: the probes sample often enough to draw it.
+SAMPLING = ("--nvml-sample-interval", "0.1", "--cpu-sample-interval", "0.25")
+
+
 def run_points(py: str, out: Path, dataset: str, epochs: int) -> list:
     """One short NCCL run per framework x model at 1 and 2 GPUs; their run directories."""
     runs = []
@@ -47,7 +51,8 @@ def run_points(py: str, out: Path, dataset: str, epochs: int) -> list:
                 _run([py, "-m", "runners.run", "--framework", framework, "--model", model,
                       "--devices", str(devices), "--batch-size", "1024", "--workers", "0",
                       "--dataset", dataset, "--epochs", str(epochs), "--device", "cuda",
-                      "--breakdown", "on", "--out", str(run_dir)], out / f"{run_dir.name}.log")
+                      "--breakdown", "on", "--skip-unavailable", *SAMPLING, "--out", str(run_dir)],
+                     out / f"{run_dir.name}.log")
                 runs.append(run_dir)
     return runs
 
@@ -141,7 +146,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--out", default="results/gpu-check", help="where the runs, aggregate and report go")
     p.add_argument("--dataset", default="small")
-    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--stall-floor", type=float, default=15.0,
                    help="the watchdog's stall floor (s) for the injected faults: the frozen rank's hang "
                         "is declared after it")
