@@ -388,6 +388,15 @@ def comparable(points: pd.DataFrame, keys=("experiment", "model", "batch_size"),
     return _having(points, keys, n[n >= 2].reset_index()[keys] if len(n) else ok.iloc[0:0])
 
 
+def breakdown_points(points: pd.DataFrame) -> pd.DataFrame:
+    """The points the breakdown figure draws: its comparable panels; where there are none (one
+    point per model, as a one-GPU check has), every ok point with phase times, since a step's
+    split into phases says something on its own."""
+    timed = points.dropna(subset=["step_s_mean"]) if len(points) else points
+    drawn = comparable(timed)
+    return drawn if len(drawn) or timed.empty else timed[timed["n_ok"] > 0]
+
+
 def measured_series(scaling: pd.DataFrame) -> pd.DataFrame:
     """The scaling series with a speed-up beyond their base (a series of a baseline alone compares nothing)."""
     series = list(speedup_gap.SERIES)
@@ -417,7 +426,7 @@ def _figures(agg, runs, points, scaling, gap, speed, assets: Path) -> dict:
     """Write every figure's PNG; name -> {src, caption, file, why} (why: the line the page shows
     instead of a figure with nothing to compare, or None)."""
     data = {"runtime_vs_devices": comparable(points), "speedup": measured_series(scaling),
-            "breakdown": comparable(points.dropna(subset=["step_s_mean"]) if len(points) else points),
+            "breakdown": breakdown_points(points),
             "throughput": comparable(points, ("experiment", "framework", "model", "devices", "workers"), "batch_size")}
     skip = not_drawn(runs, data, gap)
     figures = {}

@@ -37,8 +37,11 @@ def _run(cmd: list, log: Path) -> int:
         return subprocess.run(cmd, cwd=envinfo.REPO_ROOT, stdout=fh, stderr=subprocess.STDOUT).returncode
 
 
-# A run on a GPU trains `small` for a few seconds: the probes sample often enough to draw it.
-SAMPLING = ("--nvml-sample-interval", "0.1", "--cpu-sample-interval", "0.25")
+# An epoch of `small` takes about 0.1 s on an H200: NVML (a driver query, nothing read from the
+# rank's process) samples often enough to draw a run of a few seconds. The CPU sampler keeps its
+# once a second: it reads the rank's /proc smaps, and on the second H200 check, sampling 4 times a
+# second, steady steps were 2.4 times slower (on a machine also slower to set up: unresolved).
+SAMPLING = ("--nvml-sample-interval", "0.1")
 
 
 def run_points(py: str, out: Path, dataset: str, epochs: int) -> list:
@@ -146,7 +149,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--out", default="results/gpu-check", help="where the runs, aggregate and report go")
     p.add_argument("--dataset", default="small")
-    p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--epochs", type=int, default=20)
     p.add_argument("--stall-floor", type=float, default=15.0,
                    help="the watchdog's stall floor (s) for the injected faults: the frozen rank's hang "
                         "is declared after it")
