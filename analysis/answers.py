@@ -239,9 +239,13 @@ def axis_answer(data: pd.DataFrame, runs: pd.DataFrame, exp, axis: str) -> Answe
         rows = d[(d["framework"] == fw) & (d[axis] == hi)]
         lo_r, hi_r = rows.loc[rows["estimate"].idxmin()], rows.loc[rows["estimate"].idxmax()]
         hrefs = ["#" + tables.row_anchor(key, exp, *(r[k] for k in _effect_index(axis))) for r in (lo_r, hi_r)]
-        ans.parts += [(("; " if i else "") + f"{framework_label(fw)} ", None),
+        # Each framework's own verdict, from its own interval: the lead speaks for all of them.
+        word = "" if pd.isna(combined[fw]["low"]) else f" {yes}" if above[i] else f" {no}" if below[i] \
+            else " not settled"
+        ans.parts += [(("; " if i else "") + f"{framework_label(fw)}{word} ", None),
                       (f"{combined[fw]['estimate']:.2f}×", f"#{key}"),
-                      *_detail(combined[fw], lo_r["estimate"], hi_r["estimate"], hrefs, len(rows))]
+                      *_detail(combined[fw], lo_r["estimate"], hi_r["estimate"], hrefs, len(rows),
+                               either=not (above[i] or below[i]))]
     ans.parts += [("; clearly " + yes + " in ", None), (f"{verdicts[yes]} of {len(d)}", f"#{key}"), (". ", None)]
     return ans
 

@@ -178,10 +178,10 @@ def test_grid_answers_carry_intervals_and_verdicts(grid_top):
     assert re.fullmatch(r"GraphSAGE: DGL is faster; PyG takes 2\.00× as long \(95% CI 1\.9\d–2\.0\d; 8 "
                         r"configurations: 2\.00×–2\.00×\); clear in 8 of 8 configurations\. ", grid_top["speed"])
     assert grid_top["scaling"].startswith("From 1 to 2 devices (ideal 2×), PyG runs 1.80× faster (95% CI 1.")
-    assert grid_top["workers"].startswith("Yes: workers 0 → 1, epoch speed-up PyG 1.25× (95% CI ")
+    assert grid_top["workers"].startswith("Yes: workers 0 → 1, epoch speed-up PyG faster 1.25× (95% CI ")
     assert "clearly faster in 8 of 8" in grid_top["workers"]
     assert grid_top["batch"].startswith("Larger batches raise throughput: batch size 128 → 512, throughput gain "
-                                        "PyG 1.50× (95% CI ")
+                                        "PyG higher 1.50× (95% CI ")
     assert grid_top["deadlocks"] == "All 48 runs ended ok or skipped: nothing to diagnose."
 
 

@@ -81,3 +81,16 @@ def test_combined_ratio_narrows_with_configurations_and_keeps_the_pooled_dof():
     # Nine independent configurations: the interval's half-width on the log scale shrinks by 3.
     assert math.log(hi / lo) == pytest.approx(math.log(2.5 / 1.6) / 3, rel=1e-6)
     assert math.isnan(stats.combined_ratio([(2.0, float("nan"), float("nan"), float("nan"))])[0])
+
+
+def test_coverage_counts_intervals_that_contain_the_all_launch_ratio():
+    """benchmarks.coverage's arithmetic on 12 launches a cell of known noise: both methods cover
+    about 95%, and the pooled interval is the narrower (it rests on every cell's launches)."""
+    from benchmarks.coverage import coverage
+
+    runs = _runs({"pyg": 0.1, "dgl": 0.1}, repeats=12, seed=5, configs=((1, 1024), (2, 1024)))
+    runs = runs.assign(steady_epoch_time_s=runs["t"], experiment="coverage")
+    figures = coverage(runs, draws=300)
+    assert figures["comparisons"] == 2 and figures["intervals"] == 600
+    assert 0.85 <= figures["pooled_coverage"] <= 1.0 and 0.85 <= figures["welch_coverage"] <= 1.0
+    assert figures["pooled_median_width"] < figures["welch_median_width"]
