@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
+import os
 import random
+import subprocess
 import sys
 from pathlib import Path
 
@@ -39,17 +40,17 @@ TIMING = ["--until", "precise", "--precision", "0.05", "--min-steady-epochs", "4
 def collect(work: Path, launches: int, dataset: str) -> pd.DataFrame:
     """Timing runs of every framework x config, `launches` rounds, each round in a rotated order;
     one row per ok run (framework, config keys, launch, steady epoch time)."""
-    from benchmarks.measure import PY, execute
-
     cells = [(fw, c) for c in CONFIGS for fw in FRAMEWORKS]
     rows = []
     for i in range(launches):
         for fw, c in cells[i % len(cells):] + cells[:i % len(cells)]:
             out = work / f"{fw}-{c['model']}-d{c['devices']}-b{c['batch_size']}-w{c['workers']}-l{i}"
-            argv = [PY, "-m", "runners.run", "--framework", fw, "--model", c["model"], "--devices", str(c["devices"]),
+            argv = [sys.executable, "-m", "runners.run", "--framework", fw, "--model", c["model"], "--devices", str(c["devices"]),
                     "--batch-size", str(c["batch_size"]), "--workers", str(c["workers"]), "--dataset", dataset,
                     "--repeat", str(i), *TIMING, "--out", str(out)]
-            execute(argv, work / f"{out.name}.log")
+            with open(work / f"{out.name}.log", "w") as log:
+                subprocess.run(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, check=True,
+                               env={**os.environ, "PYTHONPATH": str(REPO)})
             res = json.loads((out / "result.json").read_text())
             t = (res.get("summary") or {}).get("steady_epoch_time_s")
             print(f"[coverage] {out.name}: {res['status']} {t}", file=sys.stderr, flush=True)
