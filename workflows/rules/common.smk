@@ -394,7 +394,10 @@ RUN_ORDER = interleaved_order(
     RUN_RESULTS,
     [run["repeat"] for run in RUNS],
     config["run_order_seed"],
-    [repr(sorted((k, str(v)) for k, v in run.items() if k != "framework")) for run in RUNS],
+    [
+        repr(sorted((k, str(v)) for k, v in run.items() if k != "framework"))
+        for run in RUNS
+    ],
 )
 _ORDER_INDEX = {path: i for i, path in enumerate(RUN_ORDER)}
 RUN_NUMBER = RunNumber(RUN_ORDER)
