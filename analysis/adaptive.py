@@ -5,22 +5,26 @@
 
 The report answers with ratios of timing runs' steady epoch times: PyG over DGL, 2 devices over
 1, 1 loader worker over none, batch 1024 over 256, a framework's other loader over its first
-(DGL's GraphBolt over its classic DataLoader), each with a 95% Welch t-interval on the log
-scale over repeats (analysis.stats). The first round runs every point a few times. This plans
-more repeats only for the comparisons whose interval is still wider than the precision asked
-for, within a time budget, and says why each point got them.
+(DGL's GraphBolt over its classic DataLoader). Each comparison's 95% interval rests on the launch
+noise pooled over the experiment's configurations (analysis.noise), and each first-screen answer
+is the geometric mean of its comparisons over the configurations (per model for the framework
+and loader questions, per framework for devices, workers and batch size) with its own interval.
+The first round runs every point a few times. This plans more repeats for the answers whose
+interval is still wider than the precision asked for, within a time budget, and says why each
+point got them.
 
-It stops on the width of an interval, never on where the interval lies: a comparison that
-already excludes 1x but is wider than the precision still gets repeats, and one that is narrow
-gets none even if it straddles 1x. So the second round never depends on the estimate, and the
+It stops on the width of an interval, never on where the interval lies: an answer that already
+excludes 1x but is wider than the precision still gets repeats, and one that is narrow gets
+none even if it straddles 1x. So the second round never depends on the estimate, and the
 estimates stay unbiased.
 
-How many repeats a comparison needs comes from the spread of its two points' log epoch times.
-Two or three repeats estimate a spread poorly (two equal times would say zero), so a point's
-spread is taken as at least the median spread of all points (pooled). The budget is spent
-greedily: the comparison whose projected interval is widest, relative to the precision, gets
-one more repeat at the point where it narrows the interval most per second, until every
-comparison is projected narrow enough, the points reach --max-repeats, or the budget is spent.
+The projection uses one spread for every point: the pooled SD of log epoch time over the first
+round (two or three repeats estimate a point's own spread poorly; two equal times would say
+zero). The budget is spent greedily: the answer whose projected interval is widest, relative to
+the precision, gets one more repeat at the point that narrows it most per second, until every
+answer is projected narrow enough, the points reach --max-repeats, or the budget is spent. Each
+comparison's row says whether it is settled on its own (interval within the precision) and, if
+not, what settling it would cost at the pooled spread (runs and minutes).
 """
 
 from __future__ import annotations
@@ -102,16 +106,28 @@ class Comparison:
                  "loader": f"{fw} {model} d{devices} b{batch} w{workers}"}[AXES[self.axis][0]]
         return f"{AXES[self.axis][3]} ({where})"
 
+    def answer(self) -> str:
+        """The first-screen answer this comparison is part of: per model for the framework and
+        loader questions, per framework for the others."""
+        fw, model = self.den.key[:2]
+        return f"{AXES[self.axis][3]}, " + (model if AXES[self.axis][0] in ("framework", "loader") else fw)
 
-def half_width(sd_a: float, n_a: int, sd_b: float, n_b: int) -> float:
-    """Relative half-width of the 95% interval of a ratio of geometric means (Welch on logs):
-    exp(t * se) - 1."""
-    va, vb = sd_a ** 2 / n_a, sd_b ** 2 / n_b
-    se2 = va + vb
-    if se2 <= 0:
-        return 0.0
-    dof = se2 ** 2 / ((va ** 2 / (n_a - 1) if va else 0) + (vb ** 2 / (n_b - 1) if vb else 0))
-    return math.exp(t_quantile(dof) * math.sqrt(se2)) - 1
+
+def half_width(sd: float, dof: float, n_a: int, n_b: int) -> float:
+    """Relative half-width of the 95% interval of a ratio of geometric means with pooled launch
+    noise `sd` (log scale) on `dof` degrees of freedom: exp(t * sd * sqrt(1/n_a + 1/n_b)) - 1."""
+    if sd <= 0 or not dof > 0:
+        return 0.0 if sd <= 0 else float("inf")
+    return math.exp(t_quantile(dof) * sd * math.sqrt(1 / n_a + 1 / n_b)) - 1
+
+
+def answer_half_width(sd: float, dof: float, pairs: list) -> float:
+    """Half-width of the geometric mean over configurations (stats.combined_ratio) of comparisons
+    with repeats (n_a, n_b) each: their log variances add, over the count squared."""
+    if not pairs or not dof > 0:
+        return float("inf")
+    se = sd * math.sqrt(sum(1 / a + 1 / b for a, b in pairs)) / len(pairs)
+    return math.exp(t_quantile(dof) * se) - 1
 
 
 def comparisons(points: dict) -> list:
@@ -134,8 +150,10 @@ class Plan:
     budget_s: float
     max_repeats: int
     pooled_sd: float
+    pooled_dof: int = 0
     spent_s: float = 0.0
     comparisons: list = field(default_factory=list)  # rows for the report
+    answers: list = field(default_factory=list)  # rows for the report
 
     def to_json(self, points: dict, first_round: int) -> dict:
         runs = []
@@ -143,52 +161,91 @@ class Plan:
             runs += [{**p.run, "repeat": rep} for rep in p.kept]
             runs += [{**p.run, "repeat": first_round + len(p.kept) + k} for k in range(p.added)]
         return {"precision": self.precision, "budget_s": self.budget_s, "max_repeats": self.max_repeats,
-                "first_round": first_round, "pooled_log_sd": self.pooled_sd, "planned_s": round(self.spent_s, 1),
+                "first_round": first_round, "pooled_log_sd": self.pooled_sd, "pooled_dof": self.pooled_dof,
+                "planned_s": round(self.spent_s, 1),
                 "points": [{"point": p.label(), "first_round": p.first_ok,
                             "kept": len(p.kept), "added": p.added, "why": p.why}
                            for p in points.values() if p.added or p.kept],
-                "comparisons": self.comparisons, "runs": runs}
+                "answers": self.answers, "comparisons": self.comparisons, "runs": runs}
+
+
+def pooled_spread(points: dict) -> tuple:
+    """(SD, dof): log epoch time's variance between launches pooled over the points."""
+    ss = dof = 0.0
+    for p in points.values():
+        if len(p.times) >= 2:
+            logs = [math.log(t) for t in p.times]
+            m = sum(logs) / len(logs)
+            ss += sum((x - m) ** 2 for x in logs)
+            dof += len(logs) - 1
+    return (math.sqrt(ss / dof) if dof else 0.0), int(dof)
+
+
+def repeats_to_settle(sd: float, dof: float, n_a: int, n_b: int, precision: float) -> int:
+    """Runs to add (split between the sides, the smaller first) until the interval is within
+    the precision at the pooled spread; -1 if 200 would not do."""
+    for extra in range(0, 201):
+        a = n_a + (extra + (n_a <= n_b)) // 2
+        b = n_b + extra - (a - n_a)
+        if half_width(sd, dof, a, b) <= precision:
+            return extra
+    return -1
 
 
 def plan(points: dict, precision: float, budget_s: float, max_repeats: int) -> Plan:
-    """Add repeats to `points` (their `added` and `why`) for the open comparisons."""
-    sds = [p.log_sd for p in points.values() if not math.isnan(p.log_sd)]
-    pooled = statistics.median(sds) if sds else 0.0
-    sd = {key: max(p.log_sd if not math.isnan(p.log_sd) else pooled, pooled) for key, p in points.items()}
-    result = Plan(precision, budget_s, max_repeats, pooled)
-    comps = [c for c in comparisons(points) if len(c.num.times) > 1 and len(c.den.times) > 1]
+    """Add repeats to `points` (their `added` and `why`) for the open answers."""
+    sd, dof = pooled_spread(points)
+    result = Plan(precision, budget_s, max_repeats, sd, dof)
+    comps = [c for c in comparisons(points) if c.num.times and c.den.times]
+    answers: dict = {}
+    for c in comps:
+        answers.setdefault(c.answer(), []).append(c)
 
-    def projected(c: Comparison, extra_num: int = 0, extra_den: int = 0) -> float:
-        return half_width(sd[c.num.key], c.num.n + extra_num, sd[c.den.key], c.den.n + extra_den)
+    def projected(cs: list, extra=None) -> float:
+        return answer_half_width(sd, dof, [(c.num.n + (c.num is extra), c.den.n + (c.den is extra)) for c in cs])
 
-    measured = {id(c): half_width(c.num.log_sd, len(c.num.times), c.den.log_sd, len(c.den.times)) for c in comps}
-    open_ = [c for c in comps if measured[id(c)] > precision]
+    measured = {name: projected(cs) for name, cs in answers.items()}
+    open_ = [name for name in answers if measured[name] > precision]
     while True:
-        wanting = [c for c in open_ if projected(c) > precision
-                   and (c.num.n < max_repeats or c.den.n < max_repeats)]
+        wanting = [a for a in open_ if projected(answers[a]) > precision
+                   and any(p.n < max_repeats for c in answers[a] for p in (c.num, c.den))]
         if not wanting:
             break
-        c = max(wanting, key=lambda c: projected(c) / precision)
-        # the side whose repeat narrows the interval most per second spent
-        options = [(projected(c) - projected(c, 1, 0)) / c.num.cost_s if c.num.n < max_repeats else -1,
-                   (projected(c) - projected(c, 0, 1)) / c.den.cost_s if c.den.n < max_repeats else -1]
-        p = c.num if options[0] >= options[1] else c.den
+        name = max(wanting, key=lambda a: projected(answers[a]) / precision)
+        cs = answers[name]
+        now = projected(cs)
+        # the point whose repeat narrows this answer most per second spent
+        candidates = {id(p): p for c in cs for p in (c.num, c.den) if p.n < max_repeats}.values()
+        p = max(candidates, key=lambda p: (now - projected(cs, p)) / p.cost_s)
         if result.spent_s + p.cost_s > budget_s:
-            open_.remove(c)  # the budget cannot pay for this one; the others may still fit
+            open_.remove(name)  # the budget cannot pay for this one; the others may still fit
             continue
         p.added += 1
         result.spent_s += p.cost_s
-        if c.label() not in p.why:
-            p.why.append(c.label())
-    for c in comps:
-        result.comparisons.append({
-            "comparison": c.label(), "runs": f"{len(c.num.times)}+{len(c.den.times)}",
-            "measured_half_width": round(measured[id(c)], 4),
-            "added": f"{c.num.added}+{c.den.added}",
-            "projected_half_width": round(projected(c), 4),
-            "status": ("narrow enough after round 1" if measured[id(c)] <= precision
-                       else "repeats added" if c.num.added or c.den.added
+        if name not in p.why:
+            p.why.append(name)
+    for name, cs in answers.items():
+        after = projected(cs)
+        result.answers.append({
+            "answer": name, "comparisons": len(cs), "measured_half_width": round(measured[name], 4),
+            "added": sum(c.num.added + c.den.added for c in cs),
+            "projected_half_width": round(after, 4),
+            "status": ("settled after round 1" if measured[name] <= precision
+                       else "settled by the repeats added" if after <= precision
                        else "open: over the budget or at --max-repeats")})
+    for c in comps:
+        before = half_width(sd, dof, len(c.num.times), len(c.den.times))
+        after = half_width(sd, dof, c.num.n, c.den.n)
+        extra = repeats_to_settle(sd, dof, c.num.n, c.den.n, precision)
+        cost = extra * (c.num.cost_s + c.den.cost_s) / 2 if extra > 0 else 0.0
+        result.comparisons.append({
+            "comparison": c.label(), "answer": c.answer(), "runs": f"{len(c.num.times)}+{len(c.den.times)}",
+            "measured_half_width": round(before, 4), "added": f"{c.num.added}+{c.den.added}",
+            "projected_half_width": round(after, 4),
+            "to_settle_runs": extra, "to_settle_min": round(cost / 60, 1),
+            "status": ("settled" if after <= precision
+                       else f"open: {extra} more runs (about {cost / 60:.1f} min) would settle it" if extra > 0
+                       else "open: more than 200 runs would be needed")})
     return result
 
 

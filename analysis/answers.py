@@ -14,6 +14,7 @@ import html
 from collections import Counter
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 
 from analysis import FRAMEWORK_ORDER, PHASE_COLUMNS, PHASE_LABELS, framework_label, model_label
@@ -21,7 +22,7 @@ from analysis import speedup_gap, tables
 from analysis.comparisons import comparison_labels, framework_comparison, framework_pairs
 from analysis.formatting import fmt_pct
 from analysis.grouping import add_experiment, paper_order, performance_points, performance_runs, truthy
-from analysis.stats import NO_CLEAR
+from analysis.stats import NO_CLEAR, combined_ratio
 
 BUSY_WARN_PERCENT = 25  # CPU use by other work before a run's launch that makes its timing suspect
 
@@ -91,30 +92,32 @@ def main_experiment(speed: pd.DataFrame, points: pd.DataFrame):
 # -- which framework is faster --------------------------------------------------------------
 
 def _model_speed(g: pd.DataFrame, pair, exp) -> list:
-    """The parts of one model's sentence (rows of tables.speed_data for one pair and model)."""
+    """The parts of one model's sentence (rows of tables.speed_data for one pair and model): the
+    geometric mean ratio over the configurations with its 95% interval (stats.combined_ratio),
+    the verdict that interval supports ("faster" only where it excludes 1×), and the range over
+    the configurations."""
     a, b = pair
-    la, lb = framework_label(a), framework_label(b)
-    ahead = {b: int((g["estimate"] > 1).sum()), a: int((g["estimate"] < 1).sum())}
     model = model_label(g["model"].iloc[0])
-    if ahead[a] == ahead[b]:
-        lo, hi = g.loc[g["estimate"].idxmin()], g.loc[g["estimate"].idxmax()]
-        ids = ["#" + tables.speed_anchor(exp, a, b, r["model"], r["devices"], r["batch_size"], r["workers"])
-               for r in (lo, hi)]
-        return [(f"{model}: neither framework is ahead; {la} / {lb} epoch time runs from ", None),
-                (f"{lo['estimate']:.2f}×", ids[0]), (" to ", None), (f"{hi['estimate']:.2f}×", ids[1]),
-                (f"{_no_interval([lo, hi])}; {lb} ahead in {ahead[b]}, {la} in {ahead[a]} of {len(g)}. ", None)]
-    win, lose = (b, a) if ahead[b] > ahead[a] else (a, b)
+    c = _combined(g, "estimate")
+    lo_row, hi_row = g.loc[g["estimate"].idxmin()], g.loc[g["estimate"].idxmax()]
+    hrefs = ["#" + tables.speed_anchor(exp, a, b, r["model"], r["devices"], r["batch_size"], r["workers"])
+             for r in (lo_row, hi_row)]
+    n = len(g)
+    if pd.isna(c["low"]) or c["low"] <= 1 <= c["high"]:
+        return [(f"{model}: not settled; {framework_label(a)} / {framework_label(b)} epoch time ", None),
+                (f"{c['estimate']:.2f}×", "#speed"),
+                *_detail(c, lo_row["estimate"], hi_row["estimate"], hrefs, n, either=True), (". ", None)]
+    win, lose = (b, a) if c["estimate"] > 1 else (a, b)
     # Said as "the slower one takes N× as long": the ratio inverted when the first framework wins.
-    g = g.assign(slow=g["estimate"] if win == b else 1 / g["estimate"],
-                 slow_low=g["low"] if win == b else 1 / g["high"], slow_high=g["high"] if win == b else 1 / g["low"])
-    r = middle(g, "slow")
+    if win == b:
+        slow, rng = c, (lo_row["estimate"], hi_row["estimate"], hrefs)
+    else:
+        slow = {"estimate": 1 / c["estimate"], "low": 1 / c["high"], "high": 1 / c["low"]}
+        rng = (1 / hi_row["estimate"], 1 / lo_row["estimate"], hrefs[::-1])
     clear = int((g["verdict"] == f"{framework_label(win)} faster").sum())
-    href = "#" + tables.speed_anchor(exp, a, b, r["model"], r["devices"], r["batch_size"], r["workers"])
-    where = "in its one configuration" if len(g) == 1 else "at the median configuration"
-    ci = {"low": r["slow_low"], "high": r["slow_high"]}
-    return [(f"{model}: {framework_label(win)} {'is' if clear else 'looks'} faster; {framework_label(lose)} takes ",
-             None), (f"{r['slow']:.2f}×", href), (f" as long {where}{_ci(ci)}{_no_interval([ci])}; clear in ", None),
-            (f"{clear} of {len(g)}", "#speed"), (" configurations. ", None)]
+    return [(f"{model}: {framework_label(win)} is faster; {framework_label(lose)} takes ", None),
+            (f"{slow['estimate']:.2f}×", "#speed"), (" as long", None), *_detail(slow, *rng, n),
+            ("; clear in ", None), (f"{clear} of {n}", "#speed"), (" configurations. ", None)]
 
 
 def speed_answer(speed: pd.DataFrame, exp) -> Answer:
@@ -179,13 +182,19 @@ def scaling_answer(scaling: pd.DataFrame, gap: pd.DataFrame, exp) -> Answer:
     base, n = int(top["base_devices"].min()), int(top["devices"].max())
     fws = [f for f in FRAMEWORK_ORDER if f in set(top["framework"])]
     ans.parts = [(f"From {base} to {n} devices (ideal {n / base:g}×), ", None)]
-    rows = [middle(top[top["framework"] == fw], "speedup") for fw in fws]
-    for i, (fw, r) in enumerate(zip(fws, rows)):
-        href = "#" + tables.scaling_anchor(exp, r["model"], fw, r["batch_size"], r["series_workers"])
-        word = " faster" if r["speedup"] >= 1 else " as fast (slower)"
-        ans.parts += [(("; " if i else "") + f"{framework_label(fw)} runs ", None), (f"{r['speedup']:.2f}×", href),
-                      (word + _ci(r), None)]
-    ans.parts.append((f" at the median configuration{_no_interval(rows)}. ", None))
+    for i, fw in enumerate(fws):
+        rows = top[top["framework"] == fw]
+        c = _combined(rows, "speedup")
+        lo_r, hi_r = rows.loc[rows["speedup"].idxmin()], rows.loc[rows["speedup"].idxmax()]
+        hrefs = ["#" + tables.scaling_anchor(exp, r["model"], fw, r["batch_size"], r["series_workers"])
+                 for r in (lo_r, hi_r)]
+        settled = not pd.isna(c["low"]) and not c["low"] <= 1 <= c["high"]
+        word = (" faster" if c["estimate"] >= 1 else " as fast (slower)") if settled else \
+            "" if pd.isna(c["low"]) else ", not settled,"
+        ans.parts += [(("; " if i else "") + f"{framework_label(fw)} runs ", None),
+                      (f"{c['estimate']:.2f}×", "#scaling"), (word, None),
+                      *_detail(c, lo_r["speedup"], hi_r["speedup"], hrefs, len(rows), either=not settled)]
+    ans.parts.append((". ", None))
     gap = gap[(gap["experiment"] == exp) & (gap["devices"] == n)] if len(gap) else gap
     ans.parts += _gap_parts(gap, fws)
     return ans
@@ -219,16 +228,47 @@ def axis_answer(data: pd.DataFrame, runs: pd.DataFrame, exp, axis: str) -> Answe
         return ans
     verdicts = Counter(d["verdict"])
     lo, hi = d[f"base_{axis}"].min(), d[axis].max()
-    ans.parts = [(f"{_lead(verdicts, yes, no, leads)}: {axis.replace('_', ' ')} {lo} → {hi}, {what} ", None)]
     fws = [f for f in FRAMEWORK_ORDER if f in set(d["framework"])]
-    rows = [middle(d[(d["framework"] == fw) & (d[axis] == hi)], "estimate") for fw in fws]
-    for i, (fw, r) in enumerate(zip(fws, rows)):
-        href = "#" + tables.row_anchor(key, exp, *(r[k] for k in _effect_index(axis)))
-        ans.parts += [(("; " if i else "") + f"{framework_label(fw)} ", None), (f"{r['estimate']:.2f}×", href),
-                      (_ci(r), None)]
-    ans.parts += [(f" at the median configuration{_no_interval(rows)}; clearly {yes} in ", None),
-                  (f"{verdicts[yes]} of {len(d)}", f"#{key}"), (". ", None)]
+    combined = {fw: _combined(d[(d["framework"] == fw) & (d[axis] == hi)], "estimate") for fw in fws}
+    # The lead follows the combined intervals: yes or no only where every framework's says so.
+    above = [not pd.isna(c["low"]) and c["low"] > 1 for c in combined.values()]
+    below = [not pd.isna(c["high"]) and c["high"] < 1 for c in combined.values()]
+    lead = leads[0] if all(above) else leads[1] if all(below) else leads[2]
+    ans.parts = [(f"{lead}: {axis.replace('_', ' ')} {lo} → {hi}, {what} ", None)]
+    for i, fw in enumerate(fws):
+        rows = d[(d["framework"] == fw) & (d[axis] == hi)]
+        lo_r, hi_r = rows.loc[rows["estimate"].idxmin()], rows.loc[rows["estimate"].idxmax()]
+        hrefs = ["#" + tables.row_anchor(key, exp, *(r[k] for k in _effect_index(axis))) for r in (lo_r, hi_r)]
+        # Each framework's own verdict, from its own interval: the lead speaks for all of them.
+        word = "" if pd.isna(combined[fw]["low"]) else f" {yes}" if above[i] else f" {no}" if below[i] \
+            else " not settled"
+        ans.parts += [(("; " if i else "") + f"{framework_label(fw)}{word} ", None),
+                      (f"{combined[fw]['estimate']:.2f}×", f"#{key}"),
+                      *_detail(combined[fw], lo_r["estimate"], hi_r["estimate"], hrefs, len(rows),
+                               either=not (above[i] or below[i]))]
+    ans.parts += [("; clearly " + yes + " in ", None), (f"{verdicts[yes]} of {len(d)}", f"#{key}"), (". ", None)]
     return ans
+
+
+def _combined(rows: pd.DataFrame, col: str) -> dict:
+    """{estimate, low, high}: the geometric mean of `col` over the rows (configurations) with its
+    95% interval (stats.combined_ratio); NaN bounds where a row has no interval."""
+    est, lo, hi = combined_ratio(rows[[col, "low", "high", "dof"]].itertuples(index=False, name=None))
+    if pd.isna(est):  # no row has an interval: the plain geometric mean, without one
+        vals = rows[col][rows[col] > 0]
+        est = float(np.exp(np.log(vals).mean())) if len(vals) else float("nan")
+    return {"estimate": est, "low": lo, "high": hi}
+
+
+def _detail(c: dict, low: float, high: float, hrefs: list, n: int, either: bool = False) -> list:
+    """' (95% CI 1.55–1.78; 8 configurations: 1.31×–1.92×)': the interval of a geometric mean over
+    configurations (or why there is none) and the configurations' range, each end linked to its row."""
+    ci = "1 repeat: no interval" if pd.isna(c["low"]) else \
+        f"95% CI {c['low']:.2f}–{c['high']:.2f}" + (", which allows either" if either else "")
+    if n < 2:
+        return [(f" ({ci})", None)]
+    return [(f" ({ci}; {n} configurations: ", None), (f"{low:.2f}×", hrefs[0]), ("–", None),
+            (f"{high:.2f}×", hrefs[1]), (")", None)]
 
 
 def _effect_index(axis: str) -> list:

@@ -11,7 +11,8 @@ import pandas as pd
 
 from analysis import FRAMEWORK_ORDER, framework_label
 from analysis.grouping import paper_order
-from analysis.stats import ratio_interval, verdict, welch_interval
+from analysis.noise import pooled_noise
+from analysis.stats import ratio_interval_dof, verdict, welch_interval
 
 
 def framework_pairs(runs: pd.DataFrame) -> list:
@@ -32,15 +33,18 @@ def framework_comparison(runs: pd.DataFrame, value: str, kind: str = "ratio", pa
     experiment and configuration, from the ok runs' `value`.
 
     kind "ratio": a / b (for times: above 1 means b is faster); "diff": a - b.
-    Columns: experiment, model, devices, batch_size, workers, n_a, n_b, estimate, low, high,
+    A ratio's interval rests on the launch noise pooled over the experiment's configurations
+    (analysis.noise); `dof` is its degrees of freedom.
+    Columns: experiment, model, devices, batch_size, workers, n_a, n_b, estimate, low, high, dof,
     verdict (comparison_labels, or "no clear difference")."""
     pair = tuple(pair or FRAMEWORK_ORDER[:2])
     keys = ["experiment", "model", "devices", "batch_size", "workers"]
-    cols = keys + ["n_a", "n_b", "estimate", "low", "high", "verdict"]
+    cols = keys + ["n_a", "n_b", "estimate", "low", "high", "dof", "verdict"]
     ok = runs[(runs["status"] == "ok")] if not runs.empty else runs
     if ok.empty or value not in ok:
         return pd.DataFrame(columns=cols)
     high_side, low_side = comparison_labels(pair, kind)
+    noise = pooled_noise(ok, value) if kind == "ratio" else None
     out = []
     for key, g in ok.groupby(keys, sort=False):
         a = g.loc[g["framework"] == pair[0], value].dropna()
@@ -48,11 +52,14 @@ def framework_comparison(runs: pd.DataFrame, value: str, kind: str = "ratio", pa
         if a.empty or b.empty:
             continue
         if kind == "ratio":
-            est, lo, hi = ratio_interval(a, b)
+            cell = dict(zip(keys, key))
+            est, lo, hi, dof = ratio_interval_dof(a, b, noise.pair({**cell, "framework": pair[0]},
+                                                                   {**cell, "framework": pair[1]}))
             v = verdict(lo, hi, 1.0, high_side, low_side)
         else:
             est, lo, hi = welch_interval(a, b)
+            dof = float("nan")
             v = verdict(lo, hi, 0.0, high_side, low_side)
         out.append({**dict(zip(keys, key)), "n_a": len(a), "n_b": len(b), "estimate": est, "low": lo,
-                    "high": hi, "verdict": v})
+                    "high": hi, "dof": dof, "verdict": v})
     return paper_order(pd.DataFrame(out, columns=cols), ["experiment", "model", "devices", "batch_size", "workers"])

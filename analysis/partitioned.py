@@ -17,7 +17,7 @@ from analysis import framework_label, model_label
 from analysis.display import Cell, GridTable, TableSet
 from analysis.formatting import fmt_bytes, fmt_num, fmt_pct
 from analysis.grouping import performance_runs
-from analysis.stats import CI_METHOD_RATIO, mean_ci, ratio_interval
+from analysis.stats import CI_METHOD_WELCH, mean_ci, ratio_interval
 from analysis.variants import ratio_text
 from runners.adapters import registry
 
@@ -176,7 +176,7 @@ def partitioned_table(runs: pd.DataFrame) -> TableSet:
         "At each point a partitioned run reached (model, devices per host, batch size, loader workers): DGL's "
         "replicated runs (every rank holds the whole graph) beside its partitioned runs (one partition per "
         "host, served by a DistGraphServer; runners.partitioned). Per strategy the mean over repeats with its "
-        "95% t-interval, and the partitioned over the replicated (" + CI_METHOD_RATIO + "): the steady-state "
+        "95% t-interval, and the partitioned over the replicated (" + CI_METHOD_WELCH + "): the steady-state "
         "epoch time; the peak memory of a host, the largest over the run's hosts with each host's beside it "
         "(partitioned: that host's graph server's PSS plus its trainers', as its launcher sampled them; "
         "replicated: the ranks' and loader workers'); the share of a step in the load_wait and "

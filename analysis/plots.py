@@ -272,6 +272,14 @@ def select_resource_runs(runs: pd.DataFrame, cpu: pd.DataFrame, nvml: pd.DataFra
     return list(dict.fromkeys(chosen))[:limit]
 
 
+def per_second(samples: pd.DataFrame) -> pd.DataFrame:
+    """CPU use and resident memory of a group of processes per second (`sec`): each process's mean
+    over its samples in that second, summed over the processes (a sampler faster than once a
+    second, as on GPU checks, takes several samples of one process in a second)."""
+    each = samples.groupby(["sec", "pid"]).agg(cpu=("cpu_percent", "mean"), rss=("rss_bytes", "mean"))
+    return each.groupby(level="sec").sum()
+
+
 def resources_over_time(runs: pd.DataFrame, cpu: pd.DataFrame, nvml: pd.DataFrame, run_ids: list):
     """CPU utilisation and memory per rank (and its loader workers) over time; GPU if sampled."""
     title = "CPU utilisation and memory over time (selected runs)"
@@ -291,7 +299,7 @@ def resources_over_time(runs: pd.DataFrame, cpu: pd.DataFrame, nvml: pd.DataFram
             colour = sns.color_palette("tab10")[int(rank) % 10]
             ranks_seen.append(int(rank))
             for role, style in (("rank", "-"), ("worker", "--")):
-                s = g[g["role"] == role].groupby("sec").agg(cpu=("cpu_percent", "sum"), rss=("rss_bytes", "sum"))
+                s = per_second(g[g["role"] == role])
                 if s.empty:
                     continue
                 axes[i][0].plot(s.index, s["cpu"], color=colour, linestyle=style, linewidth=1.2)

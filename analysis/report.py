@@ -242,29 +242,42 @@ def png_data_uri(path: Path) -> str:
 
 
 def adaptive_frame(plan: dict) -> pd.DataFrame:
-    """The second round's plan, one row per comparison, half-widths as ±%."""
-    rows = plan.get("comparisons") or []
+    """The second round's plan, one row per first-screen answer, half-widths as ±%."""
     pm = lambda v: f"±{100 * v:.1f}%"  # noqa: E731
-    return pd.DataFrame([{"comparison": r["comparison"], "runs after round 1": r["runs"],
+    return pd.DataFrame([{"answer": r["answer"], "comparisons": r["comparisons"],
                           "half-width after round 1": pm(r["measured_half_width"]), "repeats added": r["added"],
                           "projected half-width": pm(r["projected_half_width"]), "status": r["status"]}
-                         for r in rows])
+                         for r in plan.get("answers") or []])
+
+
+def adaptive_comparisons(plan: dict) -> pd.DataFrame:
+    """The plan's per-configuration comparisons (the CSV beside the table)."""
+    return pd.DataFrame(plan.get("comparisons") or [])
 
 
 def adaptive_findings(plan: dict) -> list:
-    """One sentence on what the second round did, and why."""
-    if not plan or "comparisons" not in plan:
+    """What the second round did and why; how many comparisons are settled on their own, and
+    what the open ones would cost."""
+    if not plan or "answers" not in plan:
         return []
-    comps = plan["comparisons"]
-    wide = [c for c in comps if c["measured_half_width"] > plan["precision"]]
+    answers, comps = plan["answers"], plan["comparisons"]
+    wide = [a for a in answers if a["measured_half_width"] > plan["precision"]]
     added = sum(p["added"] for p in plan["points"])
-    left = [c for c in comps if c["projected_half_width"] > plan["precision"]]
-    text = (f"Second round: {len(wide)} of {len(comps)} comparisons were wider than ±{100 * plan['precision']:g}% "
-            f"after {plan['first_round']} repeats, so {added} more runs went to {len(plan['points'])} points "
+    left = [a for a in answers if a["projected_half_width"] > plan["precision"]]
+    text = (f"Second round: {len(wide)} of {len(answers)} answers were wider than ±{100 * plan['precision']:g}% "
+            f"after {plan['first_round']} repeats (launch noise SD {plan['pooled_log_sd']:.3f} on "
+            f"{plan['pooled_dof']} dof), so {added} more runs went to {len(plan['points'])} points "
             f"(about {plan['planned_s'] / 60:.1f} of a {plan['budget_s'] / 60:g} min budget, at most "
             f"{plan['max_repeats']} runs a point).")
     if left:
         text += f" {len(left)} stay projected wider than that: the budget or the cap ended them."
+    settled = [c for c in comps if c["status"] == "settled"]
+    if comps:
+        need = [c for c in comps if c["status"] != "settled" and c["to_settle_runs"] > 0]
+        text += (f" Per configuration, {len(settled)} of {len(comps)} comparisons are within ±"
+                 f"{100 * plan['precision']:g}% on their own"
+                 + (f"; settling the other {len(need)} would take {sum(c['to_settle_runs'] for c in need)} more "
+                    f"runs (about {sum(c['to_settle_min'] for c in need):.0f} min)." if need else "."))
     return [text]
 
 
@@ -302,13 +315,15 @@ def build_tables(agg: Aggregate, runs: pd.DataFrame) -> dict:
                                     r["workers"]))
     out["plan"].data = plan  # the CSV keeps the raw numbers
     out["adaptive"] = frame_table(
-        adaptive_frame(agg.plan), "adaptive", "Second round: repeats where a comparison was open",
-        "Every comparison the report makes between two timing points of the first round (analysis/adaptive.py): "
-        "the 95% interval's half-width after the first round, the repeats the second round added to each side, "
-        "and the half-width those are projected to give (each point's spread taken as at least the median "
-        "spread). Repeats go only where the interval was wider than the precision asked for (config "
-        "`adaptive`), within its time budget; where the interval lies plays no part.",
+        adaptive_frame(agg.plan), "adaptive", "Second round: repeats where an answer was open",
+        "Every first-screen answer (analysis/adaptive.py: the geometric mean of its comparisons over the "
+        "configurations): the 95% interval's half-width after the first round, the repeats the second round "
+        "added to its points, and the half-width those are projected to give, at the launch noise pooled over "
+        "the first round. Repeats go only where the interval was wider than the precision asked for (config "
+        "`adaptive`), within its time budget; where the interval lies plays no part. The CSV lists every "
+        "comparison per configuration, whether it is settled on its own, and what settling it would cost.",
         empty_text="No second round: config `adaptive` is off, or the first round left nothing to plan.")
+    out["adaptive"].data = adaptive_comparisons(agg.plan)
     out["deadlocks"] = TableSet(
         "deadlocks", "Deadlock and failure report", "Every run that did not end ok.",
         deadlocks.failures_frame(agg.failures), body=deadlocks.render_html(agg.failures))
@@ -388,6 +403,15 @@ def comparable(points: pd.DataFrame, keys=("experiment", "model", "batch_size"),
     return _having(points, keys, n[n >= 2].reset_index()[keys] if len(n) else ok.iloc[0:0])
 
 
+def breakdown_points(points: pd.DataFrame) -> pd.DataFrame:
+    """The points the breakdown figure draws: its comparable panels; where there are none (one
+    point per model, as a one-GPU check has), every ok point with phase times, since a step's
+    split into phases says something on its own."""
+    timed = points.dropna(subset=["step_s_mean"]) if len(points) else points
+    drawn = comparable(timed)
+    return drawn if len(drawn) or timed.empty else timed[timed["n_ok"] > 0]
+
+
 def measured_series(scaling: pd.DataFrame) -> pd.DataFrame:
     """The scaling series with a speed-up beyond their base (a series of a baseline alone compares nothing)."""
     series = list(speedup_gap.SERIES)
@@ -417,7 +441,7 @@ def _figures(agg, runs, points, scaling, gap, speed, assets: Path) -> dict:
     """Write every figure's PNG; name -> {src, caption, file, why} (why: the line the page shows
     instead of a figure with nothing to compare, or None)."""
     data = {"runtime_vs_devices": comparable(points), "speedup": measured_series(scaling),
-            "breakdown": comparable(points.dropna(subset=["step_s_mean"]) if len(points) else points),
+            "breakdown": breakdown_points(points),
             "throughput": comparable(points, ("experiment", "framework", "model", "devices", "workers"), "batch_size")}
     skip = not_drawn(runs, data, gap)
     figures = {}

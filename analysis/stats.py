@@ -12,7 +12,9 @@ import pandas as pd
 
 from runners.stopping import t_quantile
 
-CI_METHOD_RATIO = ("ratio of geometric means over repeats, 95% Welch t-interval on the log scale")
+CI_METHOD_RATIO = ("ratio of geometric means over repeats, 95% t-interval on the log scale with the launch noise "
+                   "pooled over the experiment's configurations, grouped where their spreads differ")
+CI_METHOD_WELCH = "ratio of geometric means over repeats, 95% Welch t-interval on the log scale"
 CI_METHOD_DIFF = "difference of means over repeats, 95% Welch t-interval"
 NO_CLEAR = "no clear difference"
 
@@ -52,13 +54,68 @@ def welch_interval(a, b) -> tuple:
     return d, d - h, d + h
 
 
-def ratio_interval(a, b) -> tuple:
-    """(ratio, low, high): geometric mean of `a` over that of `b` with a 95% interval (Welch t
-    on the logs, so the interval is multiplicative, as timing noise is). NaN bounds below 2
-    repeats per side."""
+def _pooled_difference(a: list, b: list, sd_a: float, dof_a: float, sd_b: float, dof_b: float) -> tuple:
+    """(mean(a) - mean(b), low, high, dof): a 95% interval whose spread comes from pooled launch
+    noise (each side's SD and its degrees of freedom, analysis.noise), not from the samples
+    themselves, so one value a side is enough. Welch-Satterthwaite combines the sides' dof."""
+    d = sum(a) / len(a) - sum(b) / len(b)
+    va, vb = sd_a ** 2 / len(a), sd_b ** 2 / len(b)
+    if va + vb == 0:
+        return d, d, d, float("inf")
+    if (sd_a, dof_a) == (sd_b, dof_b):  # one pool serves both sides: one estimate, its own dof
+        dof = dof_a
+    else:
+        dof = (va + vb) ** 2 / ((va ** 2 / dof_a if va else 0) + (vb ** 2 / dof_b if vb else 0))
+    h = t_quantile(dof) * math.sqrt(va + vb)
+    return d, d - h, d + h, dof
+
+
+def ratio_interval_dof(a, b, noise=None) -> tuple:
+    """ratio_interval's (ratio, low, high) and the interval's degrees of freedom (NaN without one)."""
     a, b = [v for v in _clean(a) if v > 0], [v for v in _clean(b) if v > 0]
-    d, lo, hi = welch_interval([math.log(v) for v in a], [math.log(v) for v in b])
-    return tuple(math.exp(x) if not pd.isna(x) else float("nan") for x in (d, lo, hi))
+    la, lb = [math.log(v) for v in a], [math.log(v) for v in b]
+    if not la or not lb:
+        return (float("nan"),) * 4
+    if noise:
+        d, lo, hi, dof = _pooled_difference(la, lb, *noise)
+    else:
+        d, lo, hi = welch_interval(la, lb)
+        dof = _welch_dof(la, lb)
+    return (*(math.exp(x) if not pd.isna(x) else float("nan") for x in (d, lo, hi)), dof)
+
+
+def _welch_dof(a: list, b: list) -> float:
+    if len(a) < 2 or len(b) < 2:
+        return float("nan")
+    va, vb = pd.Series(a).var(ddof=1) / len(a), pd.Series(b).var(ddof=1) / len(b)
+    if va + vb == 0:
+        return float("inf")
+    return (va + vb) ** 2 / ((va ** 2 / (len(a) - 1) if va else 0) + (vb ** 2 / (len(b) - 1) if vb else 0))
+
+
+def ratio_interval(a, b, noise=None) -> tuple:
+    """(ratio, low, high): geometric mean of `a` over that of `b` with a 95% interval on the logs
+    (multiplicative, as timing noise is). `noise`: (sd_a, dof_a, sd_b, dof_b), the pooled launch
+    noise of each side on the log scale (analysis.noise.Noise.pair); without it, Welch t on the
+    samples' own spread, with NaN bounds below 2 repeats per side."""
+    return ratio_interval_dof(a, b, noise)[:3]
+
+
+def combined_ratio(rows) -> tuple:
+    """(geometric mean ratio, low, high) over configurations: the mean of their log ratios with
+    a 95% interval. `rows`: (ratio, low, high, dof) per configuration. Each configuration's
+    standard error is read back from its interval (half-width / t(dof)); launches of different
+    configurations are independent, so the variances add. The configurations' intervals share
+    one pooled noise estimate, so the smallest of their dof is kept (not their sum)."""
+    rows = [(math.log(r), (math.log(h) - math.log(lo)) / 2, dof) for r, lo, h, dof in rows
+            if all(x == x and x > 0 for x in (r, lo, h, dof))]
+    if not rows:
+        return float("nan"), float("nan"), float("nan")
+    k = len(rows)
+    mean = sum(r for r, _, _ in rows) / k
+    se = math.sqrt(sum((half / t_quantile(dof)) ** 2 for _, half, dof in rows)) / k
+    h = t_quantile(min(dof for _, _, dof in rows)) * se
+    return math.exp(mean), math.exp(mean - h), math.exp(mean + h)
 
 
 def verdict(low: float, high: float, null: float, above: str, below: str) -> str:

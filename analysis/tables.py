@@ -19,7 +19,9 @@ from analysis.comparisons import framework_comparison, framework_pairs
 from analysis.display import Cell, GridTable, TableSet, index_cells, row_anchor, value_cell
 from analysis.formatting import fmt_duration, fmt_num, fmt_pct, fmt_si, status_text
 from analysis.grouping import paper_order, performance_points, performance_runs
-from analysis.stats import CI_METHOD_RATIO, ratio_interval, verdict
+from analysis.noise import caption as noise_caption
+from analysis.noise import pooled_noise
+from analysis.stats import CI_METHOD_RATIO, ratio_interval_dof, verdict
 
 PAPER_CSV = Path(__file__).resolve().parent / "paper_table2.csv"
 PAPER_EPOCHS = 50
@@ -165,6 +167,11 @@ def series_workers(points: pd.DataFrame) -> pd.Series:
 SCALING_VALUE = "steady_epoch_time_s"  # per pass over the split: comparable whatever the epochs a run took
 
 
+def _cell(point) -> dict:
+    """The cell (analysis.noise.CELL_KEYS) of a grid point: a row of grid_points."""
+    return {k: getattr(point, k) for k in ("experiment", *GRID_KEYS)}
+
+
 def _ok_values(runs: pd.DataFrame, point, value: str, **override) -> pd.Series:
     """`value` of the ok runs of one grid point (a row of grid_points), axes overridable."""
     if runs is None or runs.empty or value not in runs:
@@ -185,12 +192,13 @@ def scaling_data(points: pd.DataFrame, runs: pd.DataFrame | None = None) -> pd.D
     verdict; `oversubscribed` marks points with more processes than cores."""
     series = ["experiment", "framework", "model", "batch_size", "series_workers"]
     cols = [*series, "workers", "devices", "base_devices", "epoch_time_s", "base_epoch_time_s", "speedup",
-            "low", "high", "verdict", "ideal_speedup", "efficiency", "n_ok", "statuses", "worst_status",
+            "low", "high", "dof", "verdict", "ideal_speedup", "efficiency", "n_ok", "statuses", "worst_status",
             "base_status", "oversubscribed", "command"]
     if points.empty:
         return pd.DataFrame(columns=cols)
     points = points.assign(series_workers=series_workers(points))
     value = SCALING_VALUE
+    noise = pooled_noise(runs, value)
     out = []
     for _, g in points.groupby(series, sort=False):
         g = g.sort_values("devices")
@@ -198,16 +206,17 @@ def scaling_data(points: pd.DataFrame, runs: pd.DataFrame | None = None) -> pd.D
         base_times = _ok_values(runs, base, value)
         for p in g.itertuples():
             ok = p.n_ok > 0 and base.n_ok > 0 and not pd.isna(getattr(p, f"{value}_mean"))
-            speedup, lo, hi = float("nan"), float("nan"), float("nan")
+            speedup, lo, hi, dof = float("nan"), float("nan"), float("nan"), float("nan")
             if ok:
                 speedup = getattr(base, f"{value}_mean") / getattr(p, f"{value}_mean")
                 if runs is not None and p.devices != base.devices:
-                    speedup, lo, hi = ratio_interval(base_times, _ok_values(runs, p, value))
+                    speedup, lo, hi, dof = ratio_interval_dof(base_times, _ok_values(runs, p, value),
+                                                              noise.pair(_cell(base), _cell(p)))
             ideal = p.devices / base.devices
             out.append({**{k: getattr(p, k) for k in series}, "workers": p.workers, "devices": p.devices,
                         "base_devices": base.devices, "epoch_time_s": getattr(p, f"{value}_mean"),
                         "base_epoch_time_s": getattr(base, f"{value}_mean"), "speedup": speedup,
-                        "low": lo, "high": hi, "verdict": verdict(lo, hi, 1.0, "faster", "slower"),
+                        "low": lo, "high": hi, "dof": dof, "verdict": verdict(lo, hi, 1.0, "faster", "slower"),
                         "ideal_speedup": ideal, "efficiency": speedup / ideal if ok else float("nan"),
                         "n_ok": p.n_ok, "statuses": p.statuses, "worst_status": p.worst_status,
                         "base_status": base.statuses, "oversubscribed": bool(getattr(p, "oversubscribed", False)),
@@ -282,7 +291,7 @@ def speed_anchor(experiment, a, b, model, devices, batch_size, workers) -> str:
 def speed_data(runs: pd.DataFrame) -> pd.DataFrame:
     """Every pair of frameworks per experiment and configuration: the ratio of their steady-state
     epoch times (a / b, above 1: b is faster) with its 95% interval and verdict (performance runs)."""
-    cols = ["a", "b", *SPEED_KEYS, "n_a", "n_b", "estimate", "low", "high", "verdict", "oversubscribed"]
+    cols = ["a", "b", *SPEED_KEYS, "n_a", "n_b", "estimate", "low", "high", "dof", "verdict", "oversubscribed"]
     perf = performance_runs(runs)
     parts = [framework_comparison(perf, SCALING_VALUE, "ratio", pair).assign(a=pair[0], b=pair[1])
              for pair in framework_pairs(perf)]
@@ -320,7 +329,8 @@ def speed_table(runs: pd.DataFrame) -> TableSet:
         "speed", "Framework against framework",
         "Per configuration: the first framework's steady-state epoch time over the second's (above 1×: the "
         f"second is faster) with its 95% interval ({CI_METHOD_RATIO}), the verdict the interval supports and "
-        f"the ok repeats of each. One repeat per side gives no interval and no verdict. {OVERSUBSCRIBED_TEXT}",
+        f"the ok repeats of each. Without pooled noise one repeat per side gives no interval and no verdict. "
+        f"{noise_caption(pooled_noise(performance_runs(runs), SCALING_VALUE))} {OVERSUBSCRIBED_TEXT}",
         data, grids, empty_text="No configuration has ok runs of two frameworks.")
 
 
@@ -333,7 +343,7 @@ def axis_effect(points: pd.DataFrame, runs: pd.DataFrame, axis: str, value: str,
     this / base of a rate. Each with its 95% interval (ratio of geometric means over repeats,
     Welch t on the logs) and verdict, plus the loader's share of a step at both ends."""
     others = ["experiment"] + [k for k in GRID_KEYS if k != axis]
-    cols = [*others, axis, f"base_{axis}", "estimate", "low", "high", "verdict", "n_ok", "base_n_ok",
+    cols = [*others, axis, f"base_{axis}", "estimate", "low", "high", "dof", "verdict", "n_ok", "base_n_ok",
             "load_share", "base_load_share", "oversubscribed", "command"]
     if points.empty or runs is None:
         return pd.DataFrame(columns=cols)
@@ -344,6 +354,7 @@ def axis_effect(points: pd.DataFrame, runs: pd.DataFrame, axis: str, value: str,
         return p["step_load_wait_s_mean"] / step if step and not pd.isna(step) else float("nan")
 
     rows = []
+    noise = pooled_noise(runs, value)
     for key, g in points.groupby(others, sort=False):
         if g[axis].nunique() < 2:
             continue
@@ -352,9 +363,11 @@ def axis_effect(points: pd.DataFrame, runs: pd.DataFrame, axis: str, value: str,
         base_vals = _ok_values(runs, base, value)
         for _, p in g.iloc[1:].iterrows():
             this = _ok_values(runs, p, value)
-            est, lo, hi = ratio_interval(base_vals, this) if kind == "speedup" else ratio_interval(this, base_vals)
+            pair = noise.pair(_cell(base), _cell(p))
+            est, lo, hi, dof = (ratio_interval_dof(base_vals, this, pair) if kind == "speedup"
+                                else ratio_interval_dof(this, base_vals, pair and (*pair[2:], *pair[:2])))
             rows.append({**dict(zip(others, key)), axis: p[axis], f"base_{axis}": base[axis], "estimate": est,
-                         "low": lo, "high": hi, "verdict": verdict(lo, hi, 1.0, above, below),
+                         "low": lo, "high": hi, "dof": dof, "verdict": verdict(lo, hi, 1.0, above, below),
                          "n_ok": p["n_ok"], "base_n_ok": base["n_ok"], "load_share": load_share(p),
                          "base_load_share": load_share(base),
                          "oversubscribed": bool(p.get("oversubscribed")) or bool(base.get("oversubscribed")),

@@ -19,6 +19,7 @@ from analysis import FRAMEWORK_ORDER, framework_label, model_label
 from analysis.display import Cell, GridTable, TableSet
 from analysis.formatting import fmt_num
 from analysis.grouping import performance_runs
+from analysis.noise import SPLIT_AXES, pooled_noise
 from analysis.stats import mean_ci, ratio_interval, verdict
 
 POINT_KEYS = ("model", "devices", "batch_size", "workers")
@@ -64,6 +65,14 @@ def variant_rows(runs: pd.DataFrame, axis: Axis) -> pd.DataFrame:
         return pd.DataFrame(columns=axis.columns())
     rows = []
     keys = list(POINT_KEYS + LIKE_KEYS)
+    # Launch noise pooled over every point of both the base and the variants (split by the
+    # variant, or another axis, where Bartlett's test finds the spreads unequal).
+    cell_keys = ("experiment", axis.column, "framework", *POINT_KEYS)
+    noise = pooled_noise(r.assign(experiment="variants"), "steady_epoch_mean_s", cell_keys, (axis.column, *SPLIT_AXES))
+
+    def cell(fw, variant, key):
+        return {"experiment": "variants", axis.column: variant, "framework": fw, **dict(zip(POINT_KEYS, key))}
+
     for key, g in r[r[axis.column].isin(others)].groupby(keys, sort=True):
         here = r[(r[keys] == pd.Series(dict(zip(keys, key)))).all(axis=1)]
         on_base = {fw: _times(here[(here["framework"] == fw) & (here[axis.column] == axis.base)])
@@ -76,17 +85,19 @@ def variant_rows(runs: pd.DataFrame, axis: Axis) -> pd.DataFrame:
                 if g2.empty:
                     continue
                 rows.append(_row(axis, key, fw, variant, g2, on_base[fw], other,
-                                 on_base.get(other, pd.Series(dtype=float))))
+                                 on_base.get(other, pd.Series(dtype=float)),
+                                 noise.pair(cell(fw, axis.base, key), cell(fw, variant, key)),
+                                 noise.pair(cell(fw, variant, key), cell(other, axis.base, key))))
     return pd.DataFrame(rows, columns=axis.columns())
 
 
 def _row(axis: Axis, key, fw: str, variant: str, g: pd.DataFrame, base: pd.Series, other,
-         other_times: pd.Series) -> dict:
+         other_times: pd.Series, base_noise=None, gap_noise=None) -> dict:
     times = _times(g)
     mean, ci = mean_ci(times)
     is_base = variant == axis.base
-    est, lo, hi = ratio_interval(base, times) if not is_base else (float("nan"),) * 3
-    gap = ratio_interval(times, other_times)
+    est, lo, hi = ratio_interval(base, times, base_noise) if not is_base else (float("nan"),) * 3
+    gap = ratio_interval(times, other_times, gap_noise)
     skipped = g[g["status"] == "skipped"]
     detail = ", ".join(sorted(set(g[axis.detail].dropna().astype(str)))) if axis.detail in g else ""
     return {**dict(zip(POINT_KEYS, key[:len(POINT_KEYS)])), "framework": fw, axis.column: variant,

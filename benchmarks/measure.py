@@ -23,6 +23,10 @@ Prints one markdown table (measurement, figure, target, verdict, detail) and wri
                    records, exit), for each rank starter (runners.spawn, torchrun), against
                    the floor: a bare `python -c "import torch, FRAMEWORK"`, and that plus
                    torch._dynamo, which torch 2.2's optimisers import on first use.
+8. coverage        (only with --with-coverage) the share of the report's 95% intervals, on
+                   subsamples of 2 launches a cell from 10 launches of PyG and DGL at two
+                   points, that miss the all-launch ratio: pooled launch noise against the
+                   old per-comparison Welch interval (benchmarks/coverage.py).
 
 The configurations of 1, 2, 4 and 6 run interleaved (repeat i runs every variant once, in an
 order rotated by i) so that drift of a shared machine hits all variants alike; each figure
@@ -78,6 +82,7 @@ TARGETS = {
     "noop": ("sweep wall time", "<= 5 s", 5.0),
     "cv": ("variation: CV of epoch time", "<= 5%", 0.05),
     "launch": ("launch: run minus training, over the import floor", "<= 1.5 s", 1.5),
+    "coverage": ("coverage: 2 + 2 intervals missing the all-launch ratio", "<= 10% (covers >= 90%)", 0.10),
 }
 STARTERS = ("spawn", "torchrun")
 FLOOR_MODULES = {"pyg": "torch_geometric", "dgl": "dgl"}
@@ -97,6 +102,8 @@ class Settings:
     memory_graph: list = field(default_factory=lambda: [200_000, 10_000_000, 256])  # nodes, edges, features
     memory_root: str = "/tmp/gnnscale-bench/datasets"
     with_sweep: bool = False
+    with_coverage: bool = False
+    coverage_launches: int = 10
     out_dir: str = "results/benchmarks"
     only: list | None = None  # row kinds (TARGETS keys) to measure; None: all
 
@@ -533,6 +540,23 @@ def measure_launch(s: Settings, work: Path, raw: dict) -> list:
     return rows
 
 
+def measure_coverage(s: Settings, work: Path, raw: dict) -> list:
+    """Row 8: the share of the report's 95% intervals, on subsamples of the default design's size,
+    that miss the ratio over every launch; the pooled interval and the old Welch one side by side."""
+    from benchmarks import coverage
+
+    runs = coverage.collect(work / "coverage", s.coverage_launches, s.dataset)
+    figures = coverage.coverage(runs)
+    raw["coverage"] = figures
+    detail = (f"{figures['comparisons']} PyG/DGL comparisons, {s.coverage_launches} launches a cell, "
+              f"{figures['draws']} draws of 2 a cell; median width (high/low) ")
+    return [row("coverage:pooled launch noise", 1 - figures["pooled_coverage"],
+                f"{100 * figures['pooled_coverage']:.1f}% covered",
+                detail + f"{figures['pooled_median_width']:.2f}"),
+            row("coverage:Welch per comparison", 1 - figures["welch_coverage"],
+                f"{100 * figures['welch_coverage']:.1f}% covered", detail + f"{figures['welch_median_width']:.2f}")]
+
+
 def expected_keys(s: Settings) -> list:
     keys = [f"probe:{fw}-{m}" for fw in TIMED for m in s.models]
     keys += [f"fidelity:{fw}-{m}{suffix}" for fw in TIMED for m in s.models
@@ -540,6 +564,7 @@ def expected_keys(s: Settings) -> list:
     keys += [f"memory:{fw}" for fw in FRAMEWORKS] + [f"startup:{fw}" for fw in TIMED]
     keys += ["sweep:default, cold", "noop:no-op rerun"] + [f"cv:{fw}-{m}" for fw in TIMED for m in s.models]
     keys += [f"launch:{fw}" for fw in FRAMEWORKS]
+    keys += ["coverage:pooled launch noise", "coverage:Welch per comparison"] if s.with_coverage else []
     return [k for k in keys if wanted(s, k.split(":")[0])]
 
 
@@ -591,6 +616,9 @@ def parse_args(argv=None) -> Settings:
                    help="NODES,EDGES,FEATURES of the memory measurement's synthetic graph")
     p.add_argument("--memory-root")
     p.add_argument("--with-sweep", action="store_true", help="also time the default Snakemake sweep")
+    p.add_argument("--with-coverage", action="store_true",
+                   help="also check the intervals' coverage on many launches (benchmarks/coverage.py; minutes)")
+    p.add_argument("--coverage-launches", type=int, help="launches per cell of the coverage row (default 10)")
     p.add_argument("--out-dir")
     p.add_argument("--only", type=lambda t: t.split(","),
                    help=f"comma-separated row kinds to measure ({', '.join(TARGETS)}); default all")
@@ -617,7 +645,8 @@ def main(argv=None) -> int:
     steps = [(measure_timing, any(wanted(s, k) for k in ("probe", "fidelity", "startup", "cv"))),
              (measure_memory, wanted(s, "memory")),
              (measure_launch, wanted(s, "launch")),
-             (measure_sweep, s.with_sweep and (wanted(s, "sweep") or wanted(s, "noop")))]
+             (measure_sweep, s.with_sweep and (wanted(s, "sweep") or wanted(s, "noop"))),
+             (measure_coverage, s.with_coverage and wanted(s, "coverage"))]
     for fn, enabled in steps:
         if not enabled:
             continue

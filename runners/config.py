@@ -25,7 +25,7 @@ from runners.rundir import RunDir
 from runners.settings import FAULTS, REQUIRED, STRATEGIES, ConfigError, parse_fanouts  # noqa: F401 (re-exported)
 
 FAULTS_NEEDING_WORKERS = ("hang-worker", "kill-worker")
-FAULTS_NEEDING_TWO_RANKS = ("uneven-batches", "stall-rank", "freeze-rank")
+FAULTS_NEEDING_TWO_RANKS = ("uneven-batches",)
 FAULTS_NEEDING_A_PIPELINE = ("hang-pipeline",)
 
 # Per model (the seed study's Table 1, declared in the registry); any of them can be

@@ -371,8 +371,14 @@ def fd_remedy(fd) -> str:
             "processes; or use fewer loader workers (--workers)")
 
 
+# stalled_rank in a run of one process, where no other rank waits for it in a collective.
+SOLE_RANK_STALL = "the run's only rank stopped making progress (frozen, or stuck in a call or a loop)"
+
+
 def cause_label(key: str, ev: dict) -> str:
     """The cause as a summary line names it (with the limit and the need for fd_limit)."""
+    if key == "stalled_rank" and len(ev.get("ranks") or []) == 1:
+        return SOLE_RANK_STALL
     label = CAUSES[key][0].split(":")[0]
     fd = ev.get("fd") or {}
     if key == "fd_limit" and fd.get("soft_limit"):
@@ -518,6 +524,8 @@ def diagnose_stop(out: Path, status: str, stalled, watch: dict, states: dict, st
     key, culprit, evidence = decide_stop(ev)
     cause, remedy = CAUSES[key][0], remedy_for(key, ev)
     ranks = ev["ranks"]
+    if key == "stalled_rank" and len(ranks) == 1:  # nobody waits for it: a 1-process run
+        cause = SOLE_RANK_STALL
     evidence = list(evidence)
     for x in ranks:
         evidence.append(f"rank {x['rank']}: epoch {x['epoch']} step {x['step']} phase '{x['phase']}' "

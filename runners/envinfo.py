@@ -262,7 +262,7 @@ def collect() -> dict:
         "numpy": package_version("numpy"),
         "lightning": package_version("lightning"),  # the seed-study harness (--harness study)
         "gpus": nvml["gpus"],
-        "nvml": {"available": nvml["available"], "reason": nvml["reason"]},
+        "nvml": {"available": nvml["available"], "reason": nvml["reason"], "driver": nvml.get("driver")},
         "cpu_model": cpu_model(),
         "cpu_cores": cpu_cores(),
         "memory_bytes": memory_bytes(),

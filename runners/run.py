@@ -293,7 +293,9 @@ def parse_and_check(argv: list) -> tuple:
         cfg = config_from_args(args, envinfo.visible_gpu_count(env), env["cpu_cores"])
         cfg = dataclasses.replace(cfg, lane=check_lane(cfg.lane, env["lane"]))
         check_out(Path(cfg.out))
-        unavailable = None if cfg.skip_reason else envinfo.framework_unavailable(cfg.framework, env)
+        if cfg.skip_reason:  # more GPUs than this node has: recorded as skipped, never launched,
+            return cfg, env, "not_enough_devices"  # so the framework's GPU checks do not apply
+        unavailable = envinfo.framework_unavailable(cfg.framework, env)
         if unavailable and cfg.lane == "unmanaged":
             # `skipped` is for a lane that cannot carry the framework by design.
             raise ConfigError(outside_lanes(unavailable))
@@ -315,7 +317,7 @@ def parse_and_check(argv: list) -> tuple:
                 raise ConfigError(str(exc))
     except ConfigError as exc:
         parser.error(str(exc))
-    return cfg, env, "not_enough_devices" if cfg.skip_reason else None
+    return cfg, env, None
 
 
 # A process per core is what a timing wants; past this many the run measures the scheduler

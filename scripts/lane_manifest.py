@@ -5,6 +5,8 @@ Run with the lane's own Python:
   own-constraints LOCK                pip constraints for the `own` lane: every package the Python
                                       already has, pinned to its version; the lock for the rest
   write LANE LOCK TOP SRC             the manifest (JSON) that every result records as env.lane
+  venv-sites                          this Python's site-packages when it is itself a virtualenv
+                                      (one per line; nothing otherwise)
 """
 
 from __future__ import annotations
@@ -101,6 +103,14 @@ def manifest(lane: str, lock: str, *reqs: str) -> dict:
     }
 
 
+def venv_sites() -> list:
+    """The site-packages of this Python when it is a virtualenv: what a venv made from it with
+    --system-site-packages does not see (that flag names the base interpreter's)."""
+    import site
+
+    return site.getsitepackages() if sys.prefix != sys.base_prefix else []
+
+
 def _isolated() -> bool:
     cfg = Path(sys.prefix) / "pyvenv.cfg"
     text = cfg.read_text() if cfg.exists() else ""
@@ -113,10 +123,12 @@ def main(argv: list) -> int:
         print(" ".join(missing(args[0])))
     elif command == "own-constraints":
         print("\n".join(own_constraints(*args)))
+    elif command == "venv-sites":
+        print("\n".join(venv_sites()))
     elif command == "write":
         print(json.dumps(manifest(*args), indent=1, sort_keys=True))
     else:
-        print(f"lane_manifest: unknown command {command!r}; allowed: missing, own-constraints, write",
+        print(f"lane_manifest: unknown command {command!r}; allowed: missing, own-constraints, venv-sites, write",
               file=sys.stderr)
         return 2
     return 0

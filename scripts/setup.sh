@@ -61,7 +61,15 @@ PY="$VENV/bin/python"
 PIP=("$PY" -m pip --disable-pip-version-check)
 names() { grep -v '^\s*#' "$1" | sed 's/\[.*//; s/\s*$//' | grep -v '^$'; }
 if [ "$LANE" = own ]; then
-    [ -x "$PY" ] || "$PYTHON" -m venv --system-site-packages "$VENV"
+    if [ ! -x "$PY" ]; then
+        # A Python without ensurepip (a GPU image's venv made by uv) still lends its own pip.
+        nopip=(); "$PYTHON" -c 'import ensurepip' 2>/dev/null || nopip=(--without-pip)
+        "$PYTHON" -m venv --system-site-packages "${nopip[@]}" "$VENV"
+        # --system-site-packages shows the base interpreter's packages only. When PYTHON is itself a
+        # virtualenv (a GPU image's /opt/torch/.venv), its torch lives in that venv's site-packages,
+        # which a .pth in the lane's own site-packages adds after the lane's own packages.
+        "$PYTHON" scripts/lane_manifest.py venv-sites > "$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/gnnscale-own-python.pth"
+    fi
     # What the Python already has is kept: pinned to its own version so pip leaves it alone.
     CONSTRAINTS=$(mktemp)
     trap 'rm -f "$CONSTRAINTS"' EXIT
@@ -102,7 +110,12 @@ if [ -n "$missing_src" ]; then
         "${PIP[@]}" install -q --no-index --find-links "$WHEELHOUSE" -c "$CONSTRAINTS" $missing_src
     fi
 fi
-"${PIP[@]}" check
+if [ "$LANE" = own ]; then
+    # The Python's own packages are kept as they are, conflicts and all (a GPU image may carry some).
+    "${PIP[@]}" check || echo "setup: pip check found conflicts among the packages of $PYTHON (above); the own lane keeps them" >&2
+else
+    "${PIP[@]}" check
+fi
 "$PY" scripts/lane_manifest.py write "$LANE" "$LOCK" "$REQ/top.txt" "$REQ/source-build.txt" > "$VENV/gnnscale-lane.json"
 echo "$want" > "$STAMP"
 echo "setup: lane $LANE ready in $VENV ($(( $(date +%s) - start )) s)"

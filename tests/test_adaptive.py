@@ -22,33 +22,52 @@ def points(*items):
 
 
 def test_half_width_is_the_reports_interval():
-    a, b = [1.00, 1.06, 0.97], [0.50, 0.52, 0.49]
-    ratio, low, high = stats.ratio_interval(a, b)
-    sd = lambda xs: math.sqrt(sum((math.log(x) - sum(map(math.log, xs)) / len(xs)) ** 2 for x in xs) / (len(xs) - 1))  # noqa: E731
-    hw = adaptive.half_width(sd(a), len(a), sd(b), len(b))
+    """The planner's half-width at the pooled spread is the report's pooled interval."""
+    a, b = [1.00, 1.06, 0.97], [0.50, 0.52]
+    ratio, low, high = stats.ratio_interval(a, b, (0.05, 12, 0.05, 12))
+    hw = adaptive.half_width(0.05, 12, len(a), len(b))
     assert hw == pytest.approx(high / ratio - 1, rel=1e-9)
     assert hw == pytest.approx(ratio / low - 1, rel=1e-9)
+    # an answer over configurations is the report's combined interval
+    rows = [stats.ratio_interval_dof(a, b, (0.05, 12, 0.05, 12))] * 4
+    est, lo, hi = stats.combined_ratio(rows)
+    assert adaptive.answer_half_width(0.05, 12, [(3, 2)] * 4) == pytest.approx(hi / est - 1, rel=1e-9)
 
 
-def test_only_wide_comparisons_get_repeats_within_the_budget_and_cap():
-    # PyG over DGL: narrow for GAT, wide for GraphSAGE (models are never compared with each other)
-    pts = points(point("pyg", [1.00, 1.001], model="gat"), point("dgl", [0.500, 0.5005], model="gat"),
-                 point("pyg", [1.0, 1.3]), point("dgl", [0.5, 0.52]))
-    plan = adaptive.plan(pts, precision=0.05, budget_s=10_000, max_repeats=5)
+def test_only_open_answers_get_repeats_within_the_budget_and_cap():
+    # PyG over DGL: GAT's points already have 6 repeats (its answer is narrow), GraphSAGE's 2
+    # (models are never compared with each other, so its answer is the only one open)
+    spread = (1.0, 1.1, 0.95, 1.05, 0.98, 1.02)
+    pts = points(point("pyg", spread, model="gat"), point("dgl", [0.5 * x for x in spread], model="gat"),
+                 point("pyg", [1.0, 1.1]), point("dgl", [0.5, 0.53]))
+    plan = adaptive.plan(pts, precision=0.08, budget_s=10_000, max_repeats=6)
     by = {p.label(): p for p in pts.values()}
     assert by["pyg gat d2 b256 w0"].added == 0 and by["dgl gat d2 b256 w0"].added == 0
-    assert by["pyg sage d2 b256 w0"].added > 0
-    assert all(p.n <= 5 for p in pts.values())
-    rows = {c["comparison"]: c for c in plan.comparisons}
-    assert rows["PyG over DGL (gat d2 b256 w0)"]["status"] == "narrow enough after round 1"
-    assert rows["PyG over DGL (sage d2 b256 w0)"]["status"] == "repeats added"
-    assert "PyG over DGL (sage d2 b256 w0)" in by["pyg sage d2 b256 w0"].why
+    assert by["pyg sage d2 b256 w0"].added > 0 and by["dgl sage d2 b256 w0"].added > 0
+    assert all(p.n <= 6 for p in pts.values())
+    rows = {a["answer"]: a for a in plan.answers}
+    assert rows["PyG over DGL, gat"]["status"] == "settled after round 1"
+    assert rows["PyG over DGL, sage"]["status"] != "settled after round 1"
+    assert "PyG over DGL, sage" in by["pyg sage d2 b256 w0"].why
+    comps = {c["comparison"]: c for c in plan.comparisons}
+    assert comps["PyG over DGL (gat d2 b256 w0)"]["status"] == "settled"
     # the budget: one run costs its wall time plus the job around it
     cost = 10.0 + adaptive.JOB_OVERHEAD_S
     tight = points(point("pyg", [1.0, 1.3]), point("dgl", [0.5, 0.6]))
     plan = adaptive.plan(tight, precision=0.01, budget_s=2.5 * cost, max_repeats=50)
     assert sum(p.added for p in tight.values()) == 2 and plan.spent_s == pytest.approx(2 * cost)
-    assert plan.comparisons[0]["status"] == "repeats added" and plan.comparisons[0]["projected_half_width"] > 0.01
+    assert plan.answers[0]["status"].startswith("open") and plan.answers[0]["projected_half_width"] > 0.01
+    # what settling a comparison would take at the pooled spread, in runs and minutes: the fewest
+    # runs (shared between the sides) that bring its interval within the precision
+    plan = adaptive.plan(points(point("pyg", [1.0, 1.1]), point("dgl", [0.5, 0.53])), precision=0.1, budget_s=0,
+                         max_repeats=50)
+    row = plan.comparisons[0]
+    sd, dof = plan.pooled_sd, plan.pooled_dof
+    k = row["to_settle_runs"]
+    assert k > 0 and row["to_settle_min"] == pytest.approx(k * cost / 60, abs=0.06)
+    assert row["status"] == f"open: {k} more runs (about {k * cost / 60:.1f} min) would settle it"
+    assert adaptive.half_width(sd, dof, 2 + k - k // 2, 2 + k // 2) <= 0.1
+    assert adaptive.half_width(sd, dof, 2 + (k - 1) - (k - 1) // 2, 2 + (k - 1) // 2) > 0.1
 
 
 def test_where_the_interval_lies_plays_no_part():
@@ -66,11 +85,12 @@ def test_where_the_interval_lies_plays_no_part():
 def test_the_pooled_spread_keeps_two_equal_times_from_looking_precise():
     pts = points(point("pyg", [1.0, 1.0]), point("dgl", [0.5, 0.5]),  # spread 0 by chance
                  point("pyg", [1.0, 1.2], devices=1), point("dgl", [1.0, 1.25], devices=1))
-    adaptive.plan(pts, precision=0.05, budget_s=10_000, max_repeats=4)
-    # PyG over DGL at d2 measured 0 wide (decided), but d2 over d1 is wide for both frameworks
+    plan = adaptive.plan(pts, precision=0.05, budget_s=10_000, max_repeats=4)
+    # PyG over DGL at d2 measured no spread, but the pooled spread says its answer is still open
+    rows = {c["comparison"]: c for c in plan.comparisons}
+    assert rows["PyG over DGL (sage d2 b256 w0)"]["measured_half_width"] > 0.05
     by = {p.label(): p.added for p in pts.values()}
-    assert by["pyg sage d1 b256 w0"] > 0 and by["dgl sage d1 b256 w0"] > 0
-    assert by["pyg sage d2 b256 w0"] > 0  # projected with the pooled spread, not zero
+    assert by["pyg sage d2 b256 w0"] > 0
 
 
 def write_result(root, fw, rep, seconds):

@@ -448,3 +448,15 @@ def test_per_model_epochs_keep_one_experiment(agg):
                                         run_id=runs["run_id"] + "-gat")], ignore_index=True)
     labels = grouping.add_experiment(both)["experiment"].unique()
     assert len(labels) == 1 and "epochs GraphSAGE 2, GAT 4" in labels[0]
+
+
+def test_cpu_per_second_is_each_process_mean_summed_over_processes():
+    """Sampled four times a second (the GPU check does), a process at 100% stays at 100%, and two
+    processes add up: the samples of one process in a second are averaged, not added."""
+    from analysis.plots import per_second
+
+    samples = pd.DataFrame({"sec": [0] * 8, "pid": [1, 1, 1, 1, 2, 2, 2, 2],
+                            "cpu_percent": [100.0] * 4 + [50.0] * 4, "rss_bytes": [2**30] * 4 + [2**29] * 4})
+    s = per_second(samples)
+    assert s.loc[0, "cpu"] == 150.0
+    assert s.loc[0, "rss"] == 2**30 + 2**29

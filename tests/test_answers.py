@@ -3,6 +3,7 @@ session's real runs (tests/_runs.py) and on their rows spread over a grid with k
 findings in short sentences, the human-unit formatters, tables grouped by experiment."""
 
 import html
+import math
 import re
 
 import pandas as pd
@@ -63,16 +64,11 @@ def test_every_question_is_answered_and_every_link_lands(top, page_ids):
 
 def test_framework_answer_names_the_faster_and_its_ratio(said, ok_runs):
     ratios = sorted(steady(ok_runs, f"pyg-sage-d{d}") / steady(ok_runs, f"dgl-sage-d{d}") for d in (1, 2))
-    if sum(r > 1 for r in ratios) == 1:  # one configuration each way (a busy machine)
-        assert said["speed"] == (f"GraphSAGE: neither framework is ahead; PyG / DGL epoch time runs from "
-                                 f"{ratios[0]:.2f}× to {ratios[1]:.2f}× (1 repeat: no interval); DGL ahead in 1, "
-                                 "PyG in 1 of 2. ")
-        return
-    faster, slower = ("DGL", "PyG") if ratios[0] > 1 else ("PyG", "DGL")
-    shown = ratios[0] if faster == "DGL" else 1 / ratios[1]  # the lower middle of the slower one's time
-    # One repeat per framework: no interval, so it only "looks" faster and no configuration is clear.
-    assert said["speed"].startswith(f"GraphSAGE: {faster} looks faster; {slower} takes {shown:.2f}× as long")
-    assert "(1 repeat: no interval)" in said["speed"] and "clear in 0 of 2 configurations" in said["speed"]
+    # One repeat per framework and point: no launch noise to pool, so no interval and no verdict;
+    # the answer gives the geometric mean over the configurations and their range.
+    gm = math.sqrt(ratios[0] * ratios[1])
+    assert said["speed"] == (f"GraphSAGE: not settled; PyG / DGL epoch time {gm:.2f}× (1 repeat: no interval; "
+                             f"2 configurations: {ratios[0]:.2f}×–{ratios[1]:.2f}×). ")
 
 
 def test_framework_number_links_to_its_table_row(top, agg):
@@ -86,11 +82,11 @@ def test_scaling_answer_quotes_the_scaling_table(said, ok_runs, top, page_ids):
     assert said["scaling"].startswith("From 1 to 2 devices (ideal 2×), PyG runs ")
     for fw in ("pyg", "dgl"):
         speedup = steady(ok_runs, f"{fw}-sage-d1") / steady(ok_runs, f"{fw}-sage-d2")
-        assert f"{speedup:.2f}× {'faster' if speedup >= 1 else 'as fast (slower)'}" in said["scaling"], fw
+        assert f"{speedup:.2f}× (1 repeat: no interval)" in said["scaling"], fw
     # where the rest goes: from the speed-up gap split, in words either way
     assert any(s in said["scaling"] for s in (": mostly ", "No speed-up is missing", "cannot be split"))
     scaling = next(a for a in top["answers"] if a.key == "scaling")
-    assert sum(1 for _, h in scaling.parts if h and h.startswith("#scaling-")) == 2
+    assert sum(1 for _, h in scaling.parts if h == "#scaling") == 2
 
 
 def test_axes_not_measured_say_so(said):
@@ -179,13 +175,13 @@ def grid_top(agg):
 
 
 def test_grid_answers_carry_intervals_and_verdicts(grid_top):
-    assert re.fullmatch(r"GraphSAGE: DGL is faster; PyG takes 2\.00× as long at the median configuration "
-                        r"\(95% CI 1\.\d\d–2\.\d\d\); clear in 8 of 8 configurations\. ", grid_top["speed"])
+    assert re.fullmatch(r"GraphSAGE: DGL is faster; PyG takes 2\.00× as long \(95% CI 1\.9\d–2\.0\d; 8 "
+                        r"configurations: 2\.00×–2\.00×\); clear in 8 of 8 configurations\. ", grid_top["speed"])
     assert grid_top["scaling"].startswith("From 1 to 2 devices (ideal 2×), PyG runs 1.80× faster (95% CI 1.")
-    assert grid_top["workers"].startswith("Yes: workers 0 → 1, epoch speed-up PyG 1.25× (95% CI ")
+    assert grid_top["workers"].startswith("Yes: workers 0 → 1, epoch speed-up PyG faster 1.25× (95% CI ")
     assert "clearly faster in 8 of 8" in grid_top["workers"]
     assert grid_top["batch"].startswith("Larger batches raise throughput: batch size 128 → 512, throughput gain "
-                                        "PyG 1.50× (95% CI ")
+                                        "PyG higher 1.50× (95% CI ")
     assert grid_top["deadlocks"] == "All 48 runs ended ok or skipped: nothing to diagnose."
 
 

@@ -69,6 +69,21 @@ def test_a_sweep_records_too_many_devices_as_skipped(tmp_path, tmp_path_factory)
     assert "1 ok, 1 skipped" in text and "not_enough_devices" in text
 
 
+def test_too_many_gpus_is_skipped_before_the_frameworks_gpu_checks(tmp_path, monkeypatch):
+    """On a 1-GPU node a 2-GPU DGL point is skipped for its GPU count, whatever DGL is installed:
+    it never launches, so DGL's refusal of a CPU-only build on GPUs does not apply (the first GPU
+    check refused it instead, naming "the installed DGL None" where DGL was absent)."""
+    from runners.run import parse_and_check
+
+    monkeypatch.setattr(envinfo, "visible_gpu_count", lambda *a: 1)  # a node with one GPU
+    argv = ["--framework", "dgl", "--model", "sage", "--devices", "2", "--batch-size", "64", "--workers", "0",
+            "--dataset", "tiny", "--epochs", "1", "--device", "cuda", "--skip-unavailable",
+            "--out", str(tmp_path / "d2")]
+    cfg, _, cause = parse_and_check(argv)
+    assert cause == "not_enough_devices", cause
+    assert "--devices 2: only 1 GPU(s)" in cfg.skip_reason
+
+
 def test_gpu_check_fails_loudly_without_a_gpu():
     import subprocess
     import sys

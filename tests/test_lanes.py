@@ -150,6 +150,26 @@ def test_own_lane_reuses_the_pythons_torch(tmp_path):
 
 
 
+def test_own_lane_on_a_python_that_is_itself_a_virtualenv(tmp_path):
+    """A GPU image's python3 is often a virtualenv (/opt/torch/.venv): its torch lives in that
+    venv's site-packages, which --system-site-packages does not show. The own lane sees it anyway
+    and installs nothing (with no package index, as on such a machine, an install would fail)."""
+    python = current_python()  # a virtualenv holding every package of the current lane
+    venv = tmp_path / "own"
+    res = subprocess.run(["scripts/setup.sh"], cwd=REPO, capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "LANE": "own", "PYTHON": str(python), "VENV": str(venv),
+                              "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(tmp_path / "no-wheels")})
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    manifest = json.loads((venv / "gnnscale-lane.json").read_text())
+    assert manifest["packages"]["torch"]["origin"] == "reused"
+    # nothing installed but what `python -m venv` itself puts in a new environment
+    assert not set(manifest["installed"]) - {"pip", "setuptools", "wheel"}, manifest["installed"]
+    assert {"torch", "torch-geometric", "torch-sparse", "pandas"} <= set(manifest["reused"])
+    where = subprocess.run([str(venv / "bin" / "python"), "-c", "import torch; print(torch.__file__)"],
+                           capture_output=True, text=True)
+    assert str(REPO / ".venv-current") in where.stdout, where.stdout + where.stderr
+
+
 def test_sweep_report_shows_both_lanes(tmp_path):
     """A real sweep with the current lane beside the pair: runs.csv carries the lane, the
     DGL point in `current` is skipped with its reason, and the report's lanes table shows

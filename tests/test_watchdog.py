@@ -95,6 +95,22 @@ def test_injected_fault_is_caught_and_explained(tmp_path, fault):
     assert not [p for p in pids if alive(p)]
 
 
+def test_a_frozen_sole_rank_is_a_hang_that_blames_no_peer(tmp_path):
+    """A 1-process run (one GPU) frozen inside backward: nobody waits for it in a collective, and
+    the watchdog still declares the hang, names the rank, and leaves nothing running."""
+    out = tmp_path / "freeze-1"
+    proc = run_config(out, devices=1, epochs=2,
+                      extra=["--inject", "freeze-rank", "--allow-fault-injection", "--stall-floor", str(FLOOR)])
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    result = json.loads((out / "result.json").read_text())
+    d = result["diagnosis"]
+    assert (result["status"], d["cause"], d["culprit_rank"]) == ("hang", "stalled_rank", 0), d
+    assert "only rank" in d["summary"] and "others wait" not in d["summary"], d["summary"]
+    assert d["ranks"][0]["state"] == "stopped", d["ranks"]
+    pids = run_pids(out)
+    assert pids and not [p for p in pids if alive(p)]
+
+
 def _cuda_devices() -> int:
     try:
         import torch

@@ -388,7 +388,7 @@ def test_slow_runs_start_interleaved_by_repeat(tmp_path):
     runs = pd.read_csv(proj / "results/aggregate/runs.csv")
     assert len(runs) == 4 + len(added)
     page = (proj / "results/report/index.html").read_text()
-    assert "Second round:" in page and "PyG over DGL (sage d2 b64 w0)" in page
+    assert "Second round:" in page and "PyG over DGL, sage" in page
     assert dry_run(proj, proj / "order.yaml", snakefile=proj / "Snakefile") == {}
 
 

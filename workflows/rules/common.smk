@@ -362,26 +362,42 @@ class RunNumber:
         return f"{self.index.get(path, '?')}/{len(self.index)}"
 
 
-def interleaved_order(results, repeats, seed):
-    """Execution order of the runs: all of repeat 0 (configurations shuffled), then repeat 1
-    (shuffled anew), ...: drift over the sweep and bursts of outside load hit every
-    configuration and both frameworks alike instead of one block of runs. The shuffle is
-    drawn from random.Random(seed), so the order is reproducible and recorded in the config.
+def interleaved_order(results, repeats, seed, configurations=None):
+    """Execution order of the runs: all of repeat 0, then repeat 1, ...: drift over the sweep
+    and bursts of outside load hit every configuration alike instead of one block of runs.
+    Within a repeat the configurations are shuffled, and the runs of one configuration that
+    differ only in their framework (`configurations[i]` names the configuration of
+    `results[i]` without it) run back to back in a shuffled order, so a drift of the machine
+    hits both sides of a framework comparison alike. The shuffles are drawn from
+    random.Random(seed): the order is reproducible and recorded in the config.
     `repeats[i]` is the repeat index of `results[i]`.
     """
     import random
 
     rng = random.Random(seed)
+    configurations = configurations or results
     order = []
     for r in sorted(set(repeats)):
-        block = [p for p, rep in zip(results, repeats) if rep == r]
-        rng.shuffle(block)
-        order += block
+        block = {}
+        for path, rep, conf in zip(results, repeats, configurations):
+            if rep == r:
+                block.setdefault(conf, []).append(path)
+        confs = list(block)
+        rng.shuffle(confs)
+        for conf in confs:
+            rng.shuffle(block[conf])
+            order += block[conf]
     return order
 
 
 RUN_ORDER = interleaved_order(
-    RUN_RESULTS, [run["repeat"] for run in RUNS], config["run_order_seed"]
+    RUN_RESULTS,
+    [run["repeat"] for run in RUNS],
+    config["run_order_seed"],
+    [
+        repr(sorted((k, str(v)) for k, v in run.items() if k != "framework"))
+        for run in RUNS
+    ],
 )
 _ORDER_INDEX = {path: i for i, path in enumerate(RUN_ORDER)}
 RUN_NUMBER = RunNumber(RUN_ORDER)

@@ -1,0 +1,96 @@
+"""Launch noise pooled over configurations (analysis.noise) and the intervals built on it."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis import stats
+from analysis.noise import pooled_noise
+
+
+def _runs(sd_by_framework: dict, repeats=2, seed=0, configs=((1, 256), (1, 1024), (2, 256), (2, 1024))) -> pd.DataFrame:
+    """Epoch times of ok runs: framework x (devices, batch) x repeats, log-normal around 1 s (PyG
+    3x DGL) with the given launch noise (SD of log time) per framework."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for fw, sd in sd_by_framework.items():
+        for devices, batch in configs:
+            for r in range(repeats):
+                t = (3.0 if fw == "pyg" else 1.0) * math.exp(rng.normal(0, sd))
+                rows.append({"experiment": "e", "framework": fw, "model": "sage", "devices": devices,
+                             "batch_size": batch, "workers": 0, "repeat": r, "status": "ok", "t": t})
+    return pd.DataFrame(rows)
+
+
+def test_pooled_sd_is_the_dof_weighted_variance_of_the_cells():
+    runs = _runs({"pyg": 0.1, "dgl": 0.1})
+    noise = pooled_noise(runs, "t")
+    logs = runs.assign(l=np.log(runs["t"])).groupby(["framework", "devices", "batch_size"])["l"]
+    expected = math.sqrt(((logs.transform("mean") - np.log(runs["t"])) ** 2).sum() / 8)
+    assert len(noise.groups) == 1
+    g = noise.groups[0]
+    assert (g.dof, g.cells) == (8, 8)
+    assert g.sd == pytest.approx(expected)
+
+
+def test_a_pooled_interval_rests_on_all_cells_and_is_narrower_than_two_plus_two_welch():
+    runs = _runs({"pyg": 0.1, "dgl": 0.1}, configs=[(d, b) for d in (1, 2, 4) for b in (64, 256, 1024)])
+    noise = pooled_noise(runs, "t")
+    cell = {"experiment": "e", "model": "sage", "devices": 1, "batch_size": 256, "workers": 0}
+    a = runs[(runs["framework"] == "pyg") & (runs["devices"] == 1) & (runs["batch_size"] == 256)]["t"]
+    b = runs[(runs["framework"] == "dgl") & (runs["devices"] == 1) & (runs["batch_size"] == 256)]["t"]
+    pair = noise.pair({**cell, "framework": "pyg"}, {**cell, "framework": "dgl"})
+    est, lo, hi, dof = stats.ratio_interval_dof(a, b, pair)
+    _, wlo, whi = stats.ratio_interval(a, b)
+    assert dof == 18  # one pool: 18 cells of 2, not the 1-2 dof of one comparison
+    assert lo < est < hi and lo < 3.0 < hi
+    assert hi / lo < whi / wlo
+
+
+def test_one_repeat_a_side_gets_an_interval_from_the_pool():
+    runs = _runs({"pyg": 0.1, "dgl": 0.1})
+    noise = pooled_noise(runs, "t")
+    cell = {"experiment": "e", "model": "sage", "devices": 2, "batch_size": 1024, "workers": 0}
+    _, lo, hi = stats.ratio_interval([3.0], [1.0], noise.pair({**cell, "framework": "pyg"},
+                                                                {**cell, "framework": "dgl"}))
+    assert lo < 3.0 < hi and not math.isnan(lo)
+    assert math.isnan(stats.ratio_interval([3.0], [1.0])[1])  # Welch alone gives none
+
+
+def test_unequal_spreads_are_pooled_apart_and_named():
+    runs = _runs({"pyg": 0.01, "dgl": 0.3}, repeats=4)
+    noise = pooled_noise(runs, "t")
+    groups = {g.label(): g for g in noise.groups}
+    assert set(groups) == {"framework pyg", "framework dgl"}, noise.describe()
+    assert groups["framework pyg"].sd < 0.03 < 0.15 < groups["framework dgl"].sd
+    table = noise.describe()
+    assert list(table["group"]) == ["framework pyg", "framework dgl"]
+
+
+def test_equal_spreads_stay_one_pool():
+    runs = _runs({"pyg": 0.1, "dgl": 0.1}, repeats=4, seed=3)
+    assert [g.label() for g in pooled_noise(runs, "t").groups] == ["all configurations"]
+
+
+def test_combined_ratio_narrows_with_configurations_and_keeps_the_pooled_dof():
+    one = (2.0, 1.6, 2.5, 30.0)
+    est, lo, hi = stats.combined_ratio([one] * 9)
+    assert est == pytest.approx(2.0)
+    # Nine independent configurations: the interval's half-width on the log scale shrinks by 3.
+    assert math.log(hi / lo) == pytest.approx(math.log(2.5 / 1.6) / 3, rel=1e-6)
+    assert math.isnan(stats.combined_ratio([(2.0, float("nan"), float("nan"), float("nan"))])[0])
+
+
+def test_coverage_counts_intervals_that_contain_the_all_launch_ratio():
+    """benchmarks.coverage's arithmetic on 12 launches a cell of known noise: both methods cover
+    about 95%, and the pooled interval is the narrower (it rests on every cell's launches)."""
+    from benchmarks.coverage import coverage
+
+    runs = _runs({"pyg": 0.1, "dgl": 0.1}, repeats=12, seed=5, configs=((1, 1024), (2, 1024)))
+    runs = runs.assign(steady_epoch_time_s=runs["t"], experiment="coverage")
+    figures = coverage(runs, draws=300)
+    assert figures["comparisons"] == 2 and figures["intervals"] == 600
+    assert 0.85 <= figures["pooled_coverage"] <= 1.0 and 0.85 <= figures["welch_coverage"] <= 1.0
+    assert figures["pooled_median_width"] < figures["welch_median_width"]
