@@ -153,13 +153,33 @@ def settle(stage: Path, out: Path, status: str) -> tuple:
     return Path(out), promote(stage, out)
 
 
+def owner_alive(stage: Path) -> bool:
+    """Whether the process that made staging directory `stage` still runs on this host: the PID
+    in its name is alive and was created no later than the directory's stamp (a PID reused by a
+    later process is not its owner)."""
+    import psutil
+
+    m = _STAGING.match(Path(stage).name)
+    if not m:
+        return False
+    stamp = dt.datetime.strptime(m["stamp"], "%Y%m%dT%H%M%SZ").replace(tzinfo=dt.timezone.utc).timestamp()
+    try:
+        proc = psutil.Process(int(m["pid"]))
+        return proc.status() != psutil.STATUS_ZOMBIE and proc.create_time() <= stamp + 1
+    except psutil.Error:
+        return False
+
+
 def salvage(out: Path) -> list:
     """Before a new run of `out`, file away what killed earlier attempts left: a staging
     directory that holds a result (killed while being promoted) is promoted, any other goes
-    under previous/, and so do run files in `out` without a result. Returns what was done,
-    one line each."""
+    under previous/, and so do run files in `out` without a result. A staging directory whose
+    runner is alive is left alone. Returns what was done, one line each."""
     out, done = Path(out), []
     for stage in stagings(out):
+        if owner_alive(stage):  # a live run of this point (another host on a shared filesystem)
+            done.append(f"left {stage.name} alone: its runner (PID {_STAGING.match(stage.name)['pid']}) is alive")
+            continue
         if RunDir(stage).result.is_file():
             promote(stage, out)
             done.append(f"promoted the finished run left in {stage.name}")
