@@ -2,8 +2,9 @@
 
 A run writes into a fresh staging directory beside its `--out` (`.NAME.run-STAMP-PID`) and
 becomes the point's current run only once it has written its own result.json; the run it
-replaces moves to `--out`/previous/STARTED-STATUS/. A run that ends interrupted while the point
-already has a result is filed under previous/ instead, and the earlier result stays current.
+replaces moves to `--out`/previous/STARTED-STATUS/. A run that ends interrupted is filed under
+previous/ instead, with what it measured: it is no finished output, so a resumed sweep redoes
+the point (its result.json is missing), and an earlier result stays current.
 What a killed attempt leaves behind (a staging directory, or a run directory without a
 result) is filed under previous/ by the next run of the point. Nothing here deletes a
 measurement. (The workflow marks result.json `update()`: Snakemake then neither removes it
@@ -145,10 +146,12 @@ def promote(stage: Path, out: Path) -> Path | None:
 
 
 def settle(stage: Path, out: Path, status: str) -> tuple:
-    """Where a finished run in `stage` goes: it becomes current unless it was interrupted
-    while `out` has a result (a rerun stopped half-way must not replace a measurement).
-    Returns (its directory now, where a replaced run went or None)."""
-    if status == "interrupted" and current_result(out) is not None:
+    """Where a finished run in `stage` goes: it becomes current unless it was interrupted. An
+    interrupted run goes under previous/: it must not replace a measurement, and it is no
+    finished output of the point either (Snakemake would take its result.json for one, and a
+    resumed sweep would keep a point with nothing measured). Returns (its directory now, where a
+    replaced run went or None)."""
+    if status == "interrupted":
         return file_away(out, stage), None
     return Path(out), promote(stage, out)
 

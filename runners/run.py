@@ -780,8 +780,10 @@ def print_summary(document: dict, where: Path, replaced: Path | None) -> None:
     if replaced is not None:
         print(f"[gnnscale]   the run it replaced: {replaced}", flush=True)
     elif Path(where).parent.name == history.PREVIOUS:
-        print(f"[gnnscale]   interrupted: filed under previous/; {Path(where).parent.parent} keeps its "
-              "recorded run", flush=True)
+        point = Path(where).parent.parent
+        kept = (f"{point} keeps its recorded run" if history.current_result(point) is not None
+                else f"{point} has no finished run: run the point again (a resumed sweep does)")
+        print(f"[gnnscale]   interrupted: filed under previous/; {kept}", flush=True)
 
 
 if __name__ == "__main__":
