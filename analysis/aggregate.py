@@ -134,7 +134,10 @@ class Aggregate:
         return cls(failures=failures, plan=plan, **frames)
 
 
-TEXT_COLUMNS = ("scheduler", "scheduler_job", "scheduler_nodes", "mem_host_peaks")
+# Identifiers are read as text. A git commit such as 82e2673948578c37... starts like a float with a huge
+# exponent, and pandas' C parser (2.3.3) crashed on it with a segmentation fault.
+TEXT_COLUMNS = ("scheduler", "scheduler_job", "scheduler_nodes", "mem_host_peaks", "run_id", "run_name",
+                "env_git_commit", "env_dataset_hash")
 
 
 def _read_csv(path: Path, columns) -> pd.DataFrame:

@@ -7,12 +7,13 @@ which framework is faster (analysis.variants).
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from analysis import framework_label, model_label
 from analysis.display import TableSet
 from analysis.grouping import paper_order
-from analysis.stats import CI_METHOD_RATIO
+from analysis.stats import CI_METHOD_RATIO, combined_ratio
 from analysis.variants import Axis, variant_rows, variant_table
 
 BASE = "default"  # aggregate's loader_variant of a framework's first loader
@@ -99,11 +100,14 @@ def loader_answer_parts(data: pd.DataFrame) -> list:
         first = base["loader"] if base else "its first loader"
         slower = int((g["verdict"] == "slower").sum())
         faster = int((g["verdict"] == "faster").sum())
+        # The geometric mean over the configurations, with its own interval (as the other answers).
+        est, lo, hi = combined_ratio(g[["speedup_vs_default", "low", "high", "dof"]].itertuples(index=False, name=None))
+        if pd.isna(est):
+            est, lo, hi = float(np.exp(np.log(g["speedup_vs_default"]).mean())), float("nan"), float("nan")
         where = "in its one configuration" if len(g) == 1 else (
-            f"at the median configuration ({r['devices']} device{'s' if r['devices'] != 1 else ''}, batch "
-            f"{r['batch_size']})")
+            f"(geometric mean of {len(g)} configurations: {g['over'].iloc[0]:.2f}×–{g['over'].iloc[-1]:.2f}×)")
         parts += [(f"{model_label(model)}: {fw}'s epoch time with {name} is ", None),
-                  (_over(r["speedup_vs_default"], r["low"], r["high"]), "#loaders"),
+                  (_over(est, lo, hi), "#loaders"),
                   (f" its {first} loader's {where}; slower in {slower}, faster in {faster} of {len(g)}. ", None)]
         if base and r["other_framework"]:
             o = r["other_framework"]

@@ -20,7 +20,7 @@ from analysis.display import Cell, GridTable, TableSet
 from analysis.formatting import fmt_num
 from analysis.grouping import performance_runs
 from analysis.noise import SPLIT_AXES, pooled_noise
-from analysis.stats import mean_ci, ratio_interval, verdict
+from analysis.stats import mean_ci, ratio_interval, ratio_interval_dof, verdict
 
 POINT_KEYS = ("model", "devices", "batch_size", "workers")
 # Compared only with runs that stop alike: a variant's timing runs against the base's timing runs.
@@ -39,7 +39,7 @@ class Axis:
 
     def columns(self) -> list:
         return ["model", "devices", "batch_size", "workers", "framework", self.column, self.detail_name, "n_ok",
-                "statuses", "reason", "epoch_s", "epoch_ci_s", f"speedup_vs_{self.base}", "low", "high", "verdict",
+                "statuses", "reason", "epoch_s", "epoch_ci_s", f"speedup_vs_{self.base}", "low", "high", "dof", "verdict",
                 "other_framework", f"over_other_on_{self.base}", "gap_low", "gap_high"]
 
 
@@ -96,7 +96,7 @@ def _row(axis: Axis, key, fw: str, variant: str, g: pd.DataFrame, base: pd.Serie
     times = _times(g)
     mean, ci = mean_ci(times)
     is_base = variant == axis.base
-    est, lo, hi = ratio_interval(base, times, base_noise) if not is_base else (float("nan"),) * 3
+    est, lo, hi, dof = ratio_interval_dof(base, times, base_noise) if not is_base else (float("nan"),) * 4
     gap = ratio_interval(times, other_times, gap_noise)
     skipped = g[g["status"] == "skipped"]
     detail = ", ".join(sorted(set(g[axis.detail].dropna().astype(str)))) if axis.detail in g else ""
@@ -104,7 +104,7 @@ def _row(axis: Axis, key, fw: str, variant: str, g: pd.DataFrame, base: pd.Serie
             axis.detail_name: detail,
             "n_ok": len(times), "statuses": ", ".join(f"{n} {s}" for s, n in g["status"].value_counts().items()),
             "reason": skipped["diag_summary"].iloc[0] if len(skipped) and "diag_summary" in g else "",
-            "epoch_s": mean, "epoch_ci_s": ci, f"speedup_vs_{axis.base}": est, "low": lo, "high": hi,
+            "epoch_s": mean, "epoch_ci_s": ci, f"speedup_vs_{axis.base}": est, "low": lo, "high": hi, "dof": dof,
             "verdict": verdict(lo, hi, 1.0, "faster", "slower") if not is_base else "",
             "other_framework": other, f"over_other_on_{axis.base}": gap[0], "gap_low": gap[1], "gap_high": gap[2]}
 

@@ -37,7 +37,7 @@ MODEL_DEFAULTS = {name: dict(m.defaults) for name, m in registry.MODELS.items()}
 # other field, present or added later, is part of it.
 # How a run is launched, not what it measures.
 NOT_IN_IDENTITY = ("out", "data_root", "master_addr", "master_port", "node_rank", "force_launch", "skip_unavailable",
-                   "rank_starter", "ip_config")
+                   "rank_starter", "ip_config", "wait")
 
 
 @dataclass(frozen=True, kw_only=True)

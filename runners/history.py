@@ -2,8 +2,9 @@
 
 A run writes into a fresh staging directory beside its `--out` (`.NAME.run-STAMP-PID`) and
 becomes the point's current run only once it has written its own result.json; the run it
-replaces moves to `--out`/previous/STARTED-STATUS/. A run that ends interrupted while the point
-already has a result is filed under previous/ instead, and the earlier result stays current.
+replaces moves to `--out`/previous/STARTED-STATUS/. A run that ends interrupted is filed under
+previous/ instead, with what it measured: it is no finished output, so a resumed sweep redoes
+the point (its result.json is missing), and an earlier result stays current.
 What a killed attempt leaves behind (a staging directory, or a run directory without a
 result) is filed under previous/ by the next run of the point. Nothing here deletes a
 measurement. (The workflow marks result.json `update()`: Snakemake then neither removes it
@@ -145,21 +146,43 @@ def promote(stage: Path, out: Path) -> Path | None:
 
 
 def settle(stage: Path, out: Path, status: str) -> tuple:
-    """Where a finished run in `stage` goes: it becomes current unless it was interrupted
-    while `out` has a result (a rerun stopped half-way must not replace a measurement).
-    Returns (its directory now, where a replaced run went or None)."""
-    if status == "interrupted" and current_result(out) is not None:
+    """Where a finished run in `stage` goes: it becomes current unless it was interrupted. An
+    interrupted run goes under previous/: it must not replace a measurement, and it is no
+    finished output of the point either (Snakemake would take its result.json for one, and a
+    resumed sweep would keep a point with nothing measured). Returns (its directory now, where a
+    replaced run went or None)."""
+    if status == "interrupted":
         return file_away(out, stage), None
     return Path(out), promote(stage, out)
+
+
+def owner_alive(stage: Path) -> bool:
+    """Whether the process that made staging directory `stage` still runs on this host: the PID
+    in its name is alive and was created no later than the directory's stamp (a PID reused by a
+    later process is not its owner)."""
+    import psutil
+
+    m = _STAGING.match(Path(stage).name)
+    if not m:
+        return False
+    stamp = dt.datetime.strptime(m["stamp"], "%Y%m%dT%H%M%SZ").replace(tzinfo=dt.timezone.utc).timestamp()
+    try:
+        proc = psutil.Process(int(m["pid"]))
+        return proc.status() != psutil.STATUS_ZOMBIE and proc.create_time() <= stamp + 1
+    except psutil.Error:
+        return False
 
 
 def salvage(out: Path) -> list:
     """Before a new run of `out`, file away what killed earlier attempts left: a staging
     directory that holds a result (killed while being promoted) is promoted, any other goes
-    under previous/, and so do run files in `out` without a result. Returns what was done,
-    one line each."""
+    under previous/, and so do run files in `out` without a result. A staging directory whose
+    runner is alive is left alone. Returns what was done, one line each."""
     out, done = Path(out), []
     for stage in stagings(out):
+        if owner_alive(stage):  # a live run of this point (another host on a shared filesystem)
+            done.append(f"left {stage.name} alone: its runner (PID {_STAGING.match(stage.name)['pid']}) is alive")
+            continue
         if RunDir(stage).result.is_file():
             promote(stage, out)
             done.append(f"promoted the finished run left in {stage.name}")

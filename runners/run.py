@@ -46,7 +46,7 @@ def _wrong_python(exc: ImportError) -> str:
 
 
 try:
-    from runners import envinfo, history, result
+    from runners import envinfo, history, pointlock, result
     from runners.config import ConfigError, RunConfig, build_parser, config_from_args
     from runners.probes import DISK_FULL_MARK, disk_full
     from runners.record import collect_measurements, summarise
@@ -672,6 +672,12 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     cfg, env, skip_cause = parse_and_check(argv)
     out = Path(cfg.out)
+    try:
+        # One runner of a point at a time, held until this process exits (runners.pointlock).
+        pointlock.acquire(out, wait=cfg.wait)
+    except pointlock.PointBusy as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return 2
     for line in history.salvage(out):  # what a killed earlier run of this point left
         print(f"[gnnscale] {line}", flush=True)
     if skip_cause:
@@ -774,8 +780,10 @@ def print_summary(document: dict, where: Path, replaced: Path | None) -> None:
     if replaced is not None:
         print(f"[gnnscale]   the run it replaced: {replaced}", flush=True)
     elif Path(where).parent.name == history.PREVIOUS:
-        print(f"[gnnscale]   interrupted: filed under previous/; {Path(where).parent.parent} keeps its "
-              "recorded run", flush=True)
+        point = Path(where).parent.parent
+        kept = (f"{point} keeps its recorded run" if history.current_result(point) is not None
+                else f"{point} has no finished run: run the point again (a resumed sweep does)")
+        print(f"[gnnscale]   interrupted: filed under previous/; {kept}", flush=True)
 
 
 if __name__ == "__main__":

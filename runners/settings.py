@@ -270,6 +270,9 @@ class RunSettings:
     skip_unavailable: bool = setting(False, column=False,
         help="record a 'skipped' result instead of failing when this node has fewer GPUs than --devices "
         "(what a sweep wants; on the command line the error is clearer)")
+    wait: bool = setting(False, column=False,
+        help="when another runner is running this point (--out), wait for it to end, then run "
+             "(default: refuse at once, naming it)")
     force_launch: bool = setting(False, column=False,
         help="launch a run the pre-flight calls impossible (a modelled peak above the machine's memory or "
              "the --memory-limit cap, or more than "

@@ -460,3 +460,20 @@ def test_cpu_per_second_is_each_process_mean_summed_over_processes():
     s = per_second(samples)
     assert s.loc[0, "cpu"] == 150.0
     assert s.loc[0, "rss"] == 2**30 + 2**29
+
+
+def test_a_commit_that_reads_like_a_float_stays_text(tmp_path):
+    """A git commit such as 82e2673948578c37... starts like 82 x 10^2673948578: pandas' C parser
+    crashed the process on it (a segmentation fault, seen when the suite's HEAD was that commit).
+    Read in a subprocess, so a crash fails this test instead of ending the session."""
+    import subprocess
+    import sys
+
+    commit = "82e2673948578c377db97b064be4adeefda9b00c"
+    (tmp_path / "runs.csv").write_text("run_id,env_git_commit,env_dataset_hash\n"
+                                       f"1e5,{commit},9e99999999abc\n")
+    code = ("import sys; from analysis.aggregate import Aggregate; a = Aggregate.load(sys.argv[1]); "
+            "print(a.runs['env_git_commit'][0], a.runs['run_id'][0], a.runs['env_dataset_hash'][0])")
+    res = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.split() == [commit, "1e5", "9e99999999abc"]

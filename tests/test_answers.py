@@ -208,7 +208,7 @@ def test_loader_answer_says_classic_or_graphbolt_and_whether_the_verdict_holds(a
     slower = loaders.loader_answer_parts(loaders.loader_rows(loader_runs(agg, 1.2)))
     text = "".join(t for t, _ in slower)
     assert re.fullmatch(r"GraphSAGE: DGL's epoch time with graphbolt is 1\.20× \(95% CI 1\.1\d–1\.2\d\) its classic "
-                        r"loader's at the median configuration \(1 device, batch 1024\); slower in 2, faster in 0 of 2\. "
+                        r"loader's \(geometric mean of 2 configurations: 1\.20×–1\.20×\); slower in 2, faster in 0 of 2\. "
                         r"Against PyG, the verdict holds: DGL faster with either loader \(DGL / PyG epoch time "
                         r"0\.50× \(0\.4\d–0\.5\d\) with classic, 0\.60× \(0\.5\d–0\.6\d\) with graphbolt\)\. ", text), text
     assert any(t.startswith("1.20× (95% CI") and h == "#loaders" for t, h in slower), slower  # linked to its table

@@ -208,16 +208,24 @@ def test_promote_files_the_replaced_run_and_names_the_final_directory(tmp_path):
     assert (replaced / "rank0" / "steps.csv").exists() and not stage.exists()
 
 
-def test_an_interrupted_run_is_current_only_where_there_was_none(tmp_path):
+def test_an_interrupted_run_is_never_the_current_run(tmp_path):
+    """Not even where the point has none: it is no finished output (a resumed sweep must redo the
+    point, issue 43), so it goes under previous/ with what it measured; a measured run stays."""
     out = tmp_path / "point"
     first = history.staging_dir(out)
     _fake_run(first, "interrupted", "2026-11-24T10:00:00+00:00")
-    assert history.settle(first, out, "interrupted") == (out, None)  # better than nothing
-    second = out.parent / f".point.run-20990101T000000Z-{os.getpid()}"
-    _fake_run(second, "interrupted", "2026-11-24T11:00:00+00:00")
-    where, _ = history.settle(second, out, "interrupted")
-    assert where == out / "previous" / "20261124T110000Z-interrupted"
-    assert json.loads((out / "result.json").read_text())["started_at"] == "2026-11-24T10:00:00+00:00"
+    where, replaced = history.settle(first, out, "interrupted")
+    assert (where, replaced) == (out / "previous" / "20261124T100000Z-interrupted", None)
+    assert history.current_result(out) is None and json.loads((where / "result.json").read_text())["status"] == \
+        "interrupted"
+    ok = out.parent / f".point.run-20990101T000000Z-{os.getpid()}"
+    _fake_run(ok, "ok", "2026-11-24T11:00:00+00:00")
+    history.settle(ok, out, "ok")
+    third = out.parent / f".point.run-20990101T000001Z-{os.getpid()}"
+    _fake_run(third, "interrupted", "2026-11-24T12:00:00+00:00")
+    where, _ = history.settle(third, out, "interrupted")
+    assert where == out / "previous" / "20261124T120000Z-interrupted"
+    assert json.loads((out / "result.json").read_text())["started_at"] == "2026-11-24T11:00:00+00:00"
 
 
 def test_salvage_promotes_a_recorded_stage_and_files_the_rest(tmp_path):

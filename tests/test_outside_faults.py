@@ -20,6 +20,7 @@ import jsonschema
 import psutil
 import pytest
 
+from runners import history
 from runners.probes import proc_stat, read_heartbeat
 from tests.helpers import REPO, live_dir, run_env, runner_argv
 
@@ -101,6 +102,9 @@ def test_signal_to_the_launcher_keeps_what_was_measured(tmp_path, sig):
     text = log.read_text()
     assert rc == 128 + sig, text[-3000:]  # non-zero: Snakemake and schedulers redo the run
     assert stopped_s < 20, stopped_s  # well inside SLURM's 30 s between SIGTERM and SIGKILL
+    # No finished output of the point: the interrupted run is kept under previous/ (runners.history).
+    assert not (out / "result.json").exists()
+    (out, _), = history.history(out)
     result = json.loads((out / "result.json").read_text())
     jsonschema.validate(result, SCHEMA)
     assert result["status"] == "interrupted" and result["summary"] is None
@@ -150,6 +154,7 @@ def test_interruption_keeps_the_steps_of_the_epoch_in_progress(tmp_path):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert rc == 128 + signal.SIGTERM, log.read_text()[-3000:]
+    (out, _), = history.history(out)  # interrupted: filed under previous/, never the point's result
     result = json.loads((out / "result.json").read_text())
     assert result["status"] == "interrupted"
     assert rows(out / "rank0" / "epochs.csv") == 0 and not result["epochs"]  # the first epoch never ended

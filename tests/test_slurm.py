@@ -21,6 +21,7 @@ import yaml
 
 import jsonschema
 
+from runners import history
 from tests import netns_hosts, slurm_cluster
 from tests.helpers import free_port, live_dir, runner_argv
 from tests.test_workflow import SNAKEMAKE, job_counts, minimal_with, project_copy
@@ -146,7 +147,9 @@ def test_slurm_limits_leave_results(slurm, tmp_path):
                 "scancel": ("job_state", "CANCELLED", "scancel")}
     for name, out in outs.items():
         log = (tmp_path / f"{name}.out").read_text()
-        assert (out / "result.json").exists(), log[-3000:]
+        # interrupted: no finished output of the point; the run is kept under previous/
+        assert not (out / "result.json").exists() and history.history(out), log[-3000:]
+        (out, _), = history.history(out)
         r = json.loads((out / "result.json").read_text())
         jsonschema.validate(r, SCHEMA)
         assert r["status"] == "interrupted", (name, r["diagnosis"])
