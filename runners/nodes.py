@@ -134,3 +134,28 @@ def _adopt_remote_culprit(cfg, out: Path, diag: dict, started_at: str) -> dict:
     diag["summary"] += (f" (every rank of node {cfg.node_rank} waited: the culprit is on another node; "
                         "see the other nodes' results, node{K}/result.json)")
     return diag
+
+
+def adopt_lost_culprit(cfg, out: Path, outcome, started_at: str) -> None:
+    """Node 0's ranks crashed on losing another node, whose own watchdog had declared a hang and
+    stopped its tree (the two watchdogs race): that node's result names the culprit, and the run
+    is the hang it caused (`previous_status` crashed, `previous_cause` lost_node)."""
+    diag = outcome.diagnosis or {}
+    if cfg.node_rank != 0 or cfg.nodes < 2 or outcome.status != "crashed" or diag.get("cause") != "lost_node":
+        return
+    lost = {n["node"] for n in diag.get("lost_nodes") or []}
+    for k, res in sorted(other_results(cfg, history.point_dir(out), started_at).items()):
+        theirs = res.get("diagnosis") or {}
+        if k not in lost or res.get("status") != "hang" or theirs.get("culprit_rank") is None:
+            continue
+        outcome.diagnosis = {
+            **diag, "summary": f"{theirs['summary']} (node {k}'s result; node 0's ranks lost node {k} when its "
+                               f"watchdog stopped it: {diag.get('summary')})",
+            "cause": theirs.get("cause"), "cause_text": theirs.get("cause_text"), "remedy": theirs.get("remedy"),
+            "culprit_rank": theirs["culprit_rank"],
+            "culprit_node": {"node": k, "host": res.get("env", {}).get("hostname"),
+                             "result": str(RunDir(Path()).node(k).result)},
+            "previous_status": outcome.status, "previous_cause": diag.get("cause"),
+            "evidence": [f"node {k}'s result: {theirs['summary']}"] + list(diag.get("evidence") or [])}
+        outcome.status = "hang"
+        return

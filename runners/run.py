@@ -727,6 +727,7 @@ def main(argv=None) -> int:
         # A node's watchdog sees its own processes only: name the hosts, and another node's part.
         run.outcome.diagnosis = nodes.explain(cfg, stage, run.local_ranks, run.outcome.status,
                                               run.outcome.diagnosis, run.started_at)
+        nodes.adopt_lost_culprit(cfg, stage, run.outcome, run.started_at)
     if server is not None:
         # After nodes.explain: this host's own server, dead or stalled, outranks the peers its trainers
         # lost on the way (they were its victims); then another host's server, from that node's result.

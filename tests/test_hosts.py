@@ -130,15 +130,16 @@ def test_leak_check_finds_a_process_in_a_namespace_without_its_name():
 
 # -- DDP across the hosts --------------------------------------------------------------------
 
-def start_job(hosts, out: Path, framework: str, epochs=2, extra=()) -> list:
+def start_job(hosts, out: Path, framework: str, epochs=2, extra=(), node_extra=None) -> list:
     """One runner (one torchrun agent, 2 ranks) per host, the master on host 0's address; the
-    same --out for both (the namespaces share this filesystem): node 1 writes into node1/."""
+    same --out for both (the namespaces share this filesystem): node 1 writes into node1/.
+    `node_extra`: node index -> options for that node's runner alone."""
     port = next(_ports)
     procs = []
     for h in hosts.hosts:
         argv = runner_argv(out, framework=framework, devices=2, epochs=epochs, extra=[
             "--nnodes", "2", "--node-rank", str(h.index), "--master-addr", hosts.hosts[0].address,
-            "--master-port", str(port), *extra])
+            "--master-port", str(port), *extra, *(node_extra or {}).get(h.index, ())])
         log = open(out.parent / f"node{h.index}.log", "w")
         # `env` inside the host: `ip netns exec` keeps the environment, but say what the run needs.
         procs.append(hosts.popen(h, ["env", f"PYTHONPATH={run_env()['PYTHONPATH']}", *argv], cwd=REPO,
@@ -256,13 +257,16 @@ def alive(pid: int) -> bool:
         return False
 
 
-def test_frozen_rank_on_the_other_host_is_named_with_its_host(hosts, tmp_path):
+@pytest.mark.parametrize("floors", [(5, 5), (60, 5)], ids=["same-floor", "node1-first"])
+def test_frozen_rank_on_the_other_host_is_named_with_its_host(hosts, tmp_path, floors):
     """Rank 3, on host 1, is frozen (SIGSTOP inside backward): host 1's watchdog names it with
     its host from its process state; node 0, whose ranks only wait in the all-reduce, names the
-    same culprit from node 1's result. Nothing is left running on either host."""
+    same culprit from node 1's result. Which watchdog fires first is a race: when node 1's does,
+    node 0's ranks crash on the lost node, and node 0 still adopts node 1's hang (node1-first
+    takes that path every time). Nothing is left running on either host."""
     out = tmp_path / "job"
-    procs = start_job(hosts, out, "pyg", epochs=3,
-                      extra=["--inject", "freeze-rank", "--allow-fault-injection", "--stall-floor", "5"])
+    procs = start_job(hosts, out, "pyg", epochs=3, extra=["--inject", "freeze-rank", "--allow-fault-injection"],
+                      node_extra={k: ["--stall-floor", str(f)] for k, f in enumerate(floors)})
     assert wait_job(procs, out) == [0, 0], logs(out)
     h0, h1 = hosts.hosts
     r0, r1 = result_of(out), result_of(out / "node1")
