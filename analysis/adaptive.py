@@ -170,15 +170,11 @@ class Plan:
 
 
 def pooled_spread(points: dict) -> tuple:
-    """(SD, dof): log epoch time's variance between launches pooled over the points."""
-    ss = dof = 0.0
-    for p in points.values():
-        if len(p.times) >= 2:
-            logs = [math.log(t) for t in p.times]
-            m = sum(logs) / len(logs)
-            ss += sum((x - m) ** 2 for x in logs)
-            dof += len(logs) - 1
-    return (math.sqrt(ss / dof) if dof else 0.0), int(dof)
+    """(SD, dof): log epoch time's variance between launches pooled over the points (analysis.noise)."""
+    from analysis.noise import pooled_variance
+
+    var, dof = pooled_variance([[math.log(t) for t in p.times] for p in points.values()])
+    return (math.sqrt(var) if dof else 0.0), dof
 
 
 def repeats_to_settle(sd: float, dof: float, n_a: int, n_b: int, precision: float) -> int:

@@ -14,7 +14,6 @@ import html
 from collections import Counter
 from dataclasses import dataclass, field
 
-import numpy as np
 import pandas as pd
 
 from analysis import FRAMEWORK_ORDER, PHASE_COLUMNS, PHASE_LABELS, framework_label, model_label
@@ -22,7 +21,7 @@ from analysis import speedup_gap, tables
 from analysis.comparisons import comparison_labels, framework_comparison, framework_pairs
 from analysis.formatting import fmt_pct
 from analysis.grouping import add_experiment, paper_order, performance_points, performance_runs, truthy
-from analysis.stats import NO_CLEAR, combined_ratio
+from analysis.stats import NO_CLEAR, over_configurations
 
 BUSY_WARN_PERCENT = 25  # CPU use by other work before a run's launch that makes its timing suspect
 
@@ -93,7 +92,7 @@ def main_experiment(speed: pd.DataFrame, points: pd.DataFrame):
 
 def _model_speed(g: pd.DataFrame, pair, exp) -> list:
     """The parts of one model's sentence (rows of tables.speed_data for one pair and model): the
-    geometric mean ratio over the configurations with its 95% interval (stats.combined_ratio),
+    geometric mean ratio over the configurations with its 95% interval (stats.over_configurations),
     the verdict that interval supports ("faster" only where it excludes 1×), and the range over
     the configurations."""
     a, b = pair
@@ -252,11 +251,8 @@ def axis_answer(data: pd.DataFrame, runs: pd.DataFrame, exp, axis: str) -> Answe
 
 def _combined(rows: pd.DataFrame, col: str) -> dict:
     """{estimate, low, high}: the geometric mean of `col` over the rows (configurations) with its
-    95% interval (stats.combined_ratio); NaN bounds where a row has no interval."""
-    est, lo, hi = combined_ratio(rows[[col, "low", "high", "dof"]].itertuples(index=False, name=None))
-    if pd.isna(est):  # no row has an interval: the plain geometric mean, without one
-        vals = rows[col][rows[col] > 0]
-        est = float(np.exp(np.log(vals).mean())) if len(vals) else float("nan")
+    95% interval (stats.over_configurations)."""
+    est, lo, hi = over_configurations(rows[[col, "low", "high", "dof"]].itertuples(index=False, name=None))
     return {"estimate": est, "low": lo, "high": hi}
 
 

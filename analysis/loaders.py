@@ -7,13 +7,12 @@ which framework is faster (analysis.variants).
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
 from analysis import framework_label, model_label
 from analysis.display import TableSet
 from analysis.grouping import paper_order
-from analysis.stats import CI_METHOD_RATIO, combined_ratio
+from analysis.stats import CI_METHOD_RATIO, over_configurations
 from analysis.variants import Axis, variant_rows, variant_table
 
 BASE = "default"  # aggregate's loader_variant of a framework's first loader
@@ -101,9 +100,8 @@ def loader_answer_parts(data: pd.DataFrame) -> list:
         slower = int((g["verdict"] == "slower").sum())
         faster = int((g["verdict"] == "faster").sum())
         # The geometric mean over the configurations, with its own interval (as the other answers).
-        est, lo, hi = combined_ratio(g[["speedup_vs_default", "low", "high", "dof"]].itertuples(index=False, name=None))
-        if pd.isna(est):
-            est, lo, hi = float(np.exp(np.log(g["speedup_vs_default"]).mean())), float("nan"), float("nan")
+        est, lo, hi = over_configurations(g[["speedup_vs_default", "low", "high", "dof"]].itertuples(index=False,
+                                                                                                    name=None))
         where = "in its one configuration" if len(g) == 1 else (
             f"(geometric mean of {len(g)} configurations: {g['over'].iloc[0]:.2f}×–{g['over'].iloc[-1]:.2f}×)")
         parts += [(f"{model_label(model)}: {fw}'s epoch time with {name} is ", None),

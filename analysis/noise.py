@@ -60,7 +60,7 @@ def _cell_logs(runs: pd.DataFrame, value: str, cell_keys: tuple) -> dict:
     return {key: list(g["_log"]) for key, g in ok.groupby(list(cell_keys), sort=False, dropna=False)}
 
 
-def _pool(samples: list) -> tuple:
+def pooled_variance(samples: list) -> tuple:
     """(pooled variance, dof) of lists of log values; cells of one value add nothing."""
     ss = dof = 0.0
     for s in samples:
@@ -79,7 +79,7 @@ def bartlett_p(samples: list) -> float:
     usable = [s for s in samples if len(s) >= 2]
     if len(usable) < 2:
         return 1.0
-    var, dof = _pool(usable)
+    var, dof = pooled_variance(usable)
     if not var > 0 or any(pd.Series(s).var(ddof=1) == 0 for s in usable):
         return 1.0
     return float(stats.bartlett(*usable).pvalue)
@@ -89,7 +89,7 @@ def _split(exp: str, cells: dict, where: dict, depth: int, cell_keys: tuple, axe
     """The groups of `cells` ({key: logs}) under `where`: one pool, or split by the axis whose
     levels differ most in spread (smallest Bartlett p between the levels' pooled samples)."""
     samples = list(cells.values())
-    var, dof = _pool(samples)
+    var, dof = pooled_variance(samples)
     p = bartlett_p(samples)
     whole = [Group(exp, dict(where), math.sqrt(var) if var == var else float("nan"), dof, len(cells), p)]
     if p >= SPLIT_P or depth >= MAX_DEPTH:
@@ -102,7 +102,7 @@ def _split(exp: str, cells: dict, where: dict, depth: int, cell_keys: tuple, axe
         parts = {}
         for key, logs in cells.items():
             parts.setdefault(key[i], {})[key] = logs
-        if len(parts) < 2 or any(_pool(list(c.values()))[1] < MIN_DOF for c in parts.values()):
+        if len(parts) < 2 or any(pooled_variance(list(c.values()))[1] < MIN_DOF for c in parts.values()):
             continue
         # Spread between the levels: each level's cells centred on their own means, pooled.
         centred = [[x - sum(s) / len(s) for s in c.values() if len(s) >= 2 for x in s] for c in parts.values()]

@@ -101,6 +101,17 @@ def ratio_interval(a, b, noise=None) -> tuple:
     return ratio_interval_dof(a, b, noise)[:3]
 
 
+def over_configurations(rows) -> tuple:
+    """combined_ratio of `rows`; where no row has an interval, the plain geometric mean of their
+    ratios, with NaN bounds."""
+    rows = list(rows)
+    est, lo, hi = combined_ratio(rows)
+    if pd.isna(est):
+        logs = [math.log(r) for r, *_ in rows if r == r and r > 0]
+        est = math.exp(sum(logs) / len(logs)) if logs else float("nan")
+    return est, lo, hi
+
+
 def combined_ratio(rows) -> tuple:
     """(geometric mean ratio, low, high) over configurations: the mean of their log ratios with
     a 95% interval. `rows`: (ratio, low, high, dof) per configuration. Each configuration's
