@@ -22,7 +22,12 @@ include: "workflows/rules/adaptive.smk"
 include: "workflows/rules/analysis.smk"
 
 
+# Every run's result too: Snakemake redoes a deleted file only when a job that wants it runs,
+# and it would not run the aggregate again for a run whose result is gone (its own outputs
+# exist), so the target names them itself.
 rule all:
     default_target: True
     input:
         "results/report/index.html",
+        RUN_RESULTS,
+        added_run_results,

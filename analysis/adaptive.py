@@ -34,6 +34,7 @@ import json
 import math
 import statistics
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -301,6 +302,31 @@ def run_wildcards(run_dir: Path) -> dict:
     """The run rule's wildcards of a run directory results/runs/DATASET/NAME-rR (repeat left out)."""
     name = run_dir.name
     return {"dataset": run_dir.parent.name, "name": name[: name.rindex("-r")]}
+
+
+def set_aside_stale_plan(plan: Path, first_round: list) -> str | None:
+    """Move a plan to previous/ when a first-round result it was made from is gone or newer
+    than the plan, and say so (None: the plan still holds, or there is none).
+
+    The workflow reads a plan made by an earlier sweep directly (workflows/rules/adaptive.smk),
+    so a stale one must go before the sweep starts; the checkpoint then makes a new one from
+    the first round as it now is.
+    """
+    plan = Path(plan)
+    if not plan.exists():
+        return None
+    made = plan.stat().st_mtime
+    missing = [r for r in first_round if not Path(r).exists()]
+    newer = [r for r in first_round if r not in missing and Path(r).stat().st_mtime > made]
+    if not missing and not newer:
+        return None
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(made))
+    aside = plan.parent / "previous" / f"{plan.stem}-{stamp}{plan.suffix}"
+    aside.parent.mkdir(parents=True, exist_ok=True)
+    plan.replace(aside)
+    why = (f"{len(missing)} of {len(first_round)} results it was made from are gone, e.g. {missing[0]}"
+           if missing else f"{len(newer)} of {len(first_round)} results are newer, e.g. {newer[0]}")
+    return f"the adaptive plan {plan} is stale ({why}): moved to {aside}; it is made again after the first round"
 
 
 def main(argv=None) -> int:

@@ -4,6 +4,8 @@ an interval lies, and it keeps to its budget and cap."""
 
 import json
 import math
+import os
+import time
 
 import pytest
 
@@ -143,3 +145,33 @@ def test_command_line_plans_from_result_files(tmp_path):
     assert plan["planned_s"] <= 60
     with pytest.raises(SystemExit):
         adaptive.main(["--precision", "5", "--budget-min", "1", "--max-repeats", "4", "--out", str(out)])
+
+
+def test_a_plan_whose_first_round_is_gone_or_redone_is_set_aside(tmp_path):
+    """A stale plan moves to previous/ (the sweep then makes it again); a plan newer than every
+    result it was made from stays."""
+    first = [tmp_path / f"run{i}" / "result.json" for i in range(2)]
+    for f in first:
+        f.parent.mkdir()
+        f.write_text("{}")
+    plan = tmp_path / "plan" / "repeats.json"
+    plan.parent.mkdir()
+    plan.write_text("{}")
+    os.utime(plan, (time.time() + 5, time.time() + 5))
+    assert adaptive.set_aside_stale_plan(plan, [str(f) for f in first]) is None and plan.exists()
+    assert adaptive.set_aside_stale_plan(tmp_path / "none.json", [str(f) for f in first]) is None
+
+    first[1].unlink()
+    said = adaptive.set_aside_stale_plan(plan, [str(f) for f in first])
+    assert "1 of 2 results it was made from are gone" in said and str(first[1]) in said
+    assert not plan.exists()
+    (aside,) = (plan.parent / "previous").glob("repeats-*.json")
+    assert str(aside) in said
+
+    # made again, then a first-round run is redone after it
+    plan.write_text("{}")
+    first[1].write_text("{}")
+    os.utime(first[0], (time.time() - 10, time.time() - 10))
+    os.utime(plan, (time.time() - 5, time.time() - 5))
+    said = adaptive.set_aside_stale_plan(plan, [str(f) for f in first])
+    assert "1 of 2 results are newer" in said and not plan.exists()

@@ -375,22 +375,58 @@ def test_slow_runs_start_interleaved_by_repeat(tmp_path):
     assert {(r["config"]["repeat"], r["config"]["seed"]) for r in results} == {(0, 0), (1, 1)}
 
     # The adaptive second round: the checkpoint reads these 4 runs and, since PyG over DGL is
-    # wider than ±0.1%, adds repeats (at most 3 runs a point); the aggregate waits for them and
-    # the report says which points got them and why.
+    # wider than ±0.1%, adds repeats (at most 3 runs a point). A Ctrl-C (SIGINT to the group, as
+    # a terminal sends it) as the second round starts; the same command then finishes it: the
+    # aggregate waits for every added run and the report says which points got them and why.
     cfg["adaptive"] = {"precision": 0.001, "budget_min": 1, "max_repeats": 3}
     (proj / "order.yaml").write_text(yaml.safe_dump(cfg))
+    logfile = tmp_path / "second-round.log"
+    proc = subprocess.Popen(
+        [SNAKEMAKE, "-s", str(proj / "Snakefile"), "--configfile", str(proj / "order.yaml")],
+        cwd=proj,
+        env=env(),
+        stdout=open(logfile, "w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        deadline = time.time() + 300
+        while "repeat=2" not in logfile.read_text():
+            assert proc.poll() is None, logfile.read_text()[-3000:]
+            assert time.time() < deadline, "the second round did not start in time"
+            time.sleep(0.2)
+        time.sleep(1)
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
     res = snakemake("--configfile", str(proj / "order.yaml"), cwd=proj, snakefile=proj / "Snakefile", timeout=600)
     assert res.returncode == 0, res.stdout + res.stderr
     plan = json.loads((proj / "results/plan/repeats.json").read_text())
     assert plan["first_round"] == 2 and plan["runs"] and all(r["repeat"] == 2 for r in plan["runs"])
     assert plan["comparisons"][0]["comparison"] == "PyG over DGL (sage d2 b64 w0)"
     added = sorted(f"{r['name']}-r{r['repeat']}" for r in plan["runs"])
-    assert all((proj / "results/runs/tiny" / name / "result.json").exists() for name in added)
+    tiny = proj / "results/runs/tiny"
+    statuses = {d.name: json.loads((d / "result.json").read_text())["status"]
+                for d in tiny.iterdir() if (d / "result.json").exists()}
+    assert len(statuses) == 4 + len(added) and set(statuses.values()) == {"ok"}, statuses
     runs = pd.read_csv(proj / "results/aggregate/runs.csv")
     assert len(runs) == 4 + len(added)
     page = (proj / "results/report/index.html").read_text()
     assert "Second round:" in page and "PyG over DGL, sage" in page
     assert dry_run(proj, proj / "order.yaml", snakefile=proj / "Snakefile") == {}
+
+    # A deleted run of the second round is measured again, as is a deleted sweep: the plan made
+    # from the deleted first round is stale, so it is set aside and made again.
+    shutil.rmtree(tiny / added[0])
+    counts = dry_run(proj, proj / "order.yaml", snakefile=proj / "Snakefile")
+    assert counts.get("run") == 1 and counts.get("aggregate") == 1, counts
+    shutil.rmtree(tiny)
+    counts = dry_run(proj, proj / "order.yaml", snakefile=proj / "Snakefile")
+    assert counts.get("run") == 4 and counts.get("plan_repeats") == 1, counts
+    assert list((proj / "results/plan/previous").glob("repeats-*.json"))
 
 
 def test_slow_end_to_end_minimal_sweep(tmp_path):

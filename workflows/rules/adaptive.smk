@@ -1,6 +1,19 @@
 # The second round (config `adaptive`): after every first-round timing run of the grid, plan
 # more repeats where a comparison's interval is still too wide (analysis/adaptive.py); the
 # aggregate then waits for those runs too. Without `adaptive` the plan is not made at all.
+#
+# A plan made by an earlier sweep is read directly, not through the checkpoint: Snakemake does
+# not look again at a job downstream of a checkpoint whose output exists, so a deleted run or an
+# edit to the analysis would not make the aggregate run again. A stale plan is set aside first
+# (analysis.adaptive.set_aside_stale_plan), and the checkpoint makes a new one.
+
+PLAN = "results/plan/repeats.json"
+
+if config.get("adaptive"):
+    _stale = adaptive.set_aside_stale_plan(PLAN, TIMING_RESULTS)
+    if _stale:
+        print(f"[gnnscale] {_stale}", file=sys.stderr)
+EARLIER_PLAN = PLAN if config.get("adaptive") and os.path.exists(PLAN) else None
 
 
 checkpoint plan_repeats:
@@ -8,7 +21,7 @@ checkpoint plan_repeats:
     input:
         TIMING_RESULTS,
     output:
-        "results/plan/repeats.json",
+        PLAN,
     log:
         "results/logs/plan_repeats.log",
     conda:
@@ -26,7 +39,8 @@ def added_run_results(wildcards):
     """The runs the plan added to the first round (none without `adaptive`)."""
     if not config.get("adaptive"):
         return []
-    plan = json.loads(Path(checkpoints.plan_repeats.get().output[0]).read_text())
+    path = EARLIER_PLAN or checkpoints.plan_repeats.get().output[0]
+    plan = json.loads(Path(path).read_text())
     added = [
         f"results/runs/{r['dataset']}/{r['name']}-r{r['repeat']}/result.json"
         for r in plan["runs"]
@@ -35,5 +49,8 @@ def added_run_results(wildcards):
 
 
 def adaptive_plan(wildcards):
-    """The plan, for the aggregate to pass on to the report (none without `adaptive`)."""
-    return checkpoints.plan_repeats.get().output[0] if config.get("adaptive") else []
+    """The plan this sweep makes, for the aggregate to pass on to the report (none without
+    `adaptive`, or when an earlier sweep made it: EARLIER_PLAN)."""
+    if not config.get("adaptive"):
+        return []
+    return EARLIER_PLAN or checkpoints.plan_repeats.get().output[0]

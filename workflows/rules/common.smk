@@ -28,6 +28,7 @@ if workflow.basedir not in sys.path:
 from runners import settings  # noqa: E402 (every run setting, declared once)
 from runners.adapters import registry  # noqa: E402
 from runners.envinfo import visible_gpu_count  # noqa: E402 (the one GPU counter)
+from analysis import adaptive  # noqa: E402 (sets a stale second-round plan aside)
 
 
 def resolve_devices(devices):
