@@ -20,6 +20,7 @@ from pathlib import Path
 from runners.adapters import registry
 from runners.evidence import (AT_LIMIT, POLL_S, InterruptionEvidence, MemoryWatch, OomEvidence, ServerEvidence,
                               exit_evidence, rank_info, stop_evidence)
+from runners.probes import STARTUP_PHASES
 
 
 @dataclass
@@ -85,6 +86,13 @@ CAUSES = {
         "went away): this node's ranks saw their connections to it reset",
         "look at the lost node: its own result (node{K}/result.json), its kernel log (OOM killer), "
         "the scheduler's record of it; then rerun the job",
+    ),
+    "lost_contact": (
+        "another node of a multi-node run stopped answering over the network (a link down, a cable "
+        "or switch port, a host that froze) while every process stayed alive: this node's ranks "
+        "waited for it",
+        "check the named host's network link and the switch between the hosts (`ip link`, the "
+        "interface's carrier), and that the host itself still runs; then rerun the job",
     ),
     "collective_mismatch": (
         "every rank is blocked in a collective: the ranks issued collectives that do not match "
@@ -210,7 +218,7 @@ def progress_line(ranks: list) -> str:
 CPU_IDLE_S = 0.05  # CPU seconds per second below which a process is not running at all
 CPU_BUSY_S = 0.25  # ... and above which it is clearly computing
 # Progress order of the phases within one step; the end-of-epoch phases come after every step.
-PHASE_ORDER = {"starting": -1, "loading": 0, "copy": 1, "forward": 2, "backward": 3, "optimizer": 4,
+PHASE_ORDER = {"starting": -5, "rendezvous": -4, "data-load": -3, "model-build": -2, "loading": 0, "copy": 1, "forward": 2, "backward": 3, "optimizer": 4,
                "epoch-sync": 5, "evaluation": 6}
 FROZEN_STATES = ("stopped", "tracing-stop")  # psutil names of 'T' and 't'
 
@@ -411,8 +419,10 @@ def _rule_timeout(ev):
 
 
 def _rule_startup(ev):
-    if all(x["phase"] == "starting" for x in ev["ranks"]) and not any(is_frozen(x) for x in ev["ranks"]):
-        return "startup_hang", None, []
+    # A frozen rank is named as such (the next rules), whatever phase it froze in.
+    if all(x["phase"] in STARTUP_PHASES for x in ev["ranks"]) and not any(is_frozen(x) for x in ev["ranks"]):
+        culprit, why = blame(ev["ranks"])
+        return "startup_hang", culprit, why
 
 
 def _rule_uneven(ev):
@@ -505,14 +515,20 @@ def decide_stop(ev: dict):
 
 
 
+# How a summary names the start-up phases (the heartbeat's 'starting' is the imports).
+STARTUP_NAMES = {"starting": "start-up: imports", "rendezvous": "start-up: rendezvous",
+                 "data-load": "start-up: data load", "model-build": "start-up: model build"}
+
+
 def stop_summary(status: str, ranks: list, culprit, cause: str) -> str:
     """The one line of a hang or a timeout: who waited where, and the cause."""
     if status == "timeout":
         return "time limit reached; rank progress: " + progress_line(ranks)
-    waiting = group_ranks([(x["rank"], x["phase"]) for x in ranks if x["rank"] != culprit], "waited in '{}'")
+    named = {x["rank"]: STARTUP_NAMES.get(x["phase"], x["phase"]) for x in ranks}
+    waiting = group_ranks([(x["rank"], named[x["rank"]]) for x in ranks if x["rank"] != culprit], "waited in '{}'")
     if culprit is None:
         return f"hang: {waiting}; cause: {cause}"
-    where = next((x["phase"] for x in ranks if x["rank"] == culprit), "?")
+    where = named.get(culprit, "?")
     return f"hang: rank {culprit} made no progress in phase '{where}'" + (
         f" while {waiting}" if waiting else "") + f"; cause: {cause}"
 

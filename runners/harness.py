@@ -277,6 +277,7 @@ class Rank:
         self.adapter = adapter  # loader workers, forked later, seed the framework through it
         self.info["adapter_choices"] = adapter.choices
         self.mark("dataset_loaded")
+        self.hb.beat("model-build")
         model = adapter.build_model()
         init_canonical(model.canonical_parameters(), cfg.seed)
         self.info["parameters"] = int(sum(p.numel() for p in model.parameters()))
@@ -377,6 +378,7 @@ class Rank:
         # otherwise abort the waiting ranks first.
         self.info["collective_timeout_s"] = cfg.collective_timeout_s
         timeout = datetime.timedelta(seconds=cfg.collective_timeout_s)
+        self.hb.beat("rendezvous")
         if hasattr(self.adapter_cls, "before_process_group"):  # DistDGL: its services first
             self.adapter_cls.before_process_group(cfg)
             self.mark("framework_services_ready")
@@ -394,6 +396,7 @@ class Rank:
             dist.all_gather_object(peers, {"rank": self.rank, "host": self.info["host"],
                                            "address": os.environ.get("GNNSCALE_NODE_ADDRESS")})
             self.info["peers"] = peers
+        self.hb.beat("data-load")
         graph, adapter, model = self.load_data_and_model(device, seed)
         t = self.set_up_training(torch, device, graph, adapter, model)
         self.mark("model_ready")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+import socket
 import time
 from pathlib import Path
 
@@ -20,6 +21,9 @@ PEER_ADDRESS = re.compile(r"\[([0-9a-fA-F.:]+)\]:\d+")
 # How long node 0 waits for another node's result to name the culprit of a hang (that node's
 # watchdog fires at about the same moment, then dumps stacks and stops its tree).
 OTHER_RESULT_WAIT_S = 30.0
+# How long a hung node waits for another host to answer a TCP connection (an answer, even a
+# refusal, says the host is there; a host behind a link that is down never answers).
+CONTACT_TIMEOUT_S = 3.0
 
 
 def peers_of(out: Path, local_ranks: list) -> list | None:
@@ -47,18 +51,94 @@ def node_text(n: dict) -> str:
     return f"node {n['node']} (host {n['host']}, {n['address']}, {span})"
 
 
-def explain(cfg, out: Path, local_ranks: list, status: str, diag: dict | None, started_at: str) -> dict | None:
+def link_state(interface: str | None) -> str | None:
+    """What is wrong with this host's interface `interface` ('down', 'without carrier', 'gone'),
+    or None when it is up (or unknown)."""
+    if not interface:
+        return None
+    base = Path("/sys/class/net") / interface
+    try:
+        if (base / "operstate").read_text().strip() == "down":
+            return "down"
+        carrier = (base / "carrier").read_text().strip()
+    except OSError:  # carrier cannot be read while the link is administratively down
+        return "gone" if not base.exists() else "down"
+    return "without carrier" if carrier == "0" else None
+
+
+def unreachable(address: str, port: int, timeout: float = CONTACT_TIMEOUT_S) -> str | None:
+    """Why a TCP connection to `address` got no answer, or None when the host answered (a
+    connection made or refused: either way it is there)."""
+    try:
+        with socket.create_connection((address, port), timeout=timeout):
+            return None
+    except ConnectionRefusedError:
+        return None
+    except socket.timeout:
+        return f"no answer in {timeout:g} s"
+    except OSError as exc:  # no route to host, network unreachable
+        return exc.strerror or str(exc)
+
+
+def lost_contact(cfg, peers: list | None, network: dict | None) -> tuple:
+    """(this host's link problem or None, [(node, why unreachable)]) for a hung run across
+    nodes: every other node's address (the master's when the ranks never met) checked once."""
+    interface = (network or {}).get("interface")
+    if peers:
+        others = [describe_node(k, peers, cfg.devices) for k in range(cfg.nodes) if k != cfg.node_rank]
+    elif cfg.node_rank != 0:
+        others = [{"node": 0, "host": None, "address": cfg.master_addr, "ranks": []}]
+    else:
+        others = []
+    gone = [(n, why) for n in others if n["address"]
+            for why in [unreachable(n["address"], cfg.master_port)] if why]
+    return link_state(interface), gone, interface
+
+
+def _blame_contact(cfg, status: str, diag: dict, own, gone: list, interface, since: str) -> dict:
+    """A hang whose cause is the network: no rank of this node is blamed for waiting."""
+    cause, remedy = rulebook.CAUSES["lost_contact"]
+    lost = "; ".join(node_text(n) for n, _ in gone)
+    why = "; ".join(sorted({w for _, w in gone}))
+    if own:
+        what = f"this host's link {interface} is {own}" + (f"; lost contact with {lost} ({why})" if gone else "")
+    else:
+        what = f"lost contact with {lost}: unreachable from node {cfg.node_rank} since about {since} ({why})"
+    return {**diag, "summary": f"{status}: {what}", "cause": "lost_contact", "cause_text": cause,
+            "remedy": remedy, "culprit_rank": None, "lost_nodes": [n for n, _ in gone],
+            "own_link": {"interface": interface, "state": own} if own else None,
+            "previous_cause": diag.get("cause"),
+            "evidence": [what] + list(diag.get("evidence") or [])}
+
+
+def last_progress(diag: dict, detected_at: float) -> str:
+    """When this node's ranks last made progress, as a UTC clock time (the hang's start)."""
+    idle = [x.get("idle_s") for x in diag.get("ranks") or [] if x.get("idle_s") is not None]
+    t = detected_at - (min(idle) if idle else 0.0)
+    return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%H:%M:%S UTC")
+
+
+def explain(cfg, out: Path, local_ranks: list, status: str, diag: dict | None, started_at: str,
+            network: dict | None = None, detected_at: float | None = None) -> dict | None:
     """`diag` with every rank's host, and, when the cause is on another node, that node named:
-    a lost node (cause `lost_node`), or the culprit another node's result names (a hang)."""
+    a node out of reach or this host's own link down (a hang, cause `lost_contact`), a lost node
+    (cause `lost_node`), or the culprit another node's result names (a hang)."""
     if cfg.nodes < 2 or not diag:
         return diag
     peers = peers_of(out, local_ranks)
+    if status == "hang":
+        own, gone, interface = lost_contact(cfg, peers, network)
+        if own or gone:
+            diag = _blame_contact(cfg, status, diag, own, gone, interface,
+                                  last_progress(diag, detected_at or time.time()))
     if not peers:
         return diag  # the ranks never met (no process group): nothing to say about the others
     hosts = {p["rank"]: p["host"] for p in peers}
     for x in diag.get("ranks") or []:
         if "rank" in x:
             x["host"] = hosts.get(x["rank"])
+    if diag.get("cause") == "lost_contact":
+        return diag
     lost = lost_nodes(cfg, diag, peers)
     if lost:  # this node's failed ranks only lost their peers there: victims, not culprits
         return _blame_lost(cfg, status, diag, lost, local_ranks)

@@ -22,11 +22,17 @@ from pathlib import Path
 HEARTBEAT_FORMAT = "<diiiiiq"
 HEARTBEAT_SIZE = struct.calcsize(HEARTBEAT_FORMAT)
 HEARTBEAT_PHASES = ("starting", "loading", "copy", "forward", "backward", "optimizer", "evaluation",
-          "epoch-sync", "done", "failed")
+          "epoch-sync", "done", "failed", "rendezvous", "data-load", "model-build")
+# A rank's start-up before its first step, in order ('starting': the interpreter and imports);
+# the watchdog holds each to a limit of its own (runners.supervisor.startup_limits).
+STARTUP_PHASES = ("starting", "rendezvous", "data-load", "model-build")
 PHASE_CODE = {name: i for i, name in enumerate(HEARTBEAT_PHASES)}
 # Where a rank blocks when it stops in a phase (used by the diagnosis).
 PHASE_BLOCKED_IN = {
-    "starting": "start-up (imports, dataset, process group)",
+    "starting": "start-up: interpreter and imports",
+    "rendezvous": "start-up: rendezvous and process-group set-up (waits for every rank)",
+    "data-load": "start-up: loading the dataset",
+    "model-build": "start-up: building the model and the loader",
     "loading": "loader (waiting for the next mini-batch)",
     "copy": "host-to-device copy",
     "forward": "forward computation",

@@ -725,8 +725,9 @@ def main(argv=None) -> int:
         from runners import nodes
 
         # A node's watchdog sees its own processes only: name the hosts, and another node's part.
+        detected = run.launch_t + (run.outcome.detected_after_s or 0.0)
         run.outcome.diagnosis = nodes.explain(cfg, stage, run.local_ranks, run.outcome.status,
-                                              run.outcome.diagnosis, run.started_at)
+                                              run.outcome.diagnosis, run.started_at, env.get("network"), detected)
         nodes.adopt_lost_culprit(cfg, stage, run.outcome, run.started_at)
     if server is not None:
         # After nodes.explain: this host's own server, dead or stalled, outranks the peers its trainers

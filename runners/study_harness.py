@@ -212,7 +212,9 @@ class StudyRank(Rank):
         import lightning
 
         self.info["harness"] = {"name": "study", "lightning": lightning.__version__, **STUDY_CHOICES}
-        # Lightning's DDP strategy sets up the process group itself, inside trainer.fit.
+        # Lightning's DDP strategy sets up the process group itself, inside trainer.fit: here the
+        # data comes before the rendezvous.
+        self.hb.beat("data-load")
         graph, adapter, model = self.load_data_and_model(device, seed)
         module = _lightning_module(self, adapter, model, self.info["lr_effective"])
         self.open_records()
@@ -221,6 +223,7 @@ class StudyRank(Rank):
         trainer = _trainer(self.cfg)
         self.mark("model_ready")
         self.write_info()
+        self.hb.beat("rendezvous")
         fit_s = self.fit(trainer, module, adapter)
         self.stop_probes()
         self.record_finish(fit_s)

@@ -2,7 +2,8 @@
 
 The supervisor polls every rank's heartbeat (see runners.probes). A hang is declared when
 some rank shows no progress for longer than `max(stall_floor, stall_factor x the slowest
-step seen so far)` (before the first step: the start-up timeout). It then has the stacks
+step seen so far)`; before its first step, when it stays in one start-up phase longer than that
+phase's own limit (`startup_limits`), or past the start-up timeout. It then has the stacks
 and process states gathered (runners.evidence), stops the whole process tree (SIGTERM, then
 SIGKILL after a grace period) and has the run diagnosed (runners.diagnosis). Every process
 of the run is tracked from the start, so none is left behind whatever the outcome. A
@@ -16,7 +17,7 @@ import json
 import signal
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
@@ -24,10 +25,16 @@ import psutil
 from runners.diagnosis import Outcome, apply_oom, classify_exit, diagnose_interruption, diagnose_stop
 from runners.evidence import (POLL_S, MemoryWatch, ProcessLedger, capture_stacks, interruption_evidence, is_alive,
                               oom_evidence, process_roles, process_states, shm_usage)
-from runners.probes import read_heartbeat
+from runners.probes import STARTUP_PHASES, read_heartbeat
 from runners.rundir import RunDir
 
-COLLECTIVE_PHASES = ("backward", "epoch-sync", "evaluation")
+# Phases in which a rank waits for the others (the rendezvous waits for every rank to arrive).
+COLLECTIVE_PHASES = ("backward", "epoch-sync", "evaluation", "rendezvous")
+# A start-up phase may take this many times what it took the slowest rank that finished it
+# (ranks import and load side by side on shared cores), never less than the stall floor.
+STARTUP_FACTOR = 3.0
+# Before any rank has loaded the dataset: its size over a slow disk's rate (bytes per second).
+SLOW_READ_RATE = 50e6
 CPU_SAMPLE_S = 1.0  # at a hang: how long to watch whether each process's CPU time advances
 EXIT_GRACE_S = 30.0  # after every rank reported 'done'
 
@@ -42,6 +49,55 @@ class RankWatch:
     last_step_key: tuple = (-1, -1)
     step_started: float = 0.0
     heartbeat: dict | None = None
+    phase: str = "starting"
+    phase_since: float = 0.0
+    startup_s: dict = field(default_factory=dict)  # start-up phase -> seconds this rank took
+    cpu_s: float = -1.0  # the rank process's CPU time at the last poll (start-up only)
+    cpu_at: float = 0.0  # when it last grew
+
+
+def dataset_bytes(cfg) -> int:
+    """Size of the run's dataset files (0 when they cannot be listed)."""
+    try:
+        return sum(f.stat().st_size for f in (Path(cfg.data_root) / cfg.dataset).iterdir() if f.is_file())
+    except (OSError, TypeError):
+        return 0
+
+
+def startup_limits(watch: dict, floor: float, timeout: float, load_estimate_s: float,
+                   single_node: bool) -> dict:
+    """Start-up phase -> (limit in seconds spent in it, where the limit comes from).
+
+    Each limit is STARTUP_FACTOR x what the slowest rank that finished the phase took (its
+    imports measured from launch), at least the stall floor. Before any rank has finished its
+    imports there is nothing to measure against and only the start-up timeout holds; the
+    dataset's first load is judged against its size over a slow disk. A rendezvous that waits
+    for more than this node's ranks (other hosts that start later, graph servers) is held to the
+    start-up timeout (`single_node` False).
+    """
+    took = {p: max((w.startup_s[p] for w in watch.values() if p in w.startup_s), default=None)
+            for p in STARTUP_PHASES}
+
+    def scaled(ref: float, what: str):
+        limit = max(floor, STARTUP_FACTOR * ref)
+        why = f"{STARTUP_FACTOR:g} x {what} ({ref:.1f} s)"
+        return round(limit, 2), why + ("" if limit > floor else f", raised to the stall floor {floor:g} s")
+
+    limits = {}
+    if took["starting"] is None:
+        limits["starting"] = (timeout, "the start-up timeout: no rank has finished its imports yet")
+    else:
+        limits["starting"] = scaled(took["starting"], "the slowest rank's interpreter start and imports")
+        limits["rendezvous"] = (scaled(took["starting"], "the slowest rank's interpreter start and imports")
+                                if single_node else
+                                (timeout, "the start-up timeout: other hosts may start later"))
+    load = took["data-load"]
+    limits["data-load"] = (scaled(load, "the slowest rank's dataset load") if load is not None else
+                           scaled(load_estimate_s, f"the dataset's size over {SLOW_READ_RATE / 1e6:g} MB/s"))
+    build = took["model-build"]
+    limits["model-build"] = (scaled(build, "the slowest rank's model and loader build") if build is not None
+                             else limits["data-load"])
+    return limits
 
 
 def process_tree(root_pid: int) -> list:
@@ -107,7 +163,9 @@ class Supervisor:
         self.cgroup, self.interruption, self.write_errors, self.mute = cgroup, interruption, write_errors, mute
         self.memory = MemoryWatch()  # the cgroup as seen at every poll (capped runs)
         self.launch_uptime = None  # the kernel clock at launch (its log's time stamps), set when the watch starts
-        self.watch = {r: RankWatch(r, last_change=time.time()) for r in local_ranks}
+        self.watch = {r: RankWatch(r, last_change=time.time(), phase_since=launch_t) for r in local_ranks}
+        self.load_estimate_s = dataset_bytes(cfg) / SLOW_READ_RATE
+        self.limit_used = None  # (limit s, where it comes from, phase) of the hang declared
         self.seen: dict = {}  # pid -> psutil.Process, every process of the run ever seen
         self.ledger = ProcessLedger()
         self.max_step_s = 0.0
@@ -136,6 +194,10 @@ class Supervisor:
             if hb is None or hb["beats"] == w.beats:
                 continue
             w.beats, w.last_change, w.heartbeat = hb["beats"], now, hb
+            if hb["phase"] != w.phase:
+                if w.phase in STARTUP_PHASES:
+                    w.startup_s[w.phase] = now - w.phase_since
+                w.phase, w.phase_since = hb["phase"], now
             key = (hb["epoch"], hb["step"])
             if hb["phase"] in ("loading", "copy", "forward", "backward", "optimizer") and key != w.last_step_key:
                 if w.last_step_key[1] >= 0 and hb["epoch"] == w.last_step_key[0]:
@@ -144,17 +206,59 @@ class Supervisor:
             self.timeline.write(json.dumps({"t": round(now - self.launch_t, 3), "rank": r, **{
                 k: hb[k] for k in ("epoch", "step", "phase")}}) + "\n")
         self.timeline.flush()
+        for w in self.watch.values():  # start-up work shows as CPU time, not as heartbeats
+            if w.phase in STARTUP_PHASES and w.heartbeat is not None:
+                cpu = self._cpu_time(w.heartbeat["pid"])
+                if cpu is not None and cpu > w.cpu_s:
+                    w.cpu_s, w.cpu_at = cpu, now
+
+    def _cpu_time(self, pid: int):
+        p = self.seen.get(pid)
+        try:
+            t = (p or psutil.Process(pid)).cpu_times()
+            return t.user + t.system
+        except psutil.Error:
+            return None
 
     def threshold(self) -> float:
-        if all(w.heartbeat is None or w.heartbeat["phase"] == "starting" for w in self.watch.values()):
-            return self.cfg.startup_timeout_s
+        """The stall limit of a rank past its start-up (the limit the diagnosis quotes, unless a
+        start-up limit fired: `limit_used`)."""
+        if self.limit_used is not None:
+            return self.limit_used[0]
         return max(self.cfg.stall_floor_s, self.cfg.stall_factor * self.max_step_s)
+
+    def startup_limits(self) -> dict:
+        # The partitioned strategy's rendezvous also waits for its graph servers to serve.
+        alone = self.cfg.nodes <= 1 and self.cfg.strategy != "partitioned"
+        return startup_limits(self.watch, self.cfg.stall_floor_s, self.cfg.startup_timeout_s,
+                              self.load_estimate_s, alone)
 
     def _stalled_rank(self, now: float):
         """(rank, idle seconds) of a rank that shows a hang, or None (see `hang_candidate`)."""
-        ranks = [(w.rank, w.last_change, w.heartbeat["phase"] if w.heartbeat else "starting")
-                 for w in self.watch.values()]
-        return hang_candidate(ranks, now, self.launch_t, self.threshold(), self.cfg.startup_timeout_s)
+        # A start-up phase's clock runs from its start or the rank's last CPU use, whichever is
+        # later (imports and loading compute; a stopped or blocked rank does not); the
+        # rendezvous's from the last local rank's arrival, once all are there (before that, the
+        # ranks still on their way are the ones to judge).
+        arrived = [w.phase_since for w in self.watch.values() if w.phase == "rendezvous"]
+        everyone = len(arrived) == len(self.watch)
+        ranks = []
+        for w in self.watch.values():
+            since = w.last_change
+            if w.phase == "rendezvous":
+                since = max(arrived)
+            elif w.phase in STARTUP_PHASES:
+                since = max(w.phase_since, w.cpu_at)
+            ranks.append((w.rank, since, w.phase))
+        limits = self.startup_limits()
+        found = hang_candidate(ranks, now, self.launch_t, self.threshold(), self.cfg.startup_timeout_s,
+                               {p: v[0] for p, v in limits.items() if p != "rendezvous" or everyone})
+        if found is not None and all(w.phase in STARTUP_PHASES for w in self.watch.values()):
+            phase = self.watch[found[0]].phase
+            if now - self.launch_t > self.cfg.startup_timeout_s or phase not in limits:
+                self.limit_used = (self.cfg.startup_timeout_s, "the start-up timeout (--startup-timeout)", phase)
+            else:
+                self.limit_used = (*limits[phase], phase)
+        return found
 
     # -- the loop ------------------------------------------------------------------------
     def run(self) -> Outcome:
@@ -255,15 +359,37 @@ class Supervisor:
         diagnosis = diagnose_stop(self.out, status, stalled, self.watch, states, stacks,
                                   self.threshold(), now, self.launch_t)
         diagnosis["detected_after_s"] = round(detected_after, 2)
+        if status == "hang" and self.limit_used is not None:
+            self._explain_startup(diagnosis)
         return Outcome(status, diagnosis, detected_after_s=detected_after, returncode=rc,
                        killed_by_watchdog=True, survivors=survivors)
 
+    def _explain_startup(self, diagnosis: dict) -> None:
+        """A hang before the first step: the start-up limit that fired and where it comes from,
+        the time each rank took for each start-up phase it finished, and, when every rank of
+        this node waited in the rendezvous of a run across nodes, the ranks that never came."""
+        limit, basis, phase = self.limit_used
+        diagnosis["startup_limit"] = {"phase": phase, "limit_s": limit, "basis": basis,
+                                      "took_s": {str(w.rank): {p: round(t, 2) for p, t in w.startup_s.items()}
+                                                 for w in self.watch.values()}}
+        diagnosis["evidence"].append(f"start-up limit for '{phase}': {limit:.1f} s ({basis})")
+        if self.cfg.nodes > 1 and all(w.phase == "rendezvous" for w in self.watch.values()):
+            local = sorted(self.watch)
+            others = [r for r in range(self.cfg.nodes * len(local)) if r not in local]
+            nodes = sorted({r // len(local) for r in others})
+            diagnosis["summary"] += (f"; every rank of this node reached the rendezvous, and the ranks of"
+                                     f" node{'s' if len(nodes) > 1 else ''} {', '.join(map(str, nodes))}"
+                                     f" (ranks {others[0]}-{others[-1]}) never joined it")
+            diagnosis["missing_nodes"] = nodes
 
-def hang_candidate(ranks: list, now: float, launch_t: float, limit: float, startup_timeout: float):
+
+def hang_candidate(ranks: list, now: float, launch_t: float, limit: float, startup_timeout: float,
+                   startup_limits: dict | None = None):
     """(rank, idle seconds) of a rank that shows a hang once some rank is past its limit, else None.
 
-    `ranks`: (rank, time of its last heartbeat change, phase). A rank still starting is held to
-    the start-up timeout from launch, not to the stall limit: start-up time differs per rank,
+    `ranks`: (rank, time of its last heartbeat change, phase). A rank still in its start-up is
+    held to its start-up phase's limit (`startup_limits`: phase -> seconds in that phase) and
+    to the start-up timeout from launch, not to the stall limit: start-up time differs per rank,
     and a rank that has not yet beaten its first step while another has is slow, not stalled.
     Only detection: the culprit is decided later from process evidence (see `blame`). This
     returns a rank outside collectives (loading, forward, ...) if there is one, else the one
@@ -275,8 +401,9 @@ def hang_candidate(ranks: list, now: float, launch_t: float, limit: float, start
         if phase in ("done", "failed"):
             continue
         idle.append((rank, now - last_change, phase))
-        if phase == "starting":
-            over = over or now - launch_t > startup_timeout
+        if phase in STARTUP_PHASES:
+            own = (startup_limits or {}).get(phase)
+            over = over or now - launch_t > startup_timeout or (own is not None and now - last_change > own)
         else:
             over = over or now - last_change > limit
     if not over:

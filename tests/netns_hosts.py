@@ -173,6 +173,11 @@ class Hosts:
             time.sleep(0.1)
         return killed
 
+    def set_link(self, host: Host, up: bool) -> None:
+        """Set the host's link down (a pulled cable: its processes stay alive, nothing answers
+        across it) or up again. Only this host's end: the others keep theirs."""
+        _ip("-n", host.netns, "link", "set", IFNAME, "up" if up else "down")
+
     # -- removing ----------------------------------------------------------------------------
     def stop(self) -> None:
         """Kill every process (groups started here, then anything left in a namespace), then

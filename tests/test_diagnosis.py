@@ -262,6 +262,29 @@ def test_a_rank_still_starting_is_held_to_the_startup_timeout_not_the_stall_limi
     assert hang_candidate(stalled, now=8.5, launch_t=0.0, limit=8.0, startup_timeout=600.0) is None
 
 
+def test_each_start_up_phase_has_a_limit_of_its_own_from_what_the_ranks_took():
+    from runners.supervisor import RankWatch, hang_candidate, startup_limits
+
+    watch = {0: RankWatch(0), 1: RankWatch(1)}
+    limits = startup_limits(watch, floor=5.0, timeout=600.0, load_estimate_s=0.1, single_node=True)
+    # nothing measured yet: only the timeout holds for the imports; a small dataset gets the floor
+    assert limits["starting"][0] == 600.0 and "no rank has finished" in limits["starting"][1]
+    assert limits["data-load"][0] == 5.0 and "stall floor" in limits["data-load"][1]
+    watch[0].startup_s = {"starting": 4.0}
+    limits = startup_limits(watch, floor=5.0, timeout=600.0, load_estimate_s=0.1, single_node=True)
+    assert limits["starting"][0] == limits["rendezvous"][0] == 12.0
+    # across nodes a rendezvous also waits for hosts that start later: only the timeout
+    assert startup_limits(watch, 5.0, 600.0, 0.1, single_node=False)["rendezvous"][0] == 600.0
+    watch[1].startup_s = {"starting": 5.0, "rendezvous": 0.2, "data-load": 20.0}
+    limits = startup_limits(watch, floor=5.0, timeout=600.0, load_estimate_s=0.1, single_node=True)
+    assert limits["starting"][0] == 15.0 and limits["data-load"][0] == 60.0
+    # a rank held in its imports for longer than its limit is found long before the timeout
+    ranks = [(0, 4.0, "rendezvous"), (1, 0.5, "starting")]
+    lim = {"starting": 12.0}
+    assert hang_candidate(ranks, now=12.0, launch_t=0.0, limit=5.0, startup_timeout=600.0, startup_limits=lim) is None
+    assert hang_candidate(ranks, now=13.0, launch_t=0.0, limit=5.0, startup_timeout=600.0, startup_limits=lim)[0] == 1
+
+
 # -- summaries: many ranks in one line ----------------------------------------------------------
 def test_summary_of_a_hang_at_64_ranks_is_one_short_line():
     from runners.diagnosis import stop_summary

@@ -282,3 +282,41 @@ def test_frozen_rank_on_the_other_host_is_named_with_its_host(hosts, tmp_path, f
     assert {x["host"] for x in d0["ranks"]} == {h0.hostname}  # node 0 saw its own ranks waiting
     assert node_pids(hosts) == {0: [], 1: []}
     assert not [p for p in run_pids(out) | run_pids(out / "node1") if alive(p)]
+
+
+@pytest.mark.parametrize("framework", ["pyg", "dgl"])
+def test_link_down_on_one_host_is_lost_contact_naming_the_other(hosts, tmp_path, framework):
+    """Host 1's link goes down mid-run and every process stays alive. Neither node blames its
+    own rank: node 0 names node 1, its host and address, as out of reach; node 1 says its own
+    link is down. Both end within the stall floor + 30 s, and nothing is left on either host."""
+    floor = 10
+    out = tmp_path / "job"
+    procs = start_job(hosts, out, framework, epochs=400, extra=["--stall-floor", str(floor)])
+    h0, h1 = hosts.hosts
+    try:
+        for _ in range(600):  # until node 0 has finished an epoch: at most 600 polls, 120 s
+            epochs = next(live_dir(out).glob("rank0/epochs.csv"), None)
+            if epochs is not None and len(epochs.read_text().splitlines()) > 1:
+                break
+            time.sleep(0.2)
+        assert epochs is not None, logs(out)
+        assert all(p.poll() is None for p in procs), logs(out)
+        hosts.set_link(h1, up=False)
+        down = time.time()
+        codes = [p.wait(timeout=RUN_TIMEOUT_S) for p in procs]
+        ended = time.time() - down
+    finally:
+        hosts.set_link(h1, up=True)  # the module's other tests use the hosts after this one
+    assert codes == [0, 0], logs(out)
+    assert ended <= floor + 30, (ended, logs(out))
+    r0, r1 = result_of(out), result_of(out / "node1")
+    d0, d1 = r0["diagnosis"], r1["diagnosis"]
+    assert r0["status"] == "hang" and d0["cause"] == "lost_contact" and d0["culprit_rank"] is None, d0
+    assert d0["summary"].startswith(f"hang: lost contact with node 1 (host {h1.hostname}, {h1.address}, "
+                                    "ranks 2-3)"), d0
+    assert "unreachable from node 0 since about" in d0["summary"], d0
+    assert r1["status"] == "hang" and d1["cause"] == "lost_contact" and d1["culprit_rank"] is None, d1
+    assert d1["summary"].startswith(f"hang: this host's link {netns_hosts.IFNAME} is down; lost contact with "
+                                    f"node 0 (host {h0.hostname}, {h0.address}"), d1
+    assert node_pids(hosts) == {0: [], 1: []}
+    assert not [p for p in run_pids(out) | run_pids(out / "node1") if alive(p)]

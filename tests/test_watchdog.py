@@ -2,13 +2,16 @@
 every process, detection within threshold + 30 s, and no process of the run left behind."""
 
 import json
+import os
 import re
+import signal
+import subprocess
 import time
 
 import psutil
 import pytest
 
-from tests.helpers import run_config
+from tests.helpers import REPO, run_config
 
 FLOOR = 8.0  # stall floor for these runs: small, so the tests are quick
 
@@ -157,3 +160,48 @@ def test_time_limit_gives_timeout(tmp_path):
     assert result["diagnosis"]["cause"] == "timeout"
     # What was measured before the limit is kept.
     assert result["epochs"], "epochs finished before the time limit were lost"
+
+
+def test_a_rank_held_in_its_start_up_is_a_hang_naming_the_phase(tmp_path):
+    """A rank stopped from outside before the rendezvous (SIGSTOP while it imports): a hang that
+    names the start-up phase, found within its start-up limit (a few times the other rank's
+    measured imports, at least the floor) rather than at the time limit, nothing left behind."""
+    from runners.probes import read_heartbeat
+    from runners.rundir import RunDir
+    from tests.helpers import live_dir, run_env, runner_argv
+
+    out = tmp_path / "held"
+    proc = subprocess.Popen(runner_argv(out, devices=2, epochs=1, extra=["--stall-floor", str(FLOOR)]),
+                            cwd=REPO, env=run_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.time() + 120
+        while True:  # rank 1 has begun: its heartbeat says it is still importing
+            hb = read_heartbeat(RunDir(live_dir(out)).heartbeat(1))
+            if hb is not None and hb["phase"] == "starting":
+                break
+            assert proc.poll() is None, proc.stdout.read()[-3000:]
+            assert time.time() < deadline, "rank 1 never started"
+            time.sleep(0.02)
+        os.kill(hb["pid"], signal.SIGSTOP)
+        held = time.time()
+        log, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, log[-3000:]
+    result = json.loads((out / "result.json").read_text())
+    d = result["diagnosis"]
+    assert result["status"] == "hang" and d["culprit_rank"] == 1, d
+    assert "rank 1 made no progress in phase 'start-up: " in d["summary"], d["summary"]
+    limit = d["startup_limit"]
+    assert limit["phase"] in ("starting", "rendezvous") and limit["limit_s"] >= FLOOR, limit
+    assert "imports" in limit["basis"] and limit["limit_s"] < result["config"]["startup_timeout_s"], limit
+    assert d["detected_after_s"] <= (held - result_launch(result)) + limit["limit_s"] + 30, d
+    assert not [p for p in run_pids(out) if alive(p)]
+
+
+def result_launch(result) -> float:
+    """The run's launch as a Unix time."""
+    from datetime import datetime
+
+    return datetime.fromisoformat(result["started_at"]).timestamp()
