@@ -373,13 +373,20 @@ class Supervisor:
                                       "took_s": {str(w.rank): {p: round(t, 2) for p, t in w.startup_s.items()}
                                                  for w in self.watch.values()}}
         diagnosis["evidence"].append(f"start-up limit for '{phase}': {limit:.1f} s ({basis})")
-        if self.cfg.nodes > 1 and all(w.phase == "rendezvous" for w in self.watch.values()):
+        # torchrun starts a node's ranks only once every node's agent has joined: ranks that never
+        # began, or that all wait in the rendezvous, wait for nodes that never came.
+        waiting = [w.heartbeat is None or w.phase == "rendezvous" for w in self.watch.values()]
+        if self.cfg.nodes > 1 and all(waiting):
             local = sorted(self.watch)
             others = [r for r in range(self.cfg.nodes * len(local)) if r not in local]
             nodes = sorted({r // len(local) for r in others})
-            diagnosis["summary"] += (f"; every rank of this node reached the rendezvous, and the ranks of"
-                                     f" node{'s' if len(nodes) > 1 else ''} {', '.join(map(str, nodes))}"
-                                     f" (ranks {others[0]}-{others[-1]}) never joined it")
+            began = any(w.heartbeat is not None for w in self.watch.values())
+            mine = ("this node's ranks waited in the rendezvous" if began else
+                    "this node's ranks were never started (torchrun starts them once every node has joined)")
+            diagnosis["summary"] = (
+                f"hang in start-up: node{'s' if len(nodes) > 1 else ''} {', '.join(map(str, nodes))}"
+                f" (ranks {others[0]}-{others[-1]}) never joined the rendezvous at {self.cfg.master_addr}:"
+                f"{self.cfg.master_port} within {limit:.0f} s; {mine}")
             diagnosis["missing_nodes"] = nodes
 
 

@@ -320,3 +320,26 @@ def test_link_down_on_one_host_is_lost_contact_naming_the_other(hosts, tmp_path,
                                     f"node 0 (host {h0.hostname}, {h0.address}"), d1
     assert node_pids(hosts) == {0: [], 1: []}
     assert not [p for p in run_pids(out) | run_pids(out / "node1") if alive(p)]
+
+
+def test_a_node_that_never_comes_up_is_named_at_the_start_up_limit(hosts, tmp_path):
+    """Only node 0 is started: its ranks wait for node 1, which never joins. The run is a hang at
+    the start-up timeout (not the time limit) that names node 1 and its ranks, and leaves
+    nothing running."""
+    out = tmp_path / "job"
+    port = next(_ports)
+    argv = runner_argv(out, framework="pyg", devices=2, epochs=1, extra=[
+        "--nnodes", "2", "--node-rank", "0", "--master-addr", hosts.hosts[0].address,
+        "--master-port", str(port), "--startup-timeout", "20", "--stall-floor", "5"])
+    t0 = time.time()
+    res = hosts.run(hosts.hosts[0], ["env", f"PYTHONPATH={run_env()['PYTHONPATH']}", *argv], timeout=RUN_TIMEOUT_S,
+                    cwd=REPO)
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert time.time() - t0 < 20 + 60, res.stdout[-3000:]
+    r0 = result_of(out)
+    d = r0["diagnosis"]
+    assert r0["status"] == "hang" and d["cause"] == "startup_hang" and d["missing_nodes"] == [1], d
+    assert d["summary"].startswith(f"hang in start-up: node 1 (ranks 2-3) never joined the rendezvous at "
+                                   f"{hosts.hosts[0].address}:{port} within 20 s"), d
+    assert d["startup_limit"]["limit_s"] == 20, d
+    assert node_pids(hosts) == {0: [], 1: []}
