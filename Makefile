@@ -11,7 +11,7 @@ LANE_VENV := $(if $(filter pair,$(LANE)),$(VENV),.venv-$(LANE))
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 CORES ?= all
 
-.PHONY: setup lanes report test doctor gpu-check lock browser slurm clean-results
+.PHONY: setup lanes report test test-fast doctor gpu-check lock browser slurm clean-results
 
 # One lane: `make setup` (pair), `make setup LANE=current`, `make setup LANE=own PYTHON=python3`.
 setup:
@@ -55,6 +55,12 @@ report:
 
 test: lanes browser slurm
 	$(PY) -m pytest -q --durations=15 tests
+
+# The fast loop while changing code: the unit tests only (tests/conftest.py says which), about
+# 40 s on 2 cores. `make test` runs every kind; CI runs `make test`.
+test-fast:
+	@LANE=pair VENV=$(VENV) scripts/setup.sh
+	$(PY) -m pytest -q -m unit tests
 
 doctor: setup
 	$(LANE_VENV)/bin/python -m runners.doctor

@@ -1,16 +1,63 @@
-"""Test-session settings: the `gpu` marker, whose tests run only where CUDA GPUs are visible, and
-the `slurm` fixture (a private SLURM cluster)."""
+"""Test-session settings: the markers, and the `slurm` fixture (a private SLURM cluster).
+
+Every test carries one kind: `unit` (no real run, sweep or host: milliseconds to a second;
+`make test-fast` runs these), `e2e` (real DDP runs, Snakemake sweeps, subprocess tools),
+`hosts` (network-namespace hosts), `slurm` (a private SLURM cluster) or `gpu` (NVIDIA GPUs;
+skipped without CUDA). A test is `unit` when its module is in UNIT_MODULES, it uses none of
+the fixtures that launch runs (E2E_FIXTURES) and it is not marked otherwise itself; any other
+test is `e2e`, so a new module is a slow one until it is listed here.
+"""
 
 import pytest
 
 from runners.envinfo import visible_gpu_count
 
 
+UNIT_MODULES = {
+    "test_adaptive", "test_analysis", "test_answers", "test_axes_report", "test_bad_requests", "test_datasets",
+    "test_diagnosis", "test_gpu_counting", "test_import", "test_imports", "test_memory", "test_noise",
+    "test_partitioned_report", "test_partitions", "test_record", "test_registry", "test_result", "test_settings",
+    "test_speedup_gap", "test_stopping",
+}
+# Fixtures that launch real runs or sweeps (tests/_runs.py) or make hosts or a cluster.
+E2E_FIXTURES = {
+    "runs_dir", "agg_dir", "page", "results", "agg", "all_tables", "top", "said", "page_ids", "ok_runs",
+    "grid_top", "grid_runs", "real", "runs", "real_gap", "hosts", "slurm", "slurm_hosts",
+}
+KINDS = {
+    "unit": "no real run, sweep or host; `make test-fast` runs these",
+    "e2e": "real DDP runs, Snakemake sweeps or subprocess tools",
+    "hosts": "network-namespace hosts (root)",
+    "slurm": "a private SLURM cluster (root)",
+    "gpu": "needs NVIDIA GPUs (NCCL, NVML); skipped without CUDA",
+}
+
+
 def pytest_configure(config):
-    config.addinivalue_line("markers", "gpu: needs NVIDIA GPUs (NCCL, NVML); skipped without CUDA")
+    for name, what in KINDS.items():
+        config.addinivalue_line("markers", f"{name}: {what}")
+
+
+def kind_of(item) -> str:
+    """The test's kind (KINDS): its own marker, else its module's and fixtures'."""
+    own = [k for k in ("gpu", "slurm", "hosts", "e2e") if item.get_closest_marker(k)]
+    if own:
+        return own[0]
+    module = item.module.__name__.rsplit(".", 1)[-1]
+    if module == "test_hosts":
+        return "hosts"
+    if module == "test_slurm":
+        return "slurm"
+    if module in UNIT_MODULES and not E2E_FIXTURES & set(item.fixturenames):
+        return "unit"
+    return "e2e"
 
 
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        kind = kind_of(item)
+        if not item.get_closest_marker(kind):
+            item.add_marker(getattr(pytest.mark, kind))
     gpu_items = [item for item in items if "gpu" in item.keywords]
     if not gpu_items or visible_gpu_count() > 0:
         return

@@ -228,6 +228,7 @@ def finding_items(page_text: str) -> list:
     return [html.unescape(re.sub(r"<[^>]+>", "", li)) for li in re.findall(r"<li>(.*?)</li>", section, re.S)]
 
 
+@pytest.mark.e2e  # renders the report of real runs
 def test_no_finding_runs_on(tmp_path_factory):
     items = finding_items(_runs.report_page(tmp_path_factory).read_text())
     assert len(items) > 15

@@ -10,6 +10,7 @@ from analysis import aggregate
 from tests.helpers import run_config
 
 
+@pytest.mark.e2e  # a real run
 def test_a_loss_that_becomes_nan_ends_the_run_as_diverged(tmp_path):
     # Adam with a learning rate of 1e30 sends the weights to ~1e30 at the first step: the
     # next forward pass overflows and the loss is NaN, on every rank through the all-reduce.

@@ -145,8 +145,9 @@ def test_killed_writer_leaves_no_valid_dataset(tmp_path, monkeypatch):
 def test_empty_target_directory_is_replaced(tmp_path):
     # Snakemake creates an output's parent directory before the job runs.
     (tmp_path / "tiny").mkdir()
-    D.prepare("tiny", tmp_path)
-    D.load("tiny", tmp_path)
+    assert D.prepare("tiny", tmp_path) == tmp_path / "tiny"
+    assert (tmp_path / "tiny" / "meta.json").exists()
+    assert D.load("tiny", tmp_path, verify_hash=True).content_hash == D.read_meta(tmp_path / "tiny")["content_hash"]
 
 
 def test_graph_pickles_by_path(built):
@@ -184,6 +185,7 @@ def test_neighbourhood_beats_features_alone(built, name):
     assert agg > feat + 0.15, "neighbourhood aggregation must help clearly"
 
 
+@pytest.mark.e2e  # a real run
 def test_logistic_regression_features_vs_aggregated(built):
     torch = pytest.importorskip("torch")
     g = D.load("tiny", built)

@@ -47,6 +47,7 @@ def test_too_many_devices_is_an_error_on_the_command_line(tmp_path):
         _cfg(tmp_path)
 
 
+@pytest.mark.e2e  # a real run
 def test_a_sweep_records_too_many_devices_as_skipped(tmp_path, tmp_path_factory):
     argv, cfg = _cfg(tmp_path, "--skip-unavailable")
     assert "--devices 4" in cfg.skip_reason

@@ -117,6 +117,7 @@ def _cgroup_reason():
 
 
 @pytest.mark.skipif(_cgroup_reason() is not None, reason=f"no writable memory cgroup: {_cgroup_reason()}")
+@pytest.mark.e2e  # a real run
 def test_too_small_memory_cap_is_diagnosed_as_oom(tmp_path):
     # A wide model (hidden 4096) holds ~0.7 GB of anonymous memory per rank once training starts
     # (gradients and Adam's moments appear at the first step), against ~1.3 GB for the whole tree

@@ -79,6 +79,7 @@ def test_epochs_needed_grows_with_noise():
     assert epochs_needed(0.01, 0.03) < epochs_needed(0.05, 0.03) < epochs_needed(0.10, 0.03)
 
 
+@pytest.mark.e2e  # a real run
 def test_real_run_stops_by_the_rule_on_every_rank_alike(tmp_path):
     """A real 2-rank run with --until precise: every rank trains the same epochs, the result
     records why it stopped and what precision it reached, and it validates once, at the end."""
