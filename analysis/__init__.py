@@ -11,7 +11,7 @@ from runners import record  # light: no torch or pandas
 from runners.adapters import registry  # light: no torch, PyG or DGL
 from runners.config import field_names  # light: the settings' declarations
 
-STATUSES = ("ok", "diverged", "hang", "timeout", "crashed", "killed", "interrupted", "error", "skipped")
+STATUSES = ("ok", "diverged", "hang", "timeout", "crashed", "killed", "interrupted", "failed", "error", "skipped")
 
 # Colours of the status map and of status cells; "not run" is a grid point with no result.
 STATUS_COLOURS = {
@@ -22,13 +22,15 @@ STATUS_COLOURS = {
     "crashed": "#de2d26",
     "killed": "#8c510a",
     "interrupted": "#e7ba52",  # stopped from outside (Ctrl-C, a scheduler): rerun, not a verdict
+    "failed": "#6baed6",  # its run directory was moved or deleted from outside: rerun, not a verdict
     "error": "#636363",
     "skipped": "#bdbdbd",  # a grid point this machine cannot run (more GPUs than it has)
     "not run": "#eeeeee",
 }
 
 # Most severe first: a cell with mixed repeats is coloured by its worst outcome.
-STATUS_SEVERITY = ("error", "crashed", "killed", "timeout", "hang", "diverged", "interrupted", "skipped", "ok")
+STATUS_SEVERITY = ("error", "crashed", "killed", "timeout", "hang", "diverged", "failed", "interrupted", "skipped",
+                   "ok")
 
 # Frameworks and models, their order, labels and colours: from the one registry.
 FRAMEWORK_ORDER = registry.FRAMEWORK_NAMES

@@ -171,6 +171,13 @@ CAUSES = {
         "the run exceeded its overall time limit while still making progress",
         "raise --time-limit or reduce epochs/dataset size",
     ),
+    "run_dir_vanished": (
+        "the run directory was moved or deleted from outside the run while it was going (a `mv` or "
+        "`rm -r` of the results, a cleaner of /tmp such as systemd-tmpfiles, a sync tool): the watchdog "
+        "lost its view of the ranks, and what they wrote there is not in this result",
+        "find what moved or deleted it and keep it off the results directory while runs are going, "
+        "then rerun the point (its command.sh)",
+    ),
 }
 
 
@@ -958,6 +965,46 @@ def diagnose_interruption(ev: InterruptionEvidence) -> dict:
     return {"summary": summary, "cause": "interrupted", "cause_text": cause, "remedy": remedy,
             "evidence": evidence, "ranks": ranks, "culprit_rank": None, "signal": ctx,
             "detected_after_s": round(after_s, 2)}
+
+
+# -- a run directory moved or deleted from outside -------------------------------------------
+def vanished_line(run_dir: Path, missing: Path, after_s: float | None) -> str:
+    """'FILE went missing T s after launch: the run directory DIR was moved or deleted from
+    outside the run' (FILE relative to DIR when inside it; `after_s` None: before the launch)."""
+    run_dir, missing = Path(run_dir), Path(missing)
+    what = str(missing.relative_to(run_dir)) if missing.is_relative_to(run_dir) and missing != run_dir else str(missing)
+    when = "before the launch" if after_s is None else f"{after_s:.1f} s after launch"
+    if missing == run_dir:
+        return f"the run directory {run_dir} went missing {when}: it was moved or deleted from outside the run"
+    return f"{what} went missing {when}: the run directory {run_dir} was moved or deleted from outside the run"
+
+
+def diagnose_vanished(run_dir: Path, missing: Path, after_s: float, whereabouts: str | None, ranks: list,
+                      previous: dict | None = None) -> dict:
+    """The diagnosis of a run whose directory vanished: `missing` (the first file the launcher
+    found gone) `after_s` seconds after launch, where the directory went if the kernel said
+    (`whereabouts`), every rank's last progress the watchdog saw, and what the run had ended as
+    by itself (`previous`: status and diagnosis), if it had. It outranks that: nothing the
+    ranks wrote is left to explain it."""
+    cause, remedy = CAUSES["run_dir_vanished"]
+    ended = (f"the run had ended {previous['status']} by itself" if previous and previous.get("status")
+             else "the run was stopped")
+    summary = (f"failed: {vanished_line(run_dir, missing, after_s)}" + (f" ({whereabouts})" if whereabouts else "")
+               + f"; {ended}, and nothing it measured is in this result")
+    evidence = [f"{missing} was missing at the launcher's check {after_s:.1f} s after launch"]
+    if whereabouts:
+        evidence.append(f"{whereabouts}, says the kernel's name for the launcher's log file open in it")
+    if ranks:
+        evidence.append("the ranks' last progress the watchdog saw: " + progress_line(ranks))
+    diag = {"summary": summary, "cause": "run_dir_vanished", "cause_text": cause, "remedy": remedy,
+            "evidence": evidence, "ranks": ranks, "culprit_rank": None, "missing_file": str(missing),
+            "detected_after_s": round(after_s, 2)}
+    if previous and previous.get("status"):
+        before = previous.get("diagnosis") or {}
+        diag["previous_status"], diag["previous_cause"] = previous["status"], before.get("cause")
+        evidence.append(f"the run had ended {previous['status']} by itself before the launcher found its directory "
+                        "gone" + (f": {before['summary']}" if before.get("summary") else ""))
+    return diag
 
 
 # -- out of memory: a cause that outranks what the rules above named ------------------------

@@ -3,11 +3,14 @@
     python -m runners.run --framework pyg --model sage --devices 2 --batch-size 1024 \
         --workers 0 --dataset small --epochs 3 --out results/runs/example
 
-Exit codes: 0 whenever a result was recorded (ok, hang, timeout, crashed, killed), 2 for
+Exit codes: 0 whenever a result was recorded (ok, hang, timeout, crashed, killed, failed), 2 for
 invalid options or an unusable dataset/environment, too little free space to start the run
 included (reported before anything is launched), 3 when a write failed for lack of
 space during the run (the tree is stopped, one line names the path and the space left, no
-result could be recorded), 128 + N when signal N (SIGINT 130, SIGTERM 143) stopped the run
+result could be recorded), 4 when the run directory was moved or deleted from outside and no
+result could be written either (its parent is gone too, or cannot be written: the tree is
+stopped, one line says what vanished; when a result can be written it says `failed`, cause
+`run_dir_vanished`, exit 0), 128 + N when signal N (SIGINT 130, SIGTERM 143) stopped the run
 (the result says `interrupted`, with everything measured so far; a non-zero code so that
 Snakemake and schedulers redo the run), 1 only if the suite itself failed to record a result.
 """
@@ -105,6 +108,7 @@ def launch_command(cfg: RunConfig, config_path: Path) -> list:
 
 
 EXIT_DISK_FULL = 3
+EXIT_VANISHED = 4
 EXIT_SIGNAL_BASE = 128  # + the signal's number, as a shell reports a process a signal ended
 
 
@@ -241,6 +245,40 @@ def report_disk_full(out: Path, exc: OSError) -> int:
           "filesystem); stopped the run, no result was recorded; free space or choose another --out, then "
           "rerun", file=sys.stderr, flush=True)
     return EXIT_DISK_FULL
+
+
+def report_vanished(stage: Path, missing: Path, after_s: float | None, why: str) -> int:
+    """The one line a run ends with when its directory vanished (`after_s` after launch; None:
+    before it) and no result could be written either (`why`); EXIT_VANISHED."""
+    from runners.diagnosis import vanished_line
+
+    done = "nothing was launched" if after_s is None else "stopped the run"
+    print(f"[gnnscale] error: {vanished_line(stage, missing, after_s)}; {done}, no result could be written ({why}); "
+          "rerun the point", file=sys.stderr, flush=True)
+    return EXIT_VANISHED
+
+
+def unwritable(out: Path, exc: OSError) -> str:
+    """Why a result could not be written after the run directory vanished, from `exc`."""
+    if not out.parent.is_dir():
+        return f"--out's directory {out.parent} is gone too"
+    return f"{exc.strerror or exc}: {exc.filename or out.parent}"
+
+
+def whereabouts(fh, run_dir: Path) -> str | None:
+    """Where a vanished run directory went, told by the kernel through `fh`, a file of the
+    launcher's open in it (its log): deleted, or its new path; None when it cannot say."""
+    try:
+        now = os.readlink(f"/proc/self/fd/{fh.fileno()}")
+    except (OSError, ValueError):
+        return None
+    if now.endswith(" (deleted)"):
+        return "it was deleted, or moved to another filesystem"
+    rel = Path(fh.name).relative_to(run_dir)
+    if Path(now).parts[-len(rel.parts):] != rel.parts:
+        return f"its {rel} is now at {now}"
+    now = Path(now).parents[len(rel.parts) - 1]
+    return None if now == Path(run_dir) else f"it is now at {now}"
 
 
 # -- the steps of one run, in the order main() takes them --------------------------------------
@@ -418,10 +456,26 @@ def prepare_run_dir(cfg: RunConfig, out: Path, argv: list, graph_meta: dict) -> 
               f"{fmt_bytes(space['expected_bytes'])}); free space or choose another --out", file=sys.stderr,
               flush=True)
         return None
+    write_run_files(cfg, out, argv)
+    return space
+
+
+def write_run_files(cfg: RunConfig, out: Path, argv: list) -> None:
+    """config.json and command.sh of the run in `out`. Raises OSError."""
     cfg.save(RunDir(out).config)
     RunDir(out).command.write_text("#!/bin/sh\n# reruns this configuration\ncd " + shlex.quote(
         str(envinfo.REPO_ROOT)) + " && " + shlex.join(rerun_command(argv)) + "\n")
-    return space
+
+
+def restage(cfg: RunConfig, out: Path, argv: list) -> tuple:
+    """(cfg, a fresh staging directory with the run's config and command) for the result of a run
+    whose own directory vanished. Its parent is not made again: a run does not rebuild a tree
+    someone removed. Raises OSError."""
+    stage = history.staging_dir(out)
+    stage.mkdir()
+    cfg = dataclasses.replace(cfg, out=str(stage))
+    write_run_files(cfg, stage, argv)
+    return cfg, stage
 
 
 def preflight_with_output(cfg: RunConfig, env: dict, graph_meta: dict, space: dict) -> dict:
@@ -454,6 +508,7 @@ class Launch:
     outcome: Any = None  # runners.diagnosis.Outcome, once known
     cgroup_stats: dict | None = None
     cgroup_leftover: list = field(default_factory=list)
+    run_dir_id: tuple | None = None  # which directory the run was launched in (supervisor.dir_identity)
     marks: dict = field(default_factory=dict)  # the launcher's own moments, Unix time (see timeline())
 
     def timeline(self) -> dict:
@@ -548,8 +603,9 @@ def launch(cfg: RunConfig, out: Path, config_path: Path, network: dict | None = 
 def supervise(cfg: RunConfig, out: Path, run: Launch, log) -> int | None:
     """Watch the launched tree to its end (runners.supervisor.Supervisor), its output pumped into
     `log`; then close the log and the cgroup. Returns EXIT_DISK_FULL's report when a write
-    failed for lack of space (the tree stopped, no result), else None with run.outcome set."""
-    from runners.supervisor import Supervisor, process_tree, stop_tree
+    failed for lack of space (the tree stopped, no result), else None with run.outcome set (a
+    run directory moved or deleted from outside: the tree stopped, status `failed`)."""
+    from runners.supervisor import Supervisor, missing_file, process_tree, stop_tree
 
     if run.proc is not None:
         write_errors: list = []
@@ -560,29 +616,56 @@ def supervise(cfg: RunConfig, out: Path, run: Launch, log) -> int | None:
         supervisor = None
         try:
             supervisor = Supervisor(cfg, out, run.proc, run.local_ranks, run.launch_t, cgroup=run.cgroup,
-                                    interruption=run.interruption, write_errors=write_errors, mute=mute)
+                                    interruption=run.interruption, write_errors=write_errors, mute=mute,
+                                    run_dir_id=run.run_dir_id)
             run.outcome = supervisor.run()
         except OSError as exc:
-            if not disk_full(exc):
+            # A write that failed because the directory vanished, or the supervisor's finding that it did.
+            gone = None if disk_full(exc) else (supervisor.missing() if supervisor
+                                                else missing_file(out, run.run_dir_id))
+            if gone is None and not disk_full(exc):
                 raise
-            mute.set()
+            mute.set()  # the dying ranks' complaints about their lost files go to the log only
+            after_s = time.time() - run.launch_t
+            where = whereabouts(log, out) if gone is not None else None  # while the log is open in it
             seen = list(supervisor.seen.values()) if supervisor else []
-            stop_tree(list({p.pid: p for p in process_tree(run.proc.pid) + seen}.values()), cfg.kill_grace_s)
-            if run.cgroup is not None:
-                run.cgroup.remove()
-            # Closed now, unflushed writes are dropped; else they fail again, with a traceback each, at exit.
-            for f in (log, getattr(supervisor, "timeline", None)):
-                try:
-                    f and f.close()
-                except OSError:
-                    pass
-            return report_disk_full(out, exc)
+            survivors = stop_tree(list({p.pid: p for p in process_tree(run.proc.pid) + seen}.values()),
+                                  cfg.kill_grace_s)
+            if gone is None:
+                if run.cgroup is not None:
+                    run.cgroup.remove()
+                # Closed now, unflushed writes are dropped; else they fail again, with a traceback each, at exit.
+                for f in (log, getattr(supervisor, "timeline", None)):
+                    try:
+                        f and f.close()
+                    except OSError:
+                        pass
+                return report_disk_full(out, exc)
+            if supervisor is not None:
+                supervisor.timeline.close()
+            run.outcome = vanished_outcome(run, out, gone, after_s, where, survivors,
+                                           supervisor.last_progress() if supervisor else [])
         pump.join(timeout=5)
     log.close()
     if run.cgroup is not None:
         run.cgroup_stats = run.cgroup.stats()
         run.cgroup_leftover = run.cgroup.remove()  # anything that escaped the tree walk dies with the group
     return None
+
+
+def vanished_outcome(run: Launch, out: Path, gone: Path, after_s: float, where: str | None, survivors: list,
+                     ranks: list):
+    """The outcome of a run whose directory `out` vanished (`gone`: the first file found
+    missing, `after_s` after launch), its tree stopped (`survivors`: pids that outlived it)."""
+    from runners.diagnosis import Outcome, diagnose_vanished
+
+    try:
+        rc = run.proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        rc = None
+    return Outcome("failed", diagnose_vanished(out, gone, after_s, where, ranks), detected_after_s=after_s,
+                   returncode=rc, killed_by_watchdog=True, survivors=survivors,
+                   note="the run directory vanished: the launcher stopped the tree and wrote the result into a new one")
 
 
 def recheck_dataset(data: Dataset, env: dict) -> None:
@@ -652,13 +735,18 @@ def write_and_report(stage: Path, out: Path, document: dict, run: Launch) -> int
     """Write result.json into the staging directory, settle the run into `out` (runners.history:
     it replaces the point's current run, or is filed under previous/ when it was interrupted
     and the point has a result) and print its summary; the run's exit code (the module's doc)."""
+    from runners.supervisor import missing_file
+
     try:
         result.write(stage, document)
         where, replaced = history.settle(stage, out, document["status"])
     except OSError as exc:
-        if not disk_full(exc):
+        if disk_full(exc):
+            return report_disk_full(stage, OSError(exc.errno, exc.strerror, str(RunDir(stage).result)))
+        gone = missing_file(stage, run.run_dir_id) or (None if out.parent.is_dir() else out.parent)
+        if gone is None:
             raise
-        return report_disk_full(stage, OSError(exc.errno, exc.strerror, str(RunDir(stage).result)))
+        return report_vanished(stage, gone, time.time() - run.launch_t, unwritable(out, exc))
     try:
         print_summary(document, where, replaced)
     except BrokenPipeError:  # nobody reads our output any more (a Ctrl-C'd `| tee`)
@@ -688,6 +776,8 @@ def main(argv=None) -> int:
     refused = check_capacity(cfg, env, argv, data.meta)
     if refused is not None:
         return refused
+    from runners.supervisor import dir_identity
+
     # The run writes into a fresh directory; the point's current run stays until it is replaced.
     stage = history.staging_dir(out)
     # The run writes into `stage`; a single-node run picks its free port now (config.json has it).
@@ -698,10 +788,13 @@ def main(argv=None) -> int:
             shutil.rmtree(stage, ignore_errors=True)  # empty: refused before anything was written
             return 2
         log = open(RunDir(stage).launcher_log, "w")
+        stage_id = dir_identity(stage)
     except OSError as exc:
-        if not disk_full(exc):
+        if disk_full(exc):
+            return report_disk_full(stage, exc)
+        if stage.is_dir():
             raise
-        return report_disk_full(stage, exc)
+        return report_vanished(stage, Path(exc.filename or stage), None, unwritable(out, exc))
     pre = preflight_with_output(cfg, env, data.meta, space)
     server = start_partitioned(cfg, env, stage)  # the partitioned strategy's graph server, or None
     if server is False:
@@ -711,17 +804,27 @@ def main(argv=None) -> int:
         pre["memory_model"] = memory_model(cfg, data.meta)
         pre["memory_model_bytes"] = pre["memory_model"]["total_bytes"]
     run = launch(cfg, stage, RunDir(stage).config, env.get("network"), cpu_since)
+    run.run_dir_id = stage_id
     run.marks.update(launcher_created=envinfo.process_created(), launcher_main=main_t)
     if server is not None and run.proc is not None:
         server.watch(run.proc.pid)
     failed = supervise(cfg, stage, run, log)
     if server is not None:
-        server.gather(run.outcome, run.launch_t)  # a hang (or a crash while it was stopped): its state, while it runs
+        if not vanished(run.outcome):  # a hang (or a crash while it was stopped): its state, while it runs
+            server.gather(run.outcome, run.launch_t)
         env["partitioned"]["server"] = server.stop(cfg.kill_grace_s, pre.get("memory_model"))
     if failed is not None:
         return failed
     run.marks["tree_exited"] = time.time()
-    if cfg.nodes > 1 and run.outcome.diagnosis:
+    if vanished(run.outcome) or notice_vanished(stage, run):
+        # What the ranks wrote went with the directory: the result, in a new one, says why it is empty.
+        try:
+            cfg, stage = restage(cfg, out, argv)
+            run.run_dir_id = dir_identity(stage)
+        except OSError as exc:
+            d = run.outcome.diagnosis
+            return report_vanished(stage, Path(d["missing_file"]), d["detected_after_s"], unwritable(out, exc))
+    elif cfg.nodes > 1 and run.outcome.diagnosis:
         from runners import nodes
 
         # A node's watchdog sees its own processes only: name the hosts, and another node's part.
@@ -729,13 +832,33 @@ def main(argv=None) -> int:
         run.outcome.diagnosis = nodes.explain(cfg, stage, run.local_ranks, run.outcome.status,
                                               run.outcome.diagnosis, run.started_at, env.get("network"), detected)
         nodes.adopt_lost_culprit(cfg, stage, run.outcome, run.started_at)
-    if server is not None:
+    if server is not None and not vanished(run.outcome):
         # After nodes.explain: this host's own server, dead or stalled, outranks the peers its trainers
         # lost on the way (they were its victims); then another host's server, from that node's result.
         server.explain(run.outcome)
         server.adopt_remote(stage, run.outcome, run.started_at)
     recheck_dataset(data, env)
     return write_and_report(stage, out, launched_result(cfg, argv, data, env, pre, run), run)
+
+
+def vanished(outcome) -> bool:
+    """Whether the run's directory was moved or deleted from outside (cause run_dir_vanished)."""
+    return outcome is not None and (outcome.diagnosis or {}).get("cause") == "run_dir_vanished"
+
+
+def notice_vanished(stage: Path, run: Launch) -> bool:
+    """A run directory that vanished after its tree had exited (the supervisor saw it whole):
+    run.outcome becomes `failed`, cause run_dir_vanished, keeping what the run had ended as."""
+    from runners.diagnosis import diagnose_vanished
+    from runners.supervisor import missing_file
+
+    gone = missing_file(stage, run.run_dir_id)
+    if gone is None:
+        return False
+    after_s, o = time.time() - run.launch_t, run.outcome
+    o.diagnosis = diagnose_vanished(stage, gone, after_s, None, [], {"status": o.status, "diagnosis": o.diagnosis})
+    o.status, o.detected_after_s = "failed", after_s
+    return True
 
 
 def start_partitioned(cfg: RunConfig, env: dict, stage: Path):

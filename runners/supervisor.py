@@ -8,12 +8,16 @@ and process states gathered (runners.evidence), stops the whole process tree (SI
 SIGKILL after a grace period) and has the run diagnosed (runners.diagnosis). Every process
 of the run is tracked from the start, so none is left behind whatever the outcome. A
 SIGTERM or SIGINT to the launcher (Ctrl-C, Snakemake, a scheduler's time limit) stops the
-tree the same way, at the next poll (see runners.interruption).
+tree the same way, at the next poll (see runners.interruption). A run directory moved or
+deleted from outside is noticed at the next poll too (`missing_file`); the launcher stops the
+tree and records it (runners.run).
 """
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import signal
 import subprocess
 import time
@@ -109,6 +113,27 @@ def process_tree(root_pid: int) -> list:
         return []
 
 
+def dir_identity(path: Path) -> tuple:
+    """(device, inode) of a directory: which directory a path names, not just that one exists."""
+    st = os.stat(path)
+    return st.st_dev, st.st_ino
+
+
+def missing_file(run_dir: Path, identity: tuple | None, files=()) -> Path | None:
+    """What went missing of a run directory moved or deleted from outside: the first of `files`
+    (paths the run made and never removes) that is gone, else `run_dir` itself when it is no
+    longer the directory of `identity` (dir_identity at the launch: another one may have been
+    made at its path). None while everything is in place."""
+    gone = next((Path(f) for f in files if not os.path.lexists(f)), None)
+    if gone is not None:
+        return gone
+    try:
+        same = identity is None or dir_identity(run_dir) == identity
+    except OSError:
+        same = False
+    return None if same else Path(run_dir)
+
+
 PARTIAL_EPOCH_WAIT_S = 2.0  # what an interrupted run gives its ranks to write the epoch in progress
 
 
@@ -155,11 +180,13 @@ class Supervisor:
     `cgroup`: a runners.memory.cgroup.MemoryCgroup when the tree runs under --memory-limit;
     `interruption`: an installed runners.interruption.Interruption (a signal to the launcher
     stops the run); `write_errors`: a list the launcher's log pump appends a failed write
-    (OSError) to; `mute`: a threading.Event that stops the log pump's echo on the terminal."""
+    (OSError) to; `mute`: a threading.Event that stops the log pump's echo on the terminal;
+    `run_dir_id`: dir_identity of `out` when the run was launched."""
 
     def __init__(self, cfg, out: Path, proc: subprocess.Popen, local_ranks: list, launch_t: float, *,
-                 cgroup=None, interruption=None, write_errors: list | None = None, mute=None):
+                 cgroup=None, interruption=None, write_errors: list | None = None, mute=None, run_dir_id=None):
         self.cfg, self.out, self.proc, self.launch_t = cfg, Path(out), proc, launch_t
+        self.run_dir_id = run_dir_id
         self.cgroup, self.interruption, self.write_errors, self.mute = cgroup, interruption, write_errors, mute
         self.memory = MemoryWatch()  # the cgroup as seen at every poll (capped runs)
         self.launch_uptime = None  # the kernel clock at launch (its log's time stamps), set when the watch starts
@@ -183,6 +210,18 @@ class Supervisor:
         if self.cgroup is not None:
             self.memory.observe(self.cgroup.stats(), round(time.time() - self.launch_t, 2), lambda: {
                 r: (w.heartbeat or {"phase": "starting"})["phase"] for r, w in self.watch.items()})
+
+    def missing(self) -> Path | None:
+        """What went missing of the run directory (missing_file), or None: every rank's heartbeat
+        once it has beaten and the directories made before the launch are never removed by the run."""
+        d = RunDir(self.out)
+        kept = [d.heartbeat(r) for r, w in sorted(self.watch.items()) if w.beats > 0]
+        return missing_file(self.out, self.run_dir_id, kept + [d.heartbeats, d.launcher_log.parent, d.stacks])
+
+    def last_progress(self) -> list:
+        """Every rank's last heartbeat the watchdog saw: rank, pid, epoch, step and phase."""
+        return [{"rank": r, "pid": w.heartbeat["pid"], "epoch": w.heartbeat["epoch"], "step": w.heartbeat["step"],
+                 "phase": w.heartbeat["phase"]} for r, w in sorted(self.watch.items()) if w.heartbeat]
 
     def _write_ledger(self) -> None:
         self.ledger.observe(list(self.seen), time.time())
@@ -282,6 +321,9 @@ class Supervisor:
                 return self._interrupted()
             if self.write_errors:
                 raise self.write_errors[0]  # the launcher stops the tree and reports it
+            gone = self.missing()
+            if gone is not None:  # the launcher stops the tree and records why (runners.run)
+                raise FileNotFoundError(errno.ENOENT, "moved or deleted from outside the run", str(gone))
             self._track_processes()
             self._poll_heartbeats(now)
             rc = self.proc.poll()

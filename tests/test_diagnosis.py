@@ -285,6 +285,44 @@ def test_each_start_up_phase_has_a_limit_of_its_own_from_what_the_ranks_took():
     assert hang_candidate(ranks, now=13.0, launch_t=0.0, limit=5.0, startup_timeout=600.0, startup_limits=lim)[0] == 1
 
 
+def test_a_run_directory_moved_or_replaced_is_found_missing(tmp_path):
+    from runners.supervisor import dir_identity, missing_file
+
+    run_dir = tmp_path / ".run.run-20260101T000000Z-1"
+    (run_dir / "heartbeats").mkdir(parents=True)
+    (run_dir / "heartbeats" / "rank0.hb").write_bytes(b"\0")
+    kept = [run_dir / "heartbeats" / "rank0.hb", run_dir / "heartbeats"]
+    identity = dir_identity(run_dir)
+    assert missing_file(run_dir, identity, kept) is None
+    os.rename(run_dir, tmp_path / "elsewhere")
+    assert missing_file(run_dir, identity, kept) == kept[0]
+    assert missing_file(run_dir, identity) == run_dir
+    (run_dir / "heartbeats").mkdir(parents=True)  # another directory at its path (a rank's mkdir -p)
+    (run_dir / "heartbeats" / "rank0.hb").write_bytes(b"\0")
+    assert missing_file(run_dir, identity, kept) == run_dir
+
+
+def test_a_vanished_run_directory_outranks_how_the_run_ended():
+    from pathlib import Path
+
+    from runners.diagnosis import diagnose_vanished
+
+    run_dir = Path("/results/.run.run-20260101T000000Z-1")
+    crashed = {"status": "crashed", "diagnosis": {"cause": "crash", "summary": "crashed: rank 1: a rank raised"}}
+    d = diagnose_vanished(run_dir, run_dir / "processes.json", 12.34, "it was deleted",
+                          [rank(0, 3, 1, "forward"), rank(1, 3, 1, "forward")], crashed)
+    assert (d["cause"], d["previous_status"], d["previous_cause"]) == ("run_dir_vanished", "crashed", "crash")
+    assert d["summary"].startswith(f"failed: processes.json went missing 12.3 s after launch: the run directory "
+                                   f"{run_dir} was moved or deleted from outside the run (it was deleted); "), d
+    assert "; the run had ended crashed by itself, and nothing it measured is in this result" in d["summary"]
+    assert d["missing_file"] == str(run_dir / "processes.json") and d["detected_after_s"] == 12.34
+    assert "ranks 0 and 1 at epoch 3 step 1 'forward'" in d["evidence"][2]
+    assert d["evidence"][-1].endswith("crashed: rank 1: a rank raised")
+    alone = diagnose_vanished(run_dir, run_dir, 1.0, None, [])
+    assert alone["summary"].startswith(f"failed: the run directory {run_dir} went missing 1.0 s after launch: it "
+                                       "was moved or deleted from outside the run; ")
+
+
 # -- summaries: many ranks in one line ----------------------------------------------------------
 def test_summary_of_a_hang_at_64_ranks_is_one_short_line():
     from runners.diagnosis import stop_summary

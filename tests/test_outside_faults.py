@@ -1,6 +1,8 @@
 """Faults from outside the run, made for real: a signal to the launcher, a full disk, a small
-/dev/shm and a rank stopped from outside. Each ends with a result (or, for a full disk, one
-line and exit code 3) that says what happened, and nothing of the run left running.
+/dev/shm, a rank stopped from outside, too low an open-files limit and the run directory moved
+or deleted. Each ends with a result (or, for a full disk, one line and exit code 3; for a run
+directory gone with --out's parent, one line and exit code 4) that says what happened, and
+nothing of the run left running.
 
 A small /dev/shm and a small filesystem are tmpfs mounts in a private mount namespace
 (`unshare -m`, as root); those tests are skipped where that is not allowed.
@@ -318,3 +320,92 @@ def test_open_files_limit_is_diagnosed_as_such_with_its_remedy(tmp_path):
     check = result["preflight"]["open_files"]
     assert check["soft_limit"] == FD_LIMIT < check["needed_per_process_estimate"] and check["warning"]
     assert not [p for p in run_pids(out) if alive(p)]
+
+
+# -- 6. the run directory moved or deleted from outside -----------------------------------------------
+def training_stage(out: Path):
+    """The staging directory of a run of `out` once both its ranks have finished an epoch, else None."""
+    found = history.stagings(out)
+    if found and min(rows(found[-1] / f"rank{r}" / "epochs.csv") for r in (0, 1)) >= 1:
+        return found[-1]
+    return None
+
+
+def remove(path: Path, timeout=10) -> None:
+    """`rm -rf path`, rerun until it is gone: the ranks may add a file while it runs."""
+    deadline = time.time() + timeout
+    while path.exists():
+        assert time.time() < deadline, f"{path} could not be removed within {timeout} s"
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.mark.parametrize("how", ["deleted", "moved"])
+def test_run_directory_vanishing_mid_run_is_recorded_as_failed(tmp_path, how):
+    """The staging directory is deleted or moved away while the ranks train: the launcher stops
+    every process of the run and records it in --out as `failed`, cause run_dir_vanished, naming
+    the file it found missing; no traceback."""
+    out = tmp_path / "run"
+    proc, log = start(tmp_path, runner_argv(out, devices=2, workers=0, epochs=10000,
+                                            extra=["--max-steps-per-epoch", "2", "--time-limit", "300"]))
+    moved = tmp_path / "moved-away"
+    try:
+        stage = wait_for("an epoch finished on both ranks", lambda: training_stage(out), proc, log)
+        tree = {p.pid for p in psutil.Process(proc.pid).children(recursive=True)}
+        tree |= {read_heartbeat(stage / "heartbeats" / f"rank{r}.hb")["pid"] for r in (0, 1)}
+        if how == "deleted":
+            remove(stage)
+        else:
+            os.rename(stage, moved)
+        rc = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    text = log.read_text()
+    assert rc == 0, text[-3000:]  # a result was recorded
+    assert "Traceback" not in text, text[-3000:]
+    assert not [p for p in tree if alive(p)]
+    assert history.stagings(out) == []
+    result = json.loads((out / "result.json").read_text())
+    jsonschema.validate(result, SCHEMA)
+    d = result["diagnosis"]
+    assert (result["status"], d["cause"]) == ("failed", "run_dir_vanished"), d
+    missing = Path(d["missing_file"])
+    assert missing == stage or stage in missing.parents, (missing, stage)
+    when = re.search(r"went missing (\d+\.\d) s after launch", d["summary"])
+    assert when and 0 < float(when[1]) <= result["wall_time_s"], d["summary"]
+    named = f"the run directory {stage}" if missing == stage else f"{missing.relative_to(stage)} went missing"
+    assert named in d["summary"] and "moved or deleted from outside the run" in d["summary"], d["summary"]
+    assert ("(it was deleted" if how == "deleted" else f"(it is now at {moved})") in d["summary"], d["summary"]
+    assert "FAILED pyg/sage" in text and d["summary"] in text
+    assert not result["epochs"]  # what the ranks wrote went with the directory
+    assert (out / "config.json").is_file() and (out / "command.sh").is_file()
+    if how == "moved":  # the launcher leaves what was moved alone
+        assert rows(moved / "rank0" / "epochs.csv") >= 1
+
+
+def test_run_directory_vanishing_with_its_parent_ends_with_one_line(tmp_path):
+    """--out's directory deleted with the run in it: no result can be written, so exactly one
+    line on stderr says what vanished, exit 4, nothing of the run left running and nothing rebuilt."""
+    parent, log, err = tmp_path / "points", tmp_path / "launcher.out", tmp_path / "launcher.err"
+    out = parent / "run"
+    proc = subprocess.Popen(runner_argv(out, devices=2, workers=0, epochs=10000,
+                                        extra=["--max-steps-per-epoch", "2", "--time-limit", "300"]),
+                            cwd=REPO, env=run_env(), stdout=open(log, "w"), stderr=open(err, "w"),
+                            start_new_session=True, preexec_fn=default_sigint)
+    try:
+        stage = wait_for("an epoch finished on both ranks", lambda: training_stage(out), proc, log)
+        tree = {p.pid for p in psutil.Process(proc.pid).children(recursive=True)}
+        remove(parent)
+        rc = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    lines = err.read_text().splitlines()
+    assert rc == 4, (lines, log.read_text()[-3000:])
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("[gnnscale] error: ") and f"the run directory {stage} was moved or deleted from " \
+        "outside the run" in lines[0], lines[0]
+    assert f"no result could be written (--out's directory {parent} is gone too)" in lines[0], lines[0]
+    assert "Traceback" not in log.read_text()
+    assert not parent.exists()  # a run does not rebuild what was removed around it
+    assert not [p for p in tree if alive(p)]
