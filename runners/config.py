@@ -239,6 +239,17 @@ def resolve_device(v: dict, visible_gpus: int) -> tuple:
     return device, None
 
 
+def check_dataset(name: str, data_root: str) -> None:
+    """The suite's own dataset names, or one imported under data_root (runners.datasets import);
+    else ConfigError saying which are allowed and how to import one."""
+    from runners import datasets  # light: numpy only
+
+    try:
+        datasets.check_name(name, data_root)
+    except datasets.DatasetError as exc:
+        raise ConfigError(f"--dataset {name!r} is unknown: {exc}") from None
+
+
 def config_from_args(args: argparse.Namespace, visible_gpus: int, cpu_cores: int) -> RunConfig:
     """Validate the parsed options and resolve the automatic ones. Raises ConfigError."""
     v = settings.option_values(args)
@@ -259,6 +270,7 @@ def config_from_args(args: argparse.Namespace, visible_gpus: int, cpu_cores: int
         "fanouts_framework": registry.framework(v["framework"]).framework_fanouts(v["fanouts"]),
         "loader": v["loader"] or registry.framework(v["framework"]).loaders[0],
     })
+    check_dataset(cfg.dataset, cfg.data_root)
     # The model's layers are known once its defaults are filled in.
     _require(len(cfg.fanouts) == cfg.layers,
              f"--fanouts {args.fanouts!r} has {len(cfg.fanouts)} hops but the model has {cfg.layers} layers; "

@@ -213,7 +213,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m runners.partitions", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     prep = sub.add_parser("prepare", help="make (or verify) the partitions of a dataset")
-    prep.add_argument("dataset", choices=datasets.DATASET_NAMES)
+    prep.add_argument("dataset", help=", ".join(datasets.DATASET_NAMES) + ", or a dataset imported under --data-root")
     prep.add_argument("--parts", type=int, required=True)
     prep.add_argument("--method", default="metis", help=f"one of {', '.join(METHODS)}")
     prep.add_argument("--data-root", default=datasets.DEFAULT_ROOT)

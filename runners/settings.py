@@ -156,12 +156,6 @@ def declared(cls, option_only: tuple) -> tuple:
     return tuple(found)
 
 
-def _dataset_names():
-    from runners import datasets  # light: numpy only
-
-    return datasets.DATASET_NAMES
-
-
 def _until_choices():
     from runners.stopping import UNTIL  # light: scipy only when the rule runs
 
@@ -221,8 +215,10 @@ class RunSettings:
     batch_size: int = setting(check=Check(lambda v: v >= 1, "must be a positive integer"), group=_CONF,
         help="seed nodes per process and step")
     workers: int = setting(check=at_least(0), group=_CONF, help="data-loader worker processes per rank")
-    dataset: str = setting(experiment=True, choices=_dataset_names, group=_CONF,
-                           help="dataset name (see runners.datasets)")
+    # No fixed choices: a dataset imported under --data-root is named too (config.check_dataset).
+    dataset: str = setting(experiment=True, group=_CONF,
+                           help="dataset name: one of runners.datasets list, or a graph imported with "
+                                "python -m runners.datasets import PATH --name NAME")
     out: str = setting(column=False, group=_CONF, help="run directory to write")
     # -- when to stop; the sweep sets these per kind of run (sweep_stop_values)
     until: str = setting("epochs", experiment=True, choices=_until_choices, group=_STOP, sweep_omits_default=True,

@@ -11,24 +11,29 @@ measured on byte-identical graphs, features, labels and splits. The directory ho
     train_idx.npy, val_idx.npy, test_idx.npy   int64, sorted node ids
 
 Within a column the sources are sorted ascending; there are no self-loops and no duplicate
-edges, and the graph is symmetric (every source here is undirected).
+edges, and the graph is symmetric (every source here is undirected; a graph imported with
+`--directed` is not, and its meta.json's `adjacency.symmetric` says so).
 
-Names: `tiny`, `small`, `reddit-shape` are generated (deterministic from a seed);
+Names: `tiny`, `small`, `reddit-shape`, `wide` are generated (deterministic from a seed);
 `reddit` and `ogbn-products` are converted from raw files the user places (or downloads).
+Any other name is a graph the user imported (`runners.datasets.importers`, the `import`
+command): its files are the user's, checked before use but never regenerated.
 
 API: `prepare(name, root, raw_dir, download) -> Path`, `load(name_or_path, root,
 verify_hash) -> Graph`, `verify_files(name_or_path, root) -> dict` (the check a run makes
 before launch: re-hashes only files changed since `<dataset>/verified.json`),
-`DatasetError`. CLI: `python -m runners.datasets {prepare,verify,info,list}`. Only numpy is
-needed (pandas for ogbn-products), so importing this module is cheap and framework-free.
+`DatasetError`, `import_graph(path, name, root, ...)`. CLI: `python -m runners.datasets
+{prepare,import,verify,info,list}`. Only numpy is needed (pandas for ogbn-products and OGB
+imports), so importing this module is cheap and framework-free.
 
 Modules: `format` (the on-disk format, loading, verification), `generators` (synthetic
-graphs), `converters` (raw files of real datasets); this package adds `prepare` and
-re-exports their public names, so callers import `runners.datasets` only.
+graphs), `converters` (raw files of real datasets), `importers` (a user's graph saved by
+PyG, DGL, OGB or NumPy; framework code is imported only when such a file is read); this
+package adds `prepare` and re-exports their public names, so callers import
+`runners.datasets` only.
 """
 from __future__ import annotations
 
-import contextlib
 import logging
 import shutil
 import time
@@ -37,9 +42,10 @@ from pathlib import Path
 from runners.datasets.converters import (CONVERTERS, RAW_SOURCES, convert_ogbn_products,  # noqa: F401
                                          convert_reddit, default_raw_dir, download_raw, _require_raw)
 from runners.datasets.format import *  # noqa: F401,F403  (the format is this package's API)
-from runners.datasets.format import DatasetError, _stats, read_meta, write_dataset  # noqa: F401
+from runners.datasets.format import DatasetError, _lock, _stats, read_meta, write_dataset  # noqa: F401
 from runners.datasets.generators import (GENERATOR, GENERATOR_VERSION, SYNTHETIC, SyntheticSpec,  # noqa: F401
                                          csc_from_edges, generate)
+from runners.datasets.importers import FORMATS, import_graph  # noqa: F401,E402
 
 log = logging.getLogger("gnnscale.datasets")
 
@@ -47,22 +53,6 @@ log = logging.getLogger("gnnscale.datasets")
 # --------------------------------------------------------------------------------------
 # prepare()
 # --------------------------------------------------------------------------------------
-
-@contextlib.contextmanager
-def _lock(root: Path, name: str):
-    """Serialise concurrent prepare() calls for one dataset (e.g. parallel Snakemake jobs)."""
-    try:
-        import fcntl
-    except ImportError:  # not POSIX: no locking
-        yield
-        return
-    with open(root / f".{name}.lock", "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
 
 def _expected_source(name: str) -> dict:
     if name in SYNTHETIC:
@@ -88,16 +78,35 @@ def _is_current(path: Path, name: str) -> bool:
     return True
 
 
+def _imported(name: str, root: Path, force: bool) -> Path:
+    """An imported dataset's path once its fast checks pass. Its files are the user's: the
+    suite never regenerates, repairs or deletes them; a damaged one is refused."""
+    check_name(name, root)  # one of the suite's names, or imported: else say how to import
+    path = root / name
+    source = imported_source(path)
+    again = (f"{name!r} was imported from {source.get('path')} ({source.get('format')}); the suite never "
+             f"regenerates an imported dataset: import it again with python -m runners.datasets import "
+             f"{source.get('path')} --name {name} --root {root} --force")
+    if force:
+        raise DatasetError(f"{path.absolute()}: {again}")
+    try:
+        load(path)
+    except DatasetError as exc:
+        raise DatasetError(f"{exc}; {again}") from exc
+    return path
+
+
 def prepare(name: str, root=DEFAULT_ROOT, raw_dir=None, download: bool = False,
             force: bool = False) -> Path:
     """Make `<root>/<name>/` if it is missing, invalid or stale; idempotent. Returns its path.
 
     Synthetic names are generated; `reddit` and `ogbn-products` are converted from raw files
-    in raw_dir (default `<root>/raw/<name>/`), downloaded first when `download` is set.
+    in raw_dir (default `<root>/raw/<name>/`), downloaded first when `download` is set. Any
+    other name must be a dataset imported under root (`runners.datasets.importers`): it is
+    checked and returned, never made again (DatasetError when it fails its checks).
     """
     if name not in DATASET_NAMES:
-        raise DatasetError(f"{(Path(root) / name).absolute()}: unknown dataset {name!r}; "
-                           f"allowed names: {', '.join(DATASET_NAMES)}")
+        return _imported(name, Path(root), force)
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     final = root / name

@@ -1,4 +1,4 @@
-"""`python -m runners.datasets {prepare,verify,info,list}`: the datasets' command line."""
+"""`python -m runners.datasets {prepare,import,verify,info,list}`: the datasets' command line."""
 
 from __future__ import annotations
 
@@ -7,9 +7,11 @@ import json
 import logging
 import sys
 import time
+from pathlib import Path
 
 from runners.datasets import *  # noqa: F401,F403  (the commands call the package's API)
-from runners.datasets import DATASET_NAMES, DEFAULT_ROOT, prepare
+from runners.datasets import DATASET_NAMES, DEFAULT_ROOT, FORMATS, import_graph, prepare
+from runners.datasets.importers import parse_split
 
 log = logging.getLogger("gnnscale.datasets")
 
@@ -29,6 +31,26 @@ def main(argv=None) -> int:
                                                     "(default ROOT/raw/NAME)")
     pp.add_argument("--download", action="store_true", help="fetch missing raw files")
     pp.add_argument("--force", action="store_true", help="rebuild even if a valid copy exists")
+    mp = sub.add_parser("import", help="import a graph saved by PyG, DGL, OGB or NumPy as dataset NAME "
+                                       "(docs/datasets.md); prints its path and content hash")
+    mp.add_argument("path", help="a torch.save'd PyG Data, a dgl.save_graphs file, an OGB node-property "
+                                 "directory (raw/, split/) or an .npz")
+    mp.add_argument("--name", required=True, help="the dataset's name, for --dataset NAME and a sweep's dataset:")
+    mp.add_argument("--root", default=DEFAULT_ROOT)
+    mp.add_argument("--format", choices=FORMATS, default=None, help="default: detected from the path")
+    mp.add_argument("--feat", help="features field (default: x; DGL: feat)")
+    mp.add_argument("--label", help="labels field (default: y; DGL: label)")
+    for split in ("train", "val", "test"):
+        mp.add_argument(f"--{split}", f"--{split}-mask", dest=split, metavar="FIELD",
+                        help=f"{split} split field: a mask or node ids (default: {split}_mask, else {split}_idx)")
+    mp.add_argument("--ogb-split", metavar="KIND", help="the split/KIND/ of an OGB directory holding several")
+    mp.add_argument("--split", metavar="TRAIN,VAL,TEST",
+                    help="a random split by these fractions (e.g. 0.65,0.1,0.25), replacing the file's")
+    mp.add_argument("--seed", type=int, default=0, help="seed of --split (recorded)")
+    mp.add_argument("--directed", action="store_true",
+                    help="keep the edges as given (default: add the reverse edges, making the graph symmetric)")
+    mp.add_argument("--force", action="store_true", help="replace an existing dataset NAME (the old one is "
+                                                         "moved to ROOT/.replaced/, not deleted)")
     vp = sub.add_parser("verify", help="recompute the hashes and check the adjacency")
     vp.add_argument("name", help="dataset name or directory")
     vp.add_argument("--root", default=DEFAULT_ROOT)
@@ -39,12 +61,19 @@ def main(argv=None) -> int:
     ip = sub.add_parser("info", help="print meta.json of a prepared dataset")
     ip.add_argument("name", help="dataset name or directory")
     ip.add_argument("--root", default=DEFAULT_ROOT)
-    sub.add_parser("list", help="list the dataset names")
+    lp = sub.add_parser("list", help="list the dataset names, and the datasets imported under --root")
+    lp.add_argument("--root", default=DEFAULT_ROOT)
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     try:
         if args.cmd == "prepare":
             path = prepare(args.name, args.root, args.raw_dir, args.download, args.force)
+            print(f"{path} {read_meta(path)['content_hash']}")
+        elif args.cmd == "import":
+            names = {k: getattr(args, k) for k in ("feat", "label", "train", "val", "test") if getattr(args, k)}
+            split = parse_split(args.split) if args.split is not None else None
+            path = import_graph(args.path, args.name, args.root, args.format, args.directed, split, args.seed,
+                                names, args.ogb_split, args.force)
             print(f"{path} {read_meta(path)['content_hash']}")
         elif args.cmd == "verify" and args.files:
             done = verify_files(args.name, args.root, use_cache=not args.no_cache)
@@ -62,6 +91,11 @@ def main(argv=None) -> int:
             for name in DATASET_NAMES:
                 kind = "synthetic" if name in SYNTHETIC else f"converted from {RAW_SOURCES[name]['url']}"
                 print(f"{name}\t{kind}")
+            root = Path(args.root)
+            for path in sorted(root.iterdir()) if root.is_dir() else []:
+                source = imported_source(path) if NAME_RE.fullmatch(path.name) else None
+                if source:
+                    print(f"{path.name}\timported ({source.get('format')}) from {source.get('path')}")
     except DatasetError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -12,6 +12,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import time
 import uuid
@@ -29,6 +30,9 @@ DEFAULT_ROOT = "results/datasets"
 SYNTHETIC_NAMES = ("tiny", "small", "reddit-shape", "wide")
 CONVERTED_NAMES = ("reddit", "ogbn-products")
 DATASET_NAMES = SYNTHETIC_NAMES + CONVERTED_NAMES
+# What an imported dataset may be called: a directory name and a Snakemake wildcard value
+# (workflows/rules/common.smk), never hidden (leftovers of writers start with a dot).
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 # Array files in hashing order, with their canonical dtype (little-endian, C order).
 FILES = (
@@ -104,6 +108,22 @@ def combine_hash(files: dict) -> str:
     return h.hexdigest()
 
 
+@contextlib.contextmanager
+def _lock(root: Path, name: str):
+    """Serialise concurrent writers (prepare, import) of one dataset (e.g. parallel Snakemake jobs)."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no locking
+        yield
+        return
+    with open(root / f".{name}.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def _fsync_dir(path: Path) -> None:
     with contextlib.suppress(OSError):
         fd = os.open(path, os.O_RDONLY)
@@ -114,10 +134,13 @@ def _fsync_dir(path: Path) -> None:
 
 
 def write_dataset(root, name: str, arrays: dict, source: dict, stats: dict,
-                  num_classes: Optional[int] = None) -> Path:
+                  num_classes: Optional[int] = None, symmetric: bool = True,
+                  replaced_to: Optional[Path] = None) -> Path:
     """Write `<root>/<name>/` atomically: everything goes to a temporary sibling directory
     that is renamed into place only when complete, so a killed writer leaves no dataset
-    that looks valid. Returns the final path."""
+    that looks valid. Returns the final path. `symmetric` False records a directed graph
+    (an import with --directed); `replaced_to`: where an existing `<root>/<name>` is moved
+    (kept) instead of being deleted."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     final = root / name
@@ -147,7 +170,7 @@ def write_dataset(root, name: str, arrays: dict, source: dict, stats: dict,
             "num_classes": int(num_classes if num_classes is not None
                                else (labels.max() + 1 if len(labels) else 0)),
             "content_hash": combine_hash(files),
-            "adjacency": {"layout": "csc", "sorted": True, "symmetric": True,
+            "adjacency": {"layout": "csc", "sorted": True, "symmetric": bool(symmetric),
                           "self_loops": False, "duplicates": False},
             "source": source,
             "stats": stats,
@@ -161,7 +184,10 @@ def write_dataset(root, name: str, arrays: dict, source: dict, stats: dict,
             os.fsync(fh.fileno())
         _fsync_dir(tmp)
         old = None
-        if final.exists():
+        if final.exists() and replaced_to is not None:
+            Path(replaced_to).parent.mkdir(parents=True, exist_ok=True)
+            os.rename(final, replaced_to)
+        elif final.exists():
             old = root / f".{name}.old-{uuid.uuid4().hex[:8]}"
             os.rename(final, old)
         os.rename(tmp, final)
@@ -213,16 +239,48 @@ class Graph:
 
 
 def resolve(name_or_path: Union[str, Path], root=DEFAULT_ROOT) -> Path:
-    """A dataset name (a str in DATASET_NAMES) -> `<root>/<name>`; a Path, or a str that
-    is not a name, is taken as the dataset directory itself."""
-    if isinstance(name_or_path, str) and name_or_path in DATASET_NAMES:
+    """A dataset name (a str in DATASET_NAMES, or the name of a directory under root, as an
+    imported dataset has) -> `<root>/<name>`; a Path, or any other str, is taken as the
+    dataset directory itself."""
+    if isinstance(name_or_path, str) and (
+            name_or_path in DATASET_NAMES
+            or (NAME_RE.fullmatch(name_or_path) and (Path(root) / name_or_path).is_dir())):
         return Path(root) / str(name_or_path)
     path = Path(name_or_path)
     if path.is_dir():
         return path
     raise DatasetError(f"{(Path(root) / path).absolute()}: unknown dataset {str(name_or_path)!r};"
-                       f" allowed names: {', '.join(DATASET_NAMES)} (or the directory of a "
-                       "prepared dataset)")
+                       f" allowed names: {', '.join(DATASET_NAMES)}, or the name of an imported "
+                       "dataset (python -m runners.datasets import), or the directory of a "
+                       "prepared dataset")
+
+
+def imported_source(path: Path) -> Optional[dict]:
+    """meta.json's `source` when `path` holds a dataset made by `runners.datasets import`
+    (readable meta.json, source.kind "imported"), else None."""
+    try:
+        source = read_meta(path).get("source")
+    except DatasetError:
+        return None
+    return source if isinstance(source, dict) and source.get("kind") == "imported" else None
+
+
+def check_name(name: str, root=DEFAULT_ROOT) -> None:
+    """Raise DatasetError unless `name` is one of the suite's datasets or a directory under
+    root that `runners.datasets import` made (what a run or a sweep may name)."""
+    if name in DATASET_NAMES:
+        return
+    path = Path(root).absolute() / name
+    if not NAME_RE.fullmatch(name):
+        why = "is not a dataset name (letters, digits, '.', '_', '-')"
+    elif not path.exists():
+        why = f"is not one of the suite's datasets and no dataset was imported as {path}"
+    elif imported_source(path) is None:
+        why = f"is not one of the suite's datasets and {path} was not made by runners.datasets import"
+    else:
+        return
+    raise DatasetError(f"{path}: {name!r} {why}; allowed: {', '.join(DATASET_NAMES)}, or import "
+                       f"one first: python -m runners.datasets import PATH --name {name} --root {Path(root)}")
 
 
 def read_meta(path: Path) -> dict:
@@ -357,6 +415,8 @@ def _verify_contents(path: Path, meta: dict, arrays: dict) -> None:
         if np.any(same_col & ~inc):
             raise DatasetError(f"{ipath}: sources within a column are not strictly increasing "
                                "(unsorted or duplicate edges)")
+    if meta.get("adjacency", {}).get("symmetric") is False:  # imported with --directed
+        return
     # Symmetric: the sorted reverse keys equal the forward keys.
     dst = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
     rev = np.asarray(indices) * n + dst
@@ -438,9 +498,12 @@ def _check_hashes(path: Path, meta: dict, arrays: dict, use_cache: bool) -> dict
         digest = array_sha256(arrays[key])
         hashed.append(fname)
         if digest != want:
+            again = ("import it again (python -m runners.datasets import ... --force)"
+                     if meta.get("source", {}).get("kind") == "imported"
+                     else "prepare the dataset again (prepare --force)")
             raise DatasetError(f"{path / fname}: hash mismatch: contents changed since they were "
                                f"written (sha256 {digest[:16]}..., meta.json {str(want)[:16]}...); "
-                               f"prepare the dataset again (prepare --force)")
+                               + again)
         if key == "features":
             check_finite(path / fname, arrays[key])
         after = _stat_key(path / fname)

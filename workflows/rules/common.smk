@@ -25,6 +25,7 @@ def config_error(key, problem):
 # (runners/adapters/registry.py; light, no torch), so the config names only overrides.
 if workflow.basedir not in sys.path:
     sys.path.insert(0, workflow.basedir)
+from runners import datasets  # noqa: E402 (numpy only: the dataset names)
 from runners import settings  # noqa: E402 (every run setting, declared once)
 from runners.adapters import registry  # noqa: E402
 from runners.envinfo import visible_gpu_count  # noqa: E402 (the one GPU counter)
@@ -133,6 +134,11 @@ wildcard_constraints:
 
 
 DATASET = config["dataset"]
+# A name other than the suite's own must be a graph the user imported (runners.datasets import).
+try:
+    datasets.check_name(DATASET, "results/datasets")
+except datasets.DatasetError as _exc:
+    config_error("dataset", str(_exc))
 # A run's name, written once: the run rule's output and log and run_dir use it.
 RUN_NAME = "{kind_prefix}{lane_prefix}{loader_prefix}{part_prefix}{framework}-{model}-d{devices}-b{batch}-w{workers}-r{repeat}"
 

@@ -1,9 +1,14 @@
 rule dataset:
-    """Write the canonical on-disk graph that every run reads (idempotent)."""
+    """Write the canonical on-disk graph that every run reads (idempotent). The suite's own
+    datasets only: an imported one (runners.datasets import) is the user's, so no rule makes
+    it, and Snakemake neither removes nor rewrites it (even with --forceall).
+    """
     output:
         "results/datasets/{dataset}/meta.json",
     log:
         "results/logs/dataset/{dataset}.log",
+    wildcard_constraints:
+        dataset=registry.wildcard_pattern(datasets.DATASET_NAMES),
     conda:
         "../../environment.yml"
     params:
