@@ -408,6 +408,7 @@ def test_an_imported_dataset_is_never_regenerated(tmp_path):
         in proc.stdout + proc.stderr and "python -m runners.datasets import PATH --name cora" in proc.stdout + proc.stderr
 
 
+@pytest.mark.e2e  # real runs
 @pytest.mark.parametrize("framework", ["pyg", "dgl"])
 def test_an_imported_graph_trains_in_both_frameworks(tmp_path_factory, framework):
     root = tmp_path_factory.getbasetemp() / "trained-root"
@@ -425,6 +426,7 @@ def test_an_imported_graph_trains_in_both_frameworks(tmp_path_factory, framework
     assert result["env"]["dataset_hash"] == D.read_meta(root / "user-graph")["content_hash"]
 
 
+@pytest.mark.e2e  # Snakemake dry runs
 def test_a_sweep_names_an_imported_dataset_and_never_makes_it(tmp_path):
     """The sweep's dataset rule makes only the suite's own datasets: an imported one is an
     input no rule writes, not even with --forceall; an unknown name fails at parse time."""
