@@ -3,6 +3,7 @@ on its own: title, axis labels with units, legend. A figure with nothing to show
 
 from __future__ import annotations
 
+import math
 import matplotlib
 
 matplotlib.use("Agg")
@@ -455,7 +456,20 @@ def gap_bars(gap: pd.DataFrame):
     return fig
 
 
-RATIO_TICKS = (0.1, 0.2, 0.25, 0.5, 0.67, 0.8, 1, 1.25, 1.5, 2, 3, 4, 5, 10, 20)
+# Candidate ticks of a ratio axis, roundest first: spaced_ticks keeps those that leave room for
+# their labels.
+RATIO_TICKS = (1, 2, 0.5, 5, 10, 0.2, 3, 1.5, 0.67, 4, 1.25, 0.8, 0.25, 20, 0.1, 1.1, 0.9)
+
+
+def spaced_ticks(lo: float, hi: float, most: int = 7) -> list:
+    """Ticks of a log axis from lo to hi whose labels cannot overlap: at most about `most`,
+    each at least 1/most of the axis's (log) span from the next, the roundest kept first."""
+    gap = math.log(hi / lo) / most
+    kept = []
+    for t in RATIO_TICKS:
+        if lo <= t <= hi and all(abs(math.log(t / k)) >= gap for k in kept):
+            kept.append(t)
+    return sorted(kept)
 
 
 def _ratio_colour(r: dict) -> str:
@@ -484,7 +498,7 @@ def framework_ratios(speed: pd.DataFrame):
     lo = min(0.8, *(r["low"] if not pd.isna(r["low"]) else r["estimate"] for r in rows))
     hi = max(1.25, *(r["high"] if not pd.isna(r["high"]) else r["estimate"] for r in rows))
     ax.set_xlim(lo / 1.15, hi * 1.15)
-    ax.set_xticks([t for t in RATIO_TICKS if lo / 1.15 <= t <= hi * 1.15])
+    ax.set_xticks(spaced_ticks(lo / 1.15, hi * 1.15))
     ax.set_ylim(len(rows) - 0.4, -0.6)
     if all(pd.isna(r["low"]) for r in rows):  # say so rather than let missing bars look like certainty
         ax.text(0.99, 0.02, "no intervals: 1 repeat per framework", transform=ax.transAxes, ha="right",

@@ -477,3 +477,17 @@ def test_a_commit_that_reads_like_a_float_stays_text(tmp_path):
     res = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.split() == [commit, "1e5", "9e99999999abc"]
+
+
+def test_ratio_axis_labels_leave_room_for_each_other():
+    """The summary figure's ticks: the roundest ones that fit, none closer than 1/7 of the axis
+    (0.67x to 6x once gave 1.25x and 1.5x on top of each other), and 1x whenever it is in range."""
+    import math
+
+    from analysis.plots import spaced_ticks
+
+    for lo, hi in ((0.7, 6.2), (0.67, 1.5), (0.9, 1.2), (0.05, 25.0)):
+        ticks = spaced_ticks(lo, hi)
+        gaps = [math.log(b / a) for a, b in zip(ticks, ticks[1:])]
+        assert 1 in ticks and len(ticks) >= 2 and min(gaps) >= math.log(hi / lo) / 7, (lo, hi, ticks)
+    assert spaced_ticks(0.7, 6.2) == [1, 2, 3, 5]
