@@ -42,7 +42,11 @@ from runners.adapters import registry
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 TABLE_NAMES = ("table2", "speed", "paper_comparison", "study_work", "study_time", "scaling", "speedup_gap", "workers", "batch", "breakdown",
                "throughput", "accuracy", "plan", "adaptive", "lanes", "loaders", "partitioned", "deadlocks", "environment", "fairness", "runs", "invalid")
-PLOT_NAMES = ("summary", "status_map", "runtime_vs_devices", "speedup", "speedup_gap", "breakdown", "throughput", "resources")
+PLOT_NAMES = ("summary", "status_map", "runtime_vs_devices", "runtime_vs_devices_all", "speedup", "speedup_gap",
+              "breakdown", "breakdown_all", "throughput", "resources")
+# A section shows the panels of the experiment its answer speaks for, at a readable size; the
+# figure of every experiment's panels (NAME_all) is folded under it.
+FULL_GRIDS = {"runtime_vs_devices": "runtime_vs_devices_all", "breakdown": "breakdown_all"}
 # Every file the report writes beside index.html (Snakemake declares these as outputs).
 ASSETS = tuple(f"{t}.{ext}" for t in TABLE_NAMES for ext in ("csv", "html")) + tuple(f"{p}.png" for p in PLOT_NAMES)
 
@@ -356,7 +360,7 @@ def build_figures(agg: Aggregate, runs: pd.DataFrame, points: pd.DataFrame, scal
     gap = speedup_gap.gap_data(runs, agg.epochs, agg.steps) if gap is None else gap
     speed = tables.speed_data(runs) if speed is None else speed
     data = {"speedup": scaling, **(data or {})}
-    drawn = {k: data.get(k, points) for k in ("runtime_vs_devices", "breakdown", "throughput")}
+    drawn = {k: data.get(k, points) for k in ("runtime_vs_devices", "breakdown", "throughput", *FULL_GRIDS.values())}
     return {
         "summary": (lambda: plots.framework_ratios(speed),
                     "One framework's steady-state epoch time over the other's per configuration, with its 95% "
@@ -367,6 +371,8 @@ def build_figures(agg: Aggregate, runs: pd.DataFrame, points: pd.DataFrame, scal
         "runtime_vs_devices": (lambda: plots.runtime_vs_devices(drawn["runtime_vs_devices"]),
                                "Training time (slowest rank) against devices, one panel per model and batch "
                                "size, like the seed study's Figure 1. An X marks a configuration without an ok run."),
+        "runtime_vs_devices_all": (lambda: plots.runtime_vs_devices(drawn["runtime_vs_devices_all"]),
+                                   "The same for every experiment of the sweep (one row per experiment and model)."),
         "speedup": (lambda: plots.speedup_vs_devices(data["speedup"]),
                     "Speed-up over the fewest devices; the dashed line is ideal linear scaling."),
         "speedup_gap": (lambda: plots.gap_bars(gap),
@@ -376,6 +382,8 @@ def build_figures(agg: Aggregate, runs: pd.DataFrame, points: pd.DataFrame, scal
                         "leftwards in the hatched strip, which ends at the measured epoch time."),
         "breakdown": (lambda: plots.breakdown_bars(drawn["breakdown"]),
                       "Mean time per training step split into phases (backward includes the all-reduce)."),
+        "breakdown_all": (lambda: plots.breakdown_bars(drawn["breakdown_all"]),
+                          "The same for every experiment of the sweep."),
         "throughput": (lambda: plots.throughput_vs_batch(drawn["throughput"]),
                        "Training seed nodes per second (all processes) against the per-process batch size."),
         "resources": (lambda: plots.resources_over_time(runs, agg.cpu, agg.nvml, selected),
@@ -430,6 +438,11 @@ def not_drawn(runs: pd.DataFrame, figure_data: dict, gap: pd.DataFrame) -> dict:
         "throughput": "Not drawn: one batch size per configuration, so there is no curve.",
     }
     out = {name: why for name, why in reasons.items() if figure_data[name].empty}
+    for main, full in FULL_GRIDS.items():
+        if figure_data[full].empty:
+            out[full] = reasons[main]
+        elif figure_data[full]["experiment"].nunique() < 2:
+            out[full] = "Not drawn again: the sweep has one experiment, shown above."
     if gap.empty or not gap["reason"].isna().any():
         out["speedup_gap"] = "Not drawn: no multi-device point could be split (the table says why)."
     if len(runs) and (runs["status"] == "ok").all():
@@ -437,11 +450,14 @@ def not_drawn(runs: pd.DataFrame, figure_data: dict, gap: pd.DataFrame) -> dict:
     return out
 
 
-def _figures(agg, runs, points, scaling, gap, speed, assets: Path) -> dict:
+def _figures(agg, runs, points, scaling, gap, speed, assets: Path, experiment=None) -> dict:
     """Write every figure's PNG; name -> {src, caption, file, why} (why: the line the page shows
-    instead of a figure with nothing to compare, or None)."""
-    data = {"runtime_vs_devices": comparable(points), "speedup": measured_series(scaling),
-            "breakdown": breakdown_points(points),
+    instead of a figure with nothing to compare, or None). `experiment`: the one the answers
+    speak for, whose panels the sections show (None: all)."""
+    main = points if experiment is None or not len(points) else points[points["experiment"] == experiment]
+    data = {"runtime_vs_devices": comparable(main), "runtime_vs_devices_all": comparable(points),
+            "speedup": measured_series(scaling), "breakdown": breakdown_points(main),
+            "breakdown_all": breakdown_points(points),
             "throughput": comparable(points, ("experiment", "framework", "model", "devices", "workers"), "batch_size")}
     skip = not_drawn(runs, data, gap)
     figures = {}
@@ -472,7 +488,7 @@ def render(agg: Aggregate, out: Path, assets: Path, source: str = "") -> Path:
     top = answers.all_answers(runs, points, speed, scaling, gap, tabs["workers"].data, tabs["batch"].data,
                               agg.failures, tabs["loaders"].data)
     main_speed = speed[speed["experiment"] == top["experiment"]] if len(speed) else speed
-    figures = _figures(agg, runs, points, scaling, gap, main_speed, assets)
+    figures = _figures(agg, runs, points, scaling, gap, main_speed, assets, top["experiment"])
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
                              undefined=jinja2.StrictUndefined)
     page = env.get_template("report.html.j2").render(

@@ -613,9 +613,11 @@ REPORT_PLOTS = {
     "summary": ("Timing", "summary"),
     "status_map": ("Hangs and failures", "status_map"),
     "runtime_vs_devices": ("Timing", "runtime_vs_devices"),
+    "runtime_vs_devices_all": ("Timing", "runtime_vs_devices_all"),
     "speedup": ("Timing", "speedup"),
     "speedup_gap": ("Timing", "speedup_gap_plot"),
     "breakdown": ("Timing", "breakdown_plot"),
+    "breakdown_all": ("Timing", "breakdown_all"),
     "throughput": ("Timing", "throughput_plot"),
     "resources": ("Resources", "resources"),
 }
