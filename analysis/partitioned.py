@@ -181,8 +181,8 @@ def partitioned_table(runs: pd.DataFrame) -> TableSet:
         "(partitioned: that host's graph server's PSS plus its trainers', as its launcher sampled them; "
         "replicated: the ranks' and loader workers'); the share of a step in the load_wait and "
         "prepare phases. " + PHASES_TEXT + ". Epoch times compare at equal devices per host; a partitioned "
-        "run's trainers each take their partition's seeds (the README's seeds note).",
+        "run's trainers each take their partition's seeds (docs/partitioned.md's seeds note).",
         data, grids,
         empty_text="No partitioned run: run DGL with `--strategy partitioned --nnodes 2 --ip-config FILE` on two "
                    "hosts, or set config `strategy` with `nodes: 2` under SLURM (which makes the ip_config from the "
-                   "job's nodes; README, 'Past one machine's memory') to fill this section.")
+                   "job's nodes; docs/partitioned.md) to fill this section.")

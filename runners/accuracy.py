@@ -26,7 +26,7 @@ BASELINE_VERSION = 1  # bump when the method changes: cached values are then rec
 
 # dataset -> (target validation accuracy, why this value). Synthetic targets sit above the
 # features-only baseline (so reaching them needs the graph) and below what both models reach
-# in the default sweep's budget (measured, see README "Default sweep").
+# in the default sweep's budget (measured, see docs/sweep.md).
 TARGETS = {
     "tiny": (0.60, "synthetic; features-only baseline 0.535"),
     "small": (0.92, "synthetic; features-only baseline 0.555; near what both models converge to (measured at 2 "

@@ -60,11 +60,11 @@ def main(argv=None) -> int:
     gpus = envinfo.visible_gpu_count(env)
     if gpus and "dgl" in checks and not env["dgl_cuda"]:
         problems.append("GPUs are visible but DGL is the CPU-only build: GPU runs of DGL will be refused "
-                        "(install DGL's CUDA build; README 'GPU machines')")
+                        "(install DGL's CUDA build; docs/setup.md, 'GPU machines')")
     if gpus and "pyg" in checks and env["pyg_sampler_backend"] != "pyg-lib":
         problems.append("GPUs are visible but pyg-lib is missing: PyG GPU runs sample with "
                         f"{env['pyg_sampler_backend']} (recorded with every result); PyG prefers pyg-lib "
-                        "(install it; README 'GPU machines')")
+                        "(install it; docs/setup.md, 'GPU machines')")
     if args.json:
         print(json.dumps({"env": env, "lane": env["lane"]["lane"], "frameworks": checks,
                           "not_in_lane": absent, "problems": problems}, indent=1))

@@ -164,7 +164,7 @@ def main(argv=None) -> int:
     if envinfo.visible_gpu_count(env) == 0:
         print(f"gpu-check: FAILED: no GPU on this machine (NVML: {env['nvml']['reason'] or 'no GPUs'}; "
               "torch sees none). Run it on a machine with an NVIDIA GPU and the CUDA builds "
-              "(README, 'GPU machines').", file=sys.stderr)
+              "(docs/setup.md, 'GPU machines').", file=sys.stderr)
         return 1
     print(f"GPUs: {', '.join(g['name'] for g in env['gpus'])}; driver {env['nvml']['driver']}; "
           f"torch {env['torch']}", flush=True)

@@ -55,7 +55,7 @@ def require_cuda_build() -> None:
     if not dgl_has_cuda():
         raise RuntimeError(
             f"DGL {dgl.__version__} is a CPU-only build; a GPU run needs DGL's CUDA build from "
-            "DGL's own wheel index (see README, 'GPU machines')"
+            "DGL's own wheel index (see docs/setup.md, 'GPU machines')"
         )
 
 

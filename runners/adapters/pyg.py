@@ -39,7 +39,7 @@ def sampler_backend() -> str:
     raise RuntimeError(
         "PyG's NeighborLoader needs pyg-lib or torch-sparse and neither imports here. "
         "CPU: `make setup` builds torch-scatter and torch-sparse from source; GPU: install "
-        "pyg-lib from PyG's wheel index (see README, 'GPU machines')."
+        "pyg-lib from PyG's wheel index (see docs/setup.md, 'GPU machines')."
     )
 
 

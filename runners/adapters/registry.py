@@ -112,12 +112,12 @@ def pyg_environment(device_type: str, env: dict) -> tuple:
     backend = env["pyg_sampler_backend"]
     if backend == "none":
         return ("--framework pyg: PyG's NeighborLoader needs pyg-lib or torch-sparse and neither is installed; "
-                "run `make setup` (CPU) or see README 'GPU machines'"), None
+                "run `make setup` (CPU) or see docs/setup.md, 'GPU machines'"), None
     if device_type == "cuda" and backend != "pyg-lib":
         # Sampling runs on the CPU either way, so torch-sparse serves a GPU run; the backend
         # changes the sampling cost, and it is recorded with the result (env, adapter choices).
         return None, (f"PyG samples with {backend} (pyg-lib is not installed; PyG prefers it when present, "
-                      "see README 'GPU machines'); recorded with the result")
+                      "see docs/setup.md, 'GPU machines'); recorded with the result")
     return None, None
 
 
@@ -125,7 +125,7 @@ def dgl_environment(device_type: str, env: dict) -> tuple:
     """Refuse a GPU run with DGL's CPU-only build."""
     if device_type == "cuda" and not env["dgl_cuda"]:
         return (f"--framework dgl on GPUs: the installed DGL {env['dgl']} is the CPU-only build; install DGL's "
-                "CUDA build (README, 'GPU machines') or run with --device cpu"), None
+                "CUDA build (docs/setup.md, 'GPU machines') or run with --device cpu"), None
     return None, None
 
 
