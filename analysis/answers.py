@@ -4,9 +4,10 @@ tables, each number linked to the table row or section it comes from.
 The answers speak for one experiment, the main one: the performance experiment with the most
 framework comparisons (timing runs in the default sweep); the rest of the report covers every
 experiment. An experiment holds one graph (its label names the dataset); `with_graphs` names the
-graph of each answer, and answers per graph when the runs read several. Where a table gives a number per configuration, a sentence quotes the configuration
-at the middle of that number's range (the lower of the two middle ones), so every number it
-states is in a table row, with that row's 95% interval.
+graph of each answer, and answers per graph when the runs read several. Where a table gives a
+number per configuration, a sentence quotes the configuration at the middle of that number's
+range (the lower of the two middle ones), so every number it states is in a table row, with that
+row's 95% interval.
 """
 
 from __future__ import annotations

@@ -41,8 +41,9 @@ class SyntheticSpec:
       with class_size_sigma);
     - node_weights: the node weights' quantile function as ((probability, weight), ...), rising
       in both, probability from 0 to 1: the nodes, in random order, take this function at
-      (k + 0.5) / num_nodes, k = 0 .. num_nodes - 1 (instead of the lognormal weights of degree_sigma, which is then unused). A node's
-      expected degree is about 1 + (num_edges - num_nodes) * weight / sum of weights;
+      (k + 0.5) / num_nodes, k = 0 .. num_nodes - 1 (instead of the lognormal weights of
+      degree_sigma, which is then unused). A node's expected degree is about
+      1 + (num_edges - num_nodes) * weight / sum of weights;
     - split_sizes: the exact (train, val, test) node counts, which may leave nodes in no split
       (instead of the fractions in split, which put every node in one).
     """
