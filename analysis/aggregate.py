@@ -17,7 +17,10 @@ result.json). Writes into --out-dir:
 - invalid.csv   every result that could not be used, with the reason (never silently dropped),
                 including results the runner itself found to break the schema;
 - history.csv   the earlier runs of every point, kept under its previous/ (runners.history);
-                only a point's current run enters the other tables.
+                only a point's current run enters the other tables;
+- datasets.json every graph the runs read, by name and content hash, with its shape (nodes,
+                edges, degrees, features, classes, homophily) from its meta.json when that
+                still has the runs' content hash (analysis.graphs).
 
 node{k}/result.json of a multi-node run (written by node k > 0) is not a run: its per-rank
 rows (epochs, steps, cpu) are added to node 0's run in the directory above.
@@ -36,7 +39,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import PHASE_COLUMNS
-from analysis import deadlocks
+from analysis import deadlocks, graphs
 from runners import history, record, result, rundir
 from runners.adapters import registry
 from runners.config import field_names
@@ -105,6 +108,7 @@ class Aggregate:
     failures: list = field(default_factory=list)
     history: pd.DataFrame = field(default_factory=lambda: _frame([], HISTORY_COLUMNS))
     plan: dict = field(default_factory=dict)  # the adaptive second round's plan (analysis.adaptive), if any
+    datasets: list = field(default_factory=list)  # the graphs the runs read (analysis.graphs.records)
 
     FILES = {"runs": RUN_COLUMNS, "epochs": EPOCH_COLUMNS,
              "steps": ("run_id", "rank") + RANK_FILES["steps"],
@@ -119,6 +123,7 @@ class Aggregate:
             getattr(self, name).to_csv(out_dir / f"{name}.csv", index=False)
         (out_dir / "failures.json").write_text(json.dumps(self.failures, indent=1, default=str))
         (out_dir / "adaptive.json").write_text(json.dumps(self.plan, indent=1) + "\n")
+        (out_dir / "datasets.json").write_text(json.dumps(self.datasets, indent=1) + "\n")
 
     @classmethod
     def load(cls, out_dir: Path) -> "Aggregate":
@@ -131,7 +136,9 @@ class Aggregate:
         failures = json.loads(failures_path.read_text()) if failures_path.exists() else []
         plan_path = out_dir / "adaptive.json"
         plan = json.loads(plan_path.read_text()) if plan_path.exists() else {}
-        return cls(failures=failures, plan=plan, **frames)
+        datasets_path = out_dir / "datasets.json"  # absent from aggregates made before it existed
+        datasets = json.loads(datasets_path.read_text()) if datasets_path.exists() else []
+        return cls(failures=failures, plan=plan, datasets=datasets, **frames)
 
 
 # Identifiers are read as text. A git commit such as 82e2673948578c37... starts like a float with a huge
@@ -406,7 +413,7 @@ def aggregate(paths, workflow: str | None = None) -> Aggregate:
     command of the sweep, for the rerun commands; see commands)."""
     files, invalid = find_results(paths)
     runs, epochs, steps, cpu, nvml, failures, past = [], [], [], [], [], [], []
-    seen, node_results = {}, []
+    seen, node_results, graphs_seen = {}, [], {}
     for path in files:
         data, reason = read_result(path)
         if data is None:
@@ -427,6 +434,7 @@ def aggregate(paths, workflow: str | None = None) -> Aggregate:
         seen[rid] = path
         run_dir = path.parent
         runs.append(run_row(data, path, workflow))
+        graphs.collect(graphs_seen, data)
         past += history_rows(run_dir, rid)
         epochs += epoch_rows(data)
         steps += rank_csvs(run_dir, rid, "steps")
@@ -461,6 +469,7 @@ def aggregate(paths, workflow: str | None = None) -> Aggregate:
         steps=concat(steps, Aggregate.FILES["steps"]), cpu=concat(cpu, Aggregate.FILES["cpu"]),
         nvml=concat(nvml, Aggregate.FILES["nvml"]), invalid=_frame(invalid, INVALID_COLUMNS),
         failures=deadlocks.sort_failures(failures), history=_frame(past, HISTORY_COLUMNS),
+        datasets=graphs.records(graphs_seen),
     )
 
 

@@ -3,9 +3,11 @@ tables, each number linked to the table row or section it comes from.
 
 The answers speak for one experiment, the main one: the performance experiment with the most
 framework comparisons (timing runs in the default sweep); the rest of the report covers every
-experiment. Where a table gives a number per configuration, a sentence quotes the configuration
-at the middle of that number's range (the lower of the two middle ones), so every number it
-states is in a table row, with that row's 95% interval.
+experiment. An experiment holds one graph (its label names the dataset); `with_graphs` names the
+graph of each answer, and answers per graph when the runs read several. Where a table gives a
+number per configuration, a sentence quotes the configuration at the middle of that number's
+range (the lower of the two middle ones), so every number it states is in a table row, with that
+row's 95% interval.
 """
 
 from __future__ import annotations
@@ -459,9 +461,49 @@ def all_answers(runs, points, speed, scaling, gap, workers, batch, failures, loa
 
 
 
+# -- which graph ------------------------------------------------------------------------------
+
+def graph_names(runs: pd.DataFrame, exp) -> list:
+    """The graphs (dataset names) the runs read: the main experiment's first, then by run count."""
+    if runs.empty or "dataset" not in runs:
+        return []
+    counts = runs["dataset"].dropna().astype(str).value_counts()
+    main = [str(d) for d in runs.loc[runs["experiment"] == exp, "dataset"].dropna().unique()] if exp is not None else []
+    return list(dict.fromkeys(main + sorted(counts.index, key=lambda d: (-counts[d], d))))
+
+
+def with_graphs(top: dict, runs, points, speed, scaling, gap, workers, batch, failures, datasets: list) -> dict:
+    """`top` (all_answers) with the graphs its answers come from: "graphs", one {"name", "line"}
+    per graph (analysis.graphs.line; `datasets`: the aggregate's datasets.json records), the
+    main experiment's first; and, when the runs read several graphs, "per_graph": all_answers
+    of each graph's runs alone (its experiments, failures and loader rows), each with its line.
+    Table rows are anchored by experiment, and an experiment holds one graph, so every link of
+    a graph's answers lands on that graph's rows."""
+    from analysis import graphs
+    from analysis.loaders import loader_rows
+
+    names = graph_names(runs, top["experiment"])
+    lines = {n: graphs.line(n, [r for r in datasets or [] if r.get("name") == n]) for n in names}
+    top = {**top, "graphs": [{"name": n, "line": lines[n]} for n in names], "per_graph": []}
+    if len(names) < 2:
+        return top
+
+    def only(frame, exps):
+        return frame[frame["experiment"].isin(exps)] if len(frame) and "experiment" in frame else frame
+
+    for n in names:
+        r = runs[runs["dataset"].astype(str) == n]
+        exps = set(r["experiment"])
+        fs = [f for f in failures if str((f.get("config") or {}).get("dataset")) == n]
+        one = all_answers(r, only(points, exps), only(speed, exps), only(scaling, exps), only(gap, exps),
+                          only(workers, exps), only(batch, exps), fs, loader_rows(r))
+        top["per_graph"].append({**one, "name": n, "line": lines[n]})
+    return top
+
+
 def from_aggregate(agg) -> dict:
-    """all_answers of an analysis.aggregate.Aggregate, its tables built here (the report builds
-    them once for the page; this is for a look at the answers alone)."""
+    """all_answers of an analysis.aggregate.Aggregate with its graphs (with_graphs), its tables
+    built here (the report builds them once for the page; this is for a look at the answers alone)."""
     runs = add_experiment(agg.runs)
     points = performance_points(runs)
     tabs = tables.all_tables(runs)
@@ -469,5 +511,5 @@ def from_aggregate(agg) -> dict:
     gap = speedup_gap.gap_data(runs, agg.epochs, agg.steps)
     from analysis.loaders import loader_rows
 
-    return all_answers(runs, points, tabs["speed"].data, scaling, gap, tabs["workers"].data, tabs["batch"].data,
-                       agg.failures, loader_rows(runs))
+    args = (runs, points, tabs["speed"].data, scaling, gap, tabs["workers"].data, tabs["batch"].data, agg.failures)
+    return with_graphs(all_answers(*args, loader_rows(runs)), *args, agg.datasets)

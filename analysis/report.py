@@ -485,8 +485,8 @@ def render(agg: Aggregate, out: Path, assets: Path, source: str = "") -> Path:
     for t in tabs.values():
         t.write(assets)
     gap, speed = tabs["speedup_gap"].data, tabs["speed"].data
-    top = answers.all_answers(runs, points, speed, scaling, gap, tabs["workers"].data, tabs["batch"].data,
-                              agg.failures, tabs["loaders"].data)
+    args = (runs, points, speed, scaling, gap, tabs["workers"].data, tabs["batch"].data, agg.failures)
+    top = answers.with_graphs(answers.all_answers(*args, tabs["loaders"].data), *args, agg.datasets)
     main_speed = speed[speed["experiment"] == top["experiment"]] if len(speed) else speed
     figures = _figures(agg, runs, points, scaling, gap, main_speed, assets, top["experiment"])
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,

@@ -240,8 +240,8 @@ def resolve_device(v: dict, visible_gpus: int) -> tuple:
 
 
 def check_dataset(name: str, data_root: str) -> None:
-    """The suite's own dataset names, or one imported under data_root (runners.datasets import);
-    else ConfigError saying which are allowed and how to import one."""
+    """The suite's own dataset names, or one imported (runners.datasets import) or made as a twin
+    (runners.datasets twin) under data_root; else ConfigError saying which are allowed and how to import one."""
     from runners import datasets  # light: numpy only
 
     try:

@@ -218,7 +218,8 @@ class RunSettings:
     # No fixed choices: a dataset imported under --data-root is named too (config.check_dataset).
     dataset: str = setting(experiment=True, group=_CONF,
                            help="dataset name: one of runners.datasets list, or a graph imported with "
-                                "python -m runners.datasets import PATH --name NAME")
+                                "python -m runners.datasets import PATH --name NAME (or a twin: twin SOURCE "
+                                "--name NAME)")
     out: str = setting(column=False, group=_CONF, help="run directory to write")
     # -- when to stop; the sweep sets these per kind of run (sweep_stop_values)
     until: str = setting("epochs", experiment=True, choices=_until_choices, group=_STOP, sweep_omits_default=True,

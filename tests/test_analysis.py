@@ -285,6 +285,17 @@ def test_report_findings_environment_and_rerun_commands(page, results):
     assert "6,5,4" in text and "4,5,6" in text  # fan-outs as given and as DGL received them
 
 
+def test_first_screen_names_the_graph_with_its_shape(page, results):
+    """The answers' context line names the graph the runs read, with the shape its meta.json records."""
+    meta = json.loads((_runs.DATA_ROOT / "tiny" / "meta.json").read_text())
+    assert meta["content_hash"] == results["pyg-sage-d1"]["env"]["dataset_hash"]
+    first = re.search(r'<section id="answers">(.*?)</section>', page.read_text(), re.S).group(1)
+    deg = meta["stats"]["in_degree"]
+    assert (f'<p class="graph">Graph: tiny — 2,000 nodes, {meta["num_edges"]:,} edges, mean degree '
+            f'{deg["mean"]:.3g} (max {deg["max"]}), 32 features, 5 classes, homophily '
+            f'{meta["stats"]["edge_homophily"]:.2f} · content hash {meta["content_hash"][:12]}</p>') in first
+
+
 def test_deadlock_section(page, results):
     section = re.search(r'<section id="deadlocks">(.*?)</section>', page.read_text(), re.S).group(1)
     text = text_of(section)

@@ -22,13 +22,14 @@ command): its files are the user's, checked before use but never regenerated.
 API: `prepare(name, root, raw_dir, download) -> Path`, `load(name_or_path, root,
 verify_hash) -> Graph`, `verify_files(name_or_path, root) -> dict` (the check a run makes
 before launch: re-hashes only files changed since `<dataset>/verified.json`),
-`DatasetError`, `import_graph(path, name, root, ...)`. CLI: `python -m runners.datasets
-{prepare,import,verify,info,list}`. Only numpy is needed (pandas for ogbn-products and OGB
-imports), so importing this module is cheap and framework-free.
+`DatasetError`, `import_graph(path, name, root, ...)`, `make_twin(source, name, root, ...)`.
+CLI: `python -m runners.datasets {prepare,import,twin,verify,info,list}`. Only numpy is needed
+(pandas for ogbn-products and OGB imports), so importing this module is cheap and framework-free.
 
 Modules: `format` (the on-disk format, loading, verification), `generators` (synthetic
 graphs), `converters` (raw files of real datasets), `importers` (a user's graph saved by
-PyG, DGL, OGB or NumPy; framework code is imported only when such a file is read); this
+PyG, DGL, OGB or NumPy; framework code is imported only when such a file is read), `twins`
+(a synthetic graph fitted to another one, to share in its place); this
 package adds `prepare` and re-exports their public names, so callers import
 `runners.datasets` only.
 """
@@ -46,6 +47,7 @@ from runners.datasets.format import DatasetError, _lock, _stats, read_meta, writ
 from runners.datasets.generators import (GENERATOR, GENERATOR_VERSION, SYNTHETIC, SyntheticSpec,  # noqa: F401
                                          csc_from_edges, generate)
 from runners.datasets.importers import FORMATS, import_graph  # noqa: F401,E402
+from runners.datasets.twins import make_twin  # noqa: F401,E402
 
 log = logging.getLogger("gnnscale.datasets")
 
@@ -79,14 +81,19 @@ def _is_current(path: Path, name: str) -> bool:
 
 
 def _imported(name: str, root: Path, force: bool) -> Path:
-    """An imported dataset's path once its fast checks pass. Its files are the user's: the
-    suite never regenerates, repairs or deletes them; a damaged one is refused."""
+    """An imported dataset's (or a twin's) path once its fast checks pass. Its files are the
+    user's: the suite never regenerates, repairs or deletes them; a damaged one is refused."""
     check_name(name, root)  # one of the suite's names, or imported: else say how to import
     path = root / name
-    source = imported_source(path)
-    again = (f"{name!r} was imported from {source.get('path')} ({source.get('format')}); the suite never "
-             f"regenerates an imported dataset: import it again with python -m runners.datasets import "
-             f"{source.get('path')} --name {name} --root {root} --force")
+    source = user_source(path)
+    if source.get("kind") == "twin":
+        of = source.get("twin_of", {}).get("name")
+        again = (f"{name!r} is a twin of {of!r}; the suite never regenerates a twin: make it again with "
+                 f"python -m runners.datasets twin {of} --name {name} --root {root} --force")
+    else:
+        again = (f"{name!r} was imported from {source.get('path')} ({source.get('format')}); the suite never "
+                 f"regenerates an imported dataset: import it again with python -m runners.datasets import "
+                 f"{source.get('path')} --name {name} --root {root} --force")
     if force:
         raise DatasetError(f"{path.absolute()}: {again}")
     try:

@@ -1,4 +1,4 @@
-"""`python -m runners.datasets {prepare,import,verify,info,list}`: the datasets' command line."""
+"""`python -m runners.datasets {prepare,import,twin,verify,info,list}`: the datasets' command line."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 
 from runners.datasets import *  # noqa: F401,F403  (the commands call the package's API)
 from runners.datasets import DATASET_NAMES, DEFAULT_ROOT, FORMATS, import_graph, prepare
+from runners.datasets import twins
 from runners.datasets.importers import parse_split
 
 log = logging.getLogger("gnnscale.datasets")
@@ -51,6 +52,18 @@ def main(argv=None) -> int:
                     help="keep the edges as given (default: add the reverse edges, making the graph symmetric)")
     mp.add_argument("--force", action="store_true", help="replace an existing dataset NAME (the old one is "
                                                          "moved to ROOT/.replaced/, not deleted)")
+    tp = sub.add_parser("twin", help="generate a synthetic graph shaped like a dataset (nodes, degree "
+                                     "distribution, features, classes and their sizes, homophily) to share in its "
+                                     "place (docs/datasets.md); prints its path and content hash")
+    tp.add_argument("source", help="the dataset to fit: a name under --root (one of the suite's, or imported) "
+                                   "or a dataset directory")
+    tp.add_argument("--name", required=True, help="the twin's name, for --dataset NAME and a sweep's dataset:")
+    tp.add_argument("--root", default=DEFAULT_ROOT, help="where the source is looked up and the twin written")
+    tp.add_argument("--seed", type=int, default=0, help="the generator's seed (recorded)")
+    tp.add_argument("--rounds", type=int, default=6, help="most rounds of fitting (each generates the graph once)")
+    tp.add_argument("--feature-snr", type=float, default=1.0,
+                    help="class separation of the synthetic features (they are not fitted)")
+    tp.add_argument("--force", action="store_true", help="make an existing twin NAME again")
     vp = sub.add_parser("verify", help="recompute the hashes and check the adjacency")
     vp.add_argument("name", help="dataset name or directory")
     vp.add_argument("--root", default=DEFAULT_ROOT)
@@ -58,9 +71,11 @@ def main(argv=None) -> int:
                     help="only the file hashes, re-hashing only files changed since the last "
                          "verification (what a run checks before launch)")
     vp.add_argument("--no-cache", action="store_true", help="with --files: re-hash every file")
-    ip = sub.add_parser("info", help="print meta.json of a prepared dataset")
+    ip = sub.add_parser("info", help="print meta.json of a prepared dataset; for a twin, then its statistics "
+                                     "beside its source's")
     ip.add_argument("name", help="dataset name or directory")
     ip.add_argument("--root", default=DEFAULT_ROOT)
+    ip.add_argument("--json", action="store_true", help="meta.json only")
     lp = sub.add_parser("list", help="list the dataset names, and the datasets imported under --root")
     lp.add_argument("--root", default=DEFAULT_ROOT)
     args = p.parse_args(argv)
@@ -75,6 +90,10 @@ def main(argv=None) -> int:
             path = import_graph(args.path, args.name, args.root, args.format, args.directed, split, args.seed,
                                 names, args.ogb_split, args.force)
             print(f"{path} {read_meta(path)['content_hash']}")
+        elif args.cmd == "twin":
+            path = twins.make_twin(args.source, args.name, args.root, args.seed, args.rounds, args.feature_snr,
+                                   args.force)
+            print(f"{path} {read_meta(path)['content_hash']}")
         elif args.cmd == "verify" and args.files:
             done = verify_files(args.name, args.root, use_cache=not args.no_cache)
             log.info("hashed %d file(s), %d unchanged since the last verification, in %.3f s",
@@ -86,15 +105,23 @@ def main(argv=None) -> int:
             log.info("verified in %.1f s", time.perf_counter() - t0)
             print(f"ok {graph.path} {graph.content_hash}")
         elif args.cmd == "info":
-            print(json.dumps(read_meta(resolve(args.name, args.root)), indent=2))
+            path = resolve(args.name, args.root)
+            meta = read_meta(path)
+            print(json.dumps(meta, indent=2))
+            if not args.json and meta.get("source", {}).get("kind") == twins.TWIN_KIND:
+                print()
+                print(twins.info_text(meta, path))
         else:
             for name in DATASET_NAMES:
                 kind = "synthetic" if name in SYNTHETIC else f"converted from {RAW_SOURCES[name]['url']}"
                 print(f"{name}\t{kind}")
             root = Path(args.root)
             for path in sorted(root.iterdir()) if root.is_dir() else []:
-                source = imported_source(path) if NAME_RE.fullmatch(path.name) else None
-                if source:
+                source = user_source(path) if NAME_RE.fullmatch(path.name) else None
+                if source and source.get("kind") == twins.TWIN_KIND:
+                    of = source.get("twin_of", {})
+                    print(f"{path.name}\ttwin of {of.get('name')} ({str(of.get('content_hash'))[:12]})")
+                elif source:
                     print(f"{path.name}\timported ({source.get('format')}) from {source.get('path')}")
     except DatasetError as exc:
         print(f"error: {exc}", file=sys.stderr)

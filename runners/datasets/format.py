@@ -265,9 +265,24 @@ def imported_source(path: Path) -> Optional[dict]:
     return source if isinstance(source, dict) and source.get("kind") == "imported" else None
 
 
+# Datasets a user made under a root, which a run or a sweep may name and the suite never
+# regenerates: "imported" (runners.datasets import) and "twin" (runners.datasets twin).
+USER_KINDS = ("imported", "twin")
+
+
+def user_source(path: Path) -> Optional[dict]:
+    """meta.json's `source` when `path` holds a dataset made by `runners.datasets import` or
+    `runners.datasets twin` (source.kind in USER_KINDS), else None."""
+    try:
+        source = read_meta(path).get("source")
+    except DatasetError:
+        return None
+    return source if isinstance(source, dict) and source.get("kind") in USER_KINDS else None
+
+
 def check_name(name: str, root=DEFAULT_ROOT) -> None:
     """Raise DatasetError unless `name` is one of the suite's datasets or a directory under
-    root that `runners.datasets import` made (what a run or a sweep may name)."""
+    root that `runners.datasets import` or `twin` made (what a run or a sweep may name)."""
     if name in DATASET_NAMES:
         return
     path = Path(root).absolute() / name
@@ -275,8 +290,9 @@ def check_name(name: str, root=DEFAULT_ROOT) -> None:
         why = "is not a dataset name (letters, digits, '.', '_', '-')"
     elif not path.exists():
         why = f"is not one of the suite's datasets and no dataset was imported as {path}"
-    elif imported_source(path) is None:
-        why = f"is not one of the suite's datasets and {path} was not made by runners.datasets import"
+    elif user_source(path) is None:
+        why = (f"is not one of the suite's datasets and {path} was not made by runners.datasets import "
+               "(or twin)")
     else:
         return
     raise DatasetError(f"{path}: {name!r} {why}; allowed: {', '.join(DATASET_NAMES)}, or import "
@@ -498,8 +514,9 @@ def _check_hashes(path: Path, meta: dict, arrays: dict, use_cache: bool) -> dict
         digest = array_sha256(arrays[key])
         hashed.append(fname)
         if digest != want:
-            again = ("import it again (python -m runners.datasets import ... --force)"
-                     if meta.get("source", {}).get("kind") == "imported"
+            kind = meta.get("source", {}).get("kind")
+            again = ("import it again (python -m runners.datasets import ... --force)" if kind == "imported"
+                     else "make the twin again (python -m runners.datasets twin ... --force)" if kind == "twin"
                      else "prepare the dataset again (prepare --force)")
             raise DatasetError(f"{path / fname}: hash mismatch: contents changed since they were "
                                f"written (sha256 {digest[:16]}..., meta.json {str(want)[:16]}...); "

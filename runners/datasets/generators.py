@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 
@@ -32,6 +33,19 @@ class SyntheticSpec:
     measured edge homophily is a little higher). degree_sigma is the sigma of the lognormal
     node weights that make degrees skewed. feature_snr sets the class-centroid separation
     relative to the feature noise: it fixes how well features alone predict the class.
+
+    Three optional parameters let a graph be fitted to another one (runners/datasets/twins.py,
+    `python -m runners.datasets twin`); left at None they change nothing, and params() leaves
+    them out, so the suite's own datasets keep their arrays and their meta.json:
+    - class_sizes: the exact number of nodes in each class (instead of lognormal sizes drawn
+      with class_size_sigma);
+    - node_weights: the node weights' quantile function as ((probability, weight), ...), rising
+      in both, probability from 0 to 1: the nodes, in random order, take this function at
+      (k + 0.5) / num_nodes, k = 0 .. num_nodes - 1 (instead of the lognormal weights of
+      degree_sigma, which is then unused). A node's expected degree is about
+      1 + (num_edges - num_nodes) * weight / sum of weights;
+    - split_sizes: the exact (train, val, test) node counts, which may leave nodes in no split
+      (instead of the fractions in split, which put every node in one).
     """
 
     num_nodes: int
@@ -45,11 +59,38 @@ class SyntheticSpec:
     feature_snr: float = 1.0
     split: tuple = (0.65, 0.10, 0.25)  # train/val/test, as in Reddit
     chunk_pairs: int = 1 << 22  # edge pairs drawn per chunk: bounds memory, part of the stream
+    class_sizes: Optional[tuple] = None
+    node_weights: Optional[tuple] = None
+    split_sizes: Optional[tuple] = None
 
     def params(self) -> dict:
-        d = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        """The parameters as JSON values; the fitting ones (FIT_FIELDS) only when set."""
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__
+             if k not in FIT_FIELDS or getattr(self, k) is not None}
         d["split"] = list(self.split)
+        if self.class_sizes is not None:
+            d["class_sizes"] = [int(v) for v in self.class_sizes]
+        if self.node_weights is not None:
+            d["node_weights"] = [[float(p), float(w)] for p, w in self.node_weights]
+        if self.split_sizes is not None:
+            d["split_sizes"] = [int(v) for v in self.split_sizes]
         return d
+
+    @classmethod
+    def from_params(cls, params: dict) -> "SyntheticSpec":
+        """The spec whose params() these are (meta.json's source.params): generate() of it
+        makes the same arrays again."""
+        d = dict(params)
+        d["split"] = tuple(d.get("split", cls.split))
+        for key in ("class_sizes", "split_sizes"):
+            if d.get(key) is not None:
+                d[key] = tuple(int(v) for v in d[key])
+        if d.get("node_weights") is not None:
+            d["node_weights"] = tuple((float(p), float(w)) for p, w in d["node_weights"])
+        return cls(**d)
+
+
+FIT_FIELDS = ("class_sizes", "node_weights", "split_sizes")
 
 
 # `small` is the default CPU sweep graph: a 3-layer model trains for an epoch in seconds
@@ -146,28 +187,68 @@ def generate(spec: SyntheticSpec) -> dict:
     class centroid plus Gaussian noise, so features alone are mediocre predictors and
     averaging over neighbours (what a GNN does) is clearly better.
     """
+    streams = _streams(spec)
+    labels, indptr, indices = _graph(spec, streams)
+    features = _features(spec, labels, np.random.default_rng(streams["feat"]))
+    return {"indptr": indptr, "indices": indices, "features": features, "labels": labels,
+            **_split(spec, np.random.default_rng(streams["split"]))}
+
+
+def generate_graph(spec: SyntheticSpec) -> tuple:
+    """(labels, indptr, indices) of generate(spec), without features and splits: what fitting
+    a twin measures in each round (runners/datasets/twins.py)."""
+    return _graph(spec, _streams(spec))
+
+
+def _streams(spec: SyntheticSpec) -> dict:
     n, c, f = spec.num_nodes, spec.num_classes, spec.num_features
     if n < 2 or c < 1 or f < 1 or spec.num_edges < 0:
         raise DatasetError(f"synthetic spec {spec}: needs num_nodes >= 2, num_classes >= 1, "
                            "num_features >= 1, num_edges >= 0")
+    if spec.class_sizes is not None and (len(spec.class_sizes) != c or sum(spec.class_sizes) != n
+                                         or min(spec.class_sizes) < 0):
+        raise DatasetError(f"synthetic spec: class_sizes must be {c} counts >= 0 summing to {n}")
+    if spec.split_sizes is not None and (len(spec.split_sizes) != 3 or sum(spec.split_sizes) > n
+                                         or min(spec.split_sizes) < 0):
+        raise DatasetError(f"synthetic spec: split_sizes must be 3 counts >= 0 summing to at most {n}")
+    if spec.node_weights is not None:
+        p, w = np.asarray(spec.node_weights, dtype=np.float64).reshape(-1, 2).T
+        if (len(p) < 2 or p[0] != 0 or p[-1] != 1 or np.any(np.diff(p) <= 0) or np.any(np.diff(w) < 0)
+                or w[0] <= 0 or not np.all(np.isfinite(w))):
+            raise DatasetError("synthetic spec: node_weights must be (probability, weight) pairs, "
+                               "probabilities rising from 0 to 1, weights positive and not falling")
     # Independent streams per component: changing e.g. the feature code keeps the graph.
-    s_labels, s_theta, s_first, s_edges, s_feat, s_split = np.random.SeedSequence(
-        [spec.seed, GENERATOR_VERSION]).spawn(6)
-    labels = _labels(spec, np.random.default_rng(s_labels))
-    theta = np.exp(spec.degree_sigma * np.random.default_rng(s_theta).standard_normal(n))
+    keys = ("labels", "theta", "first", "edges", "feat", "split")
+    return dict(zip(keys, np.random.SeedSequence([spec.seed, GENERATOR_VERSION]).spawn(6)))
+
+
+def _graph(spec: SyntheticSpec, streams: dict) -> tuple:
+    n, c = spec.num_nodes, spec.num_classes
+    labels = _labels(spec, np.random.default_rng(streams["labels"]))
+    theta = _theta(spec, np.random.default_rng(streams["theta"]))
     sampler = _Sampler(labels, theta, c)
-    keys = _first_edges(spec, sampler, np.random.default_rng(s_first))
-    keys = _weighted_edges(spec, sampler, keys, s_edges)
+    keys = _first_edges(spec, sampler, np.random.default_rng(streams["first"]))
+    keys = _weighted_edges(spec, sampler, keys, streams["edges"])
     indptr, indices = _csc_from_keys(keys, n)
-    del keys
-    features = _features(spec, labels, np.random.default_rng(s_feat))
-    return {"indptr": indptr, "indices": indices, "features": features, "labels": labels,
-            **_split(spec, np.random.default_rng(s_split))}
+    return labels, indptr, indices
+
+
+def _theta(spec: SyntheticSpec, rng) -> np.ndarray:
+    """Node weights: lognormal (degree_sigma), or drawn from the quantile function node_weights."""
+    if spec.node_weights is None:
+        return np.exp(spec.degree_sigma * rng.standard_normal(spec.num_nodes))
+    # Stratified: the nodes, in random order, take the function at (k + 0.5) / n, so the
+    # weights follow it without sampling noise (the top node always gets the top weight).
+    n = spec.num_nodes
+    p, w = np.asarray(spec.node_weights, dtype=np.float64).reshape(-1, 2).T
+    return np.interp((rng.permutation(n) + 0.5) / n, p, w)
 
 
 def _labels(spec: SyntheticSpec, rng) -> np.ndarray:
     """Each node's class: lognormal class sizes, every class with at least one node."""
     n, c = spec.num_nodes, spec.num_classes
+    if spec.class_sizes is not None:
+        return rng.permutation(np.repeat(np.arange(c, dtype=np.int64), spec.class_sizes))
     class_p = np.exp(spec.class_size_sigma * rng.standard_normal(c))
     class_p /= class_p.sum()
     counts = rng.multinomial(n - c, class_p) + 1
@@ -260,10 +341,14 @@ def _split(spec: SyntheticSpec, rng) -> dict:
     """train_idx, val_idx and test_idx: a random split in spec.split's proportions, each sorted."""
     n = spec.num_nodes
     perm = rng.permutation(n)
-    n_train = int(round(spec.split[0] * n))
-    n_val = int(round(spec.split[1] * n))
+    if spec.split_sizes is not None:
+        n_train, n_val, n_test = spec.split_sizes
+    else:
+        n_train = int(round(spec.split[0] * n))
+        n_val = int(round(spec.split[1] * n))
+        n_test = n - n_train - n_val
     return {"train_idx": np.sort(perm[:n_train]), "val_idx": np.sort(perm[n_train:n_train + n_val]),
-            "test_idx": np.sort(perm[n_train + n_val:])}
+            "test_idx": np.sort(perm[n_train + n_val:n_train + n_val + n_test])}
 
 
 # --------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ rule aggregate:
         failures="results/aggregate/failures.json",
         history="results/aggregate/history.csv",
         plan="results/aggregate/adaptive.json",
+        datasets="results/aggregate/datasets.json",
     log:
         "results/logs/aggregate.log",
     conda:
@@ -44,6 +45,7 @@ rule report:
         nvml="results/aggregate/nvml.csv",
         failures="results/aggregate/failures.json",
         plan="results/aggregate/adaptive.json",
+        datasets="results/aggregate/datasets.json",
         code=analysis_sources(),
     output:
         **report_outputs(),

@@ -134,7 +134,8 @@ wildcard_constraints:
 
 
 DATASET = config["dataset"]
-# A name other than the suite's own must be a graph the user imported (runners.datasets import).
+# A name other than the suite's own must be a graph the user imported (runners.datasets import)
+# or a twin made with runners.datasets twin.
 try:
     datasets.check_name(DATASET, "results/datasets")
 except datasets.DatasetError as _exc:

@@ -1,7 +1,7 @@
 rule dataset:
     """Write the canonical on-disk graph that every run reads (idempotent). The suite's own
-    datasets only: an imported one (runners.datasets import) is the user's, so no rule makes
-    it, and Snakemake neither removes nor rewrites it (even with --forceall).
+    datasets only: an imported one (runners.datasets import) or a twin (runners.datasets twin)
+    is the user's, so no rule makes it, and Snakemake neither removes nor rewrites it (even with --forceall).
     """
     output:
         "results/datasets/{dataset}/meta.json",
