@@ -408,22 +408,51 @@ def test_an_imported_dataset_is_never_regenerated(tmp_path):
         in proc.stdout + proc.stderr and "python -m runners.datasets import PATH --name cora" in proc.stdout + proc.stderr
 
 
+def save_as(fmt: str, base: Path, gv: dict) -> Path:
+    """`gv` saved the way a user of `fmt` keeps a graph: the file or directory to import."""
+    import torch
+
+    base.mkdir(parents=True, exist_ok=True)
+    if fmt == "npz":
+        return save_npz(base / "graph.npz", gv)
+    if fmt == "ogb":
+        return write_ogb(base / "ogb", gv)
+    if fmt == "pyg":
+        from torch_geometric.data import Data
+
+        data = Data(x=torch.from_numpy(gv["x"]), y=torch.from_numpy(gv["y"]),
+                    edge_index=torch.from_numpy(np.stack([gv["src"], gv["dst"]])),
+                    **{f"{s}_mask": torch.from_numpy(mask(v)) for s, v in gv["split"].items()})
+        torch.save(data, base / "graph.pt")
+        return base / "graph.pt"
+    import dgl
+
+    g = dgl.graph((torch.from_numpy(gv["src"]), torch.from_numpy(gv["dst"])), num_nodes=N)
+    g.ndata["feat"], g.ndata["label"] = torch.from_numpy(gv["x"]), torch.from_numpy(gv["y"])
+    for s, v in gv["split"].items():
+        g.ndata[f"{s}_mask"] = torch.from_numpy(mask(v))
+    dgl.save_graphs(str(base / "graph.bin"), [g])
+    return base / "graph.bin"
+
+
 @pytest.mark.e2e  # real runs
+@pytest.mark.parametrize("fmt", ["pyg", "dgl", "ogb", "npz"])
 @pytest.mark.parametrize("framework", ["pyg", "dgl"])
-def test_an_imported_graph_trains_in_both_frameworks(tmp_path_factory, framework):
+def test_an_imported_graph_of_each_format_trains_in_both_frameworks(tmp_path_factory, fmt, framework):
     root = tmp_path_factory.getbasetemp() / "trained-root"
-    if not (root / "user-graph").exists():
-        gv = make_graph(10)
-        D.import_graph(save_npz(tmp_path_factory.getbasetemp() / "user.npz", gv), "user-graph", root)
+    name = f"user-{fmt}"
+    if not (root / name).exists():
+        D.import_graph(save_as(fmt, tmp_path_factory.getbasetemp() / f"user-{fmt}", make_graph(10)), name, root)
     out = tmp_path_factory.mktemp(framework) / "run"
     proc = subprocess.run(runner_argv(out, framework=framework, devices=1, epochs=1, batch_size=64,
-                                      dataset="user-graph", extra=["--data-root", str(root)]),
+                                      dataset=name, extra=["--data-root", str(root)]),
                           cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300,
                           env=run_env())
     result = json.loads((out / "result.json").read_text())
     assert result["status"] == "ok", proc.stdout[-3000:]
-    assert result["config"]["dataset"] == "user-graph"
-    assert result["env"]["dataset_hash"] == D.read_meta(root / "user-graph")["content_hash"]
+    assert result["config"]["dataset"] == name
+    assert result["env"]["dataset_hash"] == D.read_meta(root / name)["content_hash"]
+    assert D.read_meta(root / name)["source"]["format"] == fmt
 
 
 @pytest.mark.e2e  # Snakemake dry runs
