@@ -218,19 +218,23 @@ def node_pids(hosts) -> dict:
     return {h.index: hosts.pids(h) for h in hosts.hosts}
 
 
+def first_epoch_done(out: Path) -> bool:
+    """Wait until node 0 has finished an epoch: at most 600 polls, 120 s."""
+    for _ in range(600):
+        epochs = next(live_dir(out).glob("rank0/epochs.csv"), None)
+        if epochs is not None and len(epochs.read_text().splitlines()) > 1:
+            return True
+        time.sleep(0.2)
+    return False
+
+
 def test_killed_host_is_named_and_nothing_is_left(hosts, tmp_path):
     """Host 1 dies mid-run (every process in it killed at once): node 0's run ends with a result
     that names the lost node and its host, and nothing of the run is left on host 0."""
     out = tmp_path / "job"
     procs = start_job(hosts, out, "dgl", epochs=40, extra=["--stall-floor", "5"])
     h0, h1 = hosts.hosts
-    epochs = None
-    for _ in range(600):  # until node 0 has finished an epoch: at most 600 polls, 120 s
-        epochs = next(live_dir(out).glob("rank0/epochs.csv"), None)
-        if epochs is not None and len(epochs.read_text().splitlines()) > 1:
-            break
-        time.sleep(0.2)
-    assert epochs is not None, logs(out)
+    assert first_epoch_done(out), logs(out)
     assert hosts.kill_all(h1) and not hosts.pids(h1)
     assert procs[0].wait(timeout=RUN_TIMEOUT_S) == 0, logs(out)
     r0 = result_of(out)
@@ -294,12 +298,7 @@ def test_link_down_on_one_host_is_lost_contact_naming_the_other(hosts, tmp_path,
     procs = start_job(hosts, out, framework, epochs=400, extra=["--stall-floor", str(floor)])
     h0, h1 = hosts.hosts
     try:
-        for _ in range(600):  # until node 0 has finished an epoch: at most 600 polls, 120 s
-            epochs = next(live_dir(out).glob("rank0/epochs.csv"), None)
-            if epochs is not None and len(epochs.read_text().splitlines()) > 1:
-                break
-            time.sleep(0.2)
-        assert epochs is not None, logs(out)
+        assert first_epoch_done(out), logs(out)
         assert all(p.poll() is None for p in procs), logs(out)
         hosts.set_link(h1, up=False)
         down = time.time()

@@ -341,6 +341,21 @@ def project_copy(tmp_path):
     return proj
 
 
+def start_sweep(proj, configfile, logfile) -> subprocess.Popen:
+    """The sweep of `proj` started as from a terminal, in a process group of its own that a
+    Ctrl-C (SIGINT to the group) reaches; its output goes to `logfile`."""
+    return subprocess.Popen(
+        [SNAKEMAKE, "-s", str(proj / "Snakefile"), "--configfile", str(configfile)],
+        cwd=proj,
+        env=env(),
+        stdout=open(logfile, "w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        # a shell's background job inherits SIGINT ignored; a terminal's Ctrl-C is not
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+
+
 def test_slow_runs_start_interleaved_by_repeat(tmp_path):
     """With repeats, every configuration's repeat r starts before any repeat r + 1, in the
     shuffled order the run messages number (checked on the real runs' started_at); then the
@@ -380,15 +395,7 @@ def test_slow_runs_start_interleaved_by_repeat(tmp_path):
     cfg["adaptive"] = {"precision": 0.001, "budget_min": 1, "max_repeats": 3}
     (proj / "order.yaml").write_text(yaml.safe_dump(cfg))
     logfile = tmp_path / "second-round.log"
-    proc = subprocess.Popen(
-        [SNAKEMAKE, "-s", str(proj / "Snakefile"), "--configfile", str(proj / "order.yaml")],
-        cwd=proj,
-        env=env(),
-        stdout=open(logfile, "w"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
+    proc = start_sweep(proj, proj / "order.yaml", logfile)
     try:
         deadline = time.time() + 300
         while "repeat=2" not in logfile.read_text():
@@ -553,16 +560,7 @@ def test_slow_interrupted_run_is_recorded_and_redone(tmp_path, how):
     (proj / "long.yaml").write_text(yaml.safe_dump(cfg))
     run_dir = proj / "results/runs/tiny/pyg-sage-d2-b64-w0-r0"
     logfile = tmp_path / "sweep.log"
-    proc = subprocess.Popen(
-        [SNAKEMAKE, "-s", str(proj / "Snakefile"), "--configfile", str(proj / "long.yaml")],
-        cwd=proj,
-        env=env(),
-        stdout=open(logfile, "w"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-        # a shell's background job inherits SIGINT ignored; a terminal's Ctrl-C is not
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
+    proc = start_sweep(proj, proj / "long.yaml", logfile)
     try:
         deadline = time.time() + 300
         while _rows(live_dir(run_dir) / "rank0" / "epochs.csv") < 2:
