@@ -92,8 +92,7 @@ def startup_limits(watch: dict, floor: float, timeout: float, load_estimate_s: f
         limits["starting"] = (timeout, "the start-up timeout: no rank has finished its imports yet")
     else:
         limits["starting"] = scaled(took["starting"], "the slowest rank's interpreter start and imports")
-        limits["rendezvous"] = (scaled(took["starting"], "the slowest rank's interpreter start and imports")
-                                if single_node else
+        limits["rendezvous"] = (limits["starting"] if single_node else
                                 (timeout, "the start-up timeout: other hosts may start later"))
     load = took["data-load"]
     limits["data-load"] = (scaled(load, "the slowest rank's dataset load") if load is not None else
