@@ -30,6 +30,8 @@ from runners import settings  # noqa: E402 (every run setting, declared once)
 from runners.adapters import registry  # noqa: E402
 from runners.envinfo import visible_gpu_count  # noqa: E402 (the one GPU counter)
 from analysis import adaptive  # noqa: E402 (sets a stale second-round plan aside)
+from analysis import REPORT_PLOTS  # noqa: E402 (the files analysis.report writes)
+from analysis import REPORT_TABLES  # noqa: E402
 
 
 def resolve_devices(devices):
@@ -584,48 +586,10 @@ os.environ.update(
 )
 
 
-# Files analysis.report writes beside index.html (its ASSETS; tests/test_workflow.py
-# checks that both lists agree): name -> report category (and caption for plots).
-REPORT_TABLES = {
-    "table2": "Timing",
-    "speed": "Timing",
-    "paper_comparison": "Timing",
-    "study_work": "Seed study explained",
-    "study_time": "Seed study explained",
-    "scaling": "Timing",
-    "speedup_gap": "Timing",
-    "workers": "Timing",
-    "batch": "Timing",
-    "plan": "Timing",
-    "adaptive": "Timing",
-    "lanes": "Timing",
-    "loaders": "Timing",
-    "partitioned": "Timing",
-    "breakdown": "Timing",
-    "throughput": "Timing",
-    "accuracy": "Accuracy",
-    "deadlocks": "Hangs and failures",
-    "environment": "Setup",
-    "fairness": "Setup",
-    "runs": "Runs",
-    "invalid": "Runs",
-}
-REPORT_PLOTS = {
-    "summary": ("Timing", "summary"),
-    "status_map": ("Hangs and failures", "status_map"),
-    "runtime_vs_devices": ("Timing", "runtime_vs_devices"),
-    "runtime_vs_devices_all": ("Timing", "runtime_vs_devices_all"),
-    "speedup": ("Timing", "speedup"),
-    "speedup_gap": ("Timing", "speedup_gap_plot"),
-    "breakdown": ("Timing", "breakdown_plot"),
-    "breakdown_all": ("Timing", "breakdown_all"),
-    "throughput": ("Timing", "throughput_plot"),
-    "resources": ("Resources", "resources"),
-}
-
-
 def report_outputs():
-    """Outputs of the report job; CSV tables and PNG plots go into `snakemake --report`."""
+    """Outputs of the report job: the files analysis.report writes beside index.html (named
+    once, in analysis: REPORT_TABLES, REPORT_PLOTS); CSV tables and PNG plots go into
+    `snakemake --report`."""
     out = dict(
         html=report(
             "results/report/index.html",
