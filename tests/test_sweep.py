@@ -2,9 +2,9 @@
 and prefix, the configs' runs are what the workflow plans, the order is reproducible, and a
 config the schema accepts but the sweep cannot run is refused by name.
 
-The counts and the order below are what `snakemake -n` plans for these configs with the
-grammar in workflows/rules/common.smk (tests/test_workflow.py checks the counts through
-Snakemake itself).
+The counts and the order below are what `snakemake -n` planned for these configs before the
+grammar moved out of workflows/rules/common.smk (tests/test_workflow.py checks the counts
+through Snakemake itself).
 """
 
 import copy
@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from analysis import adaptive
 from runners import settings, sweep
 from runners.adapters import registry
 
@@ -74,6 +75,13 @@ def test_names_are_spelled_as_before():
 def test_a_name_outside_the_grammar_is_refused(name):
     with pytest.raises(ValueError, match="is no run name"):
         sweep.parse(name)
+
+
+def test_the_adaptive_plan_reads_names_with_the_same_parser():
+    point = Path("results/runs/small/graphbolt-dgl-gat-d1-b1024-w0-r10")
+    assert adaptive.run_wildcards(point) == {"dataset": "small", "name": "graphbolt-dgl-gat-d1-b1024-w0"}
+    with pytest.raises(ValueError, match="is no run name"):
+        adaptive.run_wildcards(Path("results/runs/small/somebody-else-r1"))
 
 
 # --- the runs of each block -----------------------------------------------------------------
