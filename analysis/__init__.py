@@ -68,3 +68,45 @@ def framework_label(name) -> str:
 
 def model_label(name) -> str:
     return MODEL_LABELS.get(str(name), str(name))
+
+
+# Every table and plot analysis.report writes beside index.html (its ASSETS), named once here,
+# in a light module, so that the workflow declares them without importing the report's
+# dependencies: name -> the section of `snakemake --report` it goes to (and, for a plot, its
+# caption's name under workflows/report/).
+REPORT_TABLES = {
+    "table2": "Timing",
+    "speed": "Timing",
+    "paper_comparison": "Timing",
+    "study_work": "Seed study explained",
+    "study_time": "Seed study explained",
+    "scaling": "Timing",
+    "speedup_gap": "Timing",
+    "workers": "Timing",
+    "batch": "Timing",
+    "plan": "Timing",
+    "adaptive": "Timing",
+    "lanes": "Timing",
+    "loaders": "Timing",
+    "partitioned": "Timing",
+    "breakdown": "Timing",
+    "throughput": "Timing",
+    "accuracy": "Accuracy",
+    "deadlocks": "Hangs and failures",
+    "environment": "Setup",
+    "fairness": "Setup",
+    "runs": "Runs",
+    "invalid": "Runs",
+}
+REPORT_PLOTS = {
+    "summary": ("Timing", "summary"),
+    "status_map": ("Hangs and failures", "status_map"),
+    "runtime_vs_devices": ("Timing", "runtime_vs_devices"),
+    "runtime_vs_devices_all": ("Timing", "runtime_vs_devices_all"),
+    "speedup": ("Timing", "speedup"),
+    "speedup_gap": ("Timing", "speedup_gap_plot"),
+    "breakdown": ("Timing", "breakdown_plot"),
+    "breakdown_all": ("Timing", "breakdown_all"),
+    "throughput": ("Timing", "throughput_plot"),
+    "resources": ("Resources", "resources"),
+}

@@ -41,6 +41,7 @@ from pathlib import Path
 from analysis import FRAMEWORK_ORDER, framework_label
 from runners.adapters import registry
 from runners.result import read as read_result
+from runners import sweep
 from runners.rundir import RunDir
 from runners.stopping import t_quantile
 
@@ -285,7 +286,7 @@ def keep_earlier_second_round(p: Point, first_round: int) -> None:
     p.first_ok = len(p.times)
     rep = first_round
     while True:
-        path = RunDir(p.result_dir / f"{p.run['name']}-r{rep}").result
+        path = RunDir(p.result_dir / sweep.parse(p.run["name"], repeat=rep).name).result
         try:
             data = read_result(path)
         except (OSError, ValueError):
@@ -299,9 +300,10 @@ def keep_earlier_second_round(p: Point, first_round: int) -> None:
 
 
 def run_wildcards(run_dir: Path) -> dict:
-    """The run rule's wildcards of a run directory results/runs/DATASET/NAME-rR (repeat left out)."""
-    name = run_dir.name
-    return {"dataset": run_dir.parent.name, "name": name[: name.rindex("-r")]}
+    """A point of the plan: its dataset and its runs' name without the repeat (runners.sweep's
+    stem), from a run directory results/runs/DATASET/NAME."""
+    run = sweep.parse_dir(run_dir)
+    return {"dataset": run.dataset, "name": run.stem}
 
 
 def set_aside_stale_plan(plan: Path, first_round: list) -> str | None:

@@ -30,7 +30,7 @@ from pathlib import Path
 import jinja2
 import pandas as pd
 
-from analysis import FRAMEWORK_ORDER, STATUS_COLOURS, framework_label, model_label
+from analysis import FRAMEWORK_ORDER, REPORT_PLOTS, REPORT_TABLES, STATUS_COLOURS, framework_label, model_label
 from analysis import answers, deadlocks, lanes, loaders, partitioned, planning, plots, speedup_gap, tables
 from analysis.aggregate import Aggregate
 from analysis.display import TableSet, frame_table, row_anchor
@@ -40,10 +40,8 @@ from analysis.grouping import add_experiment, paper_order, performance_points, p
 from runners.adapters import registry
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
-TABLE_NAMES = ("table2", "speed", "paper_comparison", "study_work", "study_time", "scaling", "speedup_gap", "workers", "batch", "breakdown",
-               "throughput", "accuracy", "plan", "adaptive", "lanes", "loaders", "partitioned", "deadlocks", "environment", "fairness", "runs", "invalid")
-PLOT_NAMES = ("summary", "status_map", "runtime_vs_devices", "runtime_vs_devices_all", "speedup", "speedup_gap",
-              "breakdown", "breakdown_all", "throughput", "resources")
+TABLE_NAMES = tuple(REPORT_TABLES)  # declared once in analysis/__init__.py (the workflow reads them there)
+PLOT_NAMES = tuple(REPORT_PLOTS)
 # A section shows the panels of the experiment its answer speaks for, at a readable size; the
 # figure of every experiment's panels (NAME_all) is folded under it.
 FULL_GRIDS = {"runtime_vs_devices": "runtime_vs_devices_all", "breakdown": "breakdown_all"}

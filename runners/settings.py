@@ -471,7 +471,7 @@ def sweep_stop_values(config: dict, kind: str, model: dict) -> dict:
 
 def sweep_values(config: dict, model: str, kind: str, repeat: int, harness: str) -> dict:
     """Every setting a sweep config gives one run of `model` (kind: timing, convergence, study
-    or deadlock; see workflows/rules/common.smk), by setting name."""
+    or deadlock; see runners/sweep.py), by setting name."""
     settings = model_settings(config, model)
     values = {s.name: config_value(config, s.config_key) for s in SETTINGS if s.config_key}
     values.update(sweep_stop_values(config, kind, settings))

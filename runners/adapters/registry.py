@@ -4,7 +4,7 @@ Importable without torch, PyG or DGL: the launcher's option checks, Snakemake at
 time and the analysis read it. Everything that lists frameworks or models derives from
 here: the runner's allowed values (runners/settings.py) and per-model defaults (RunConfig),
 the analysis' order, labels and colours (analysis/__init__.py), the Snakemake wildcards
-(workflows/rules/common.smk) and the report's comparisons. The JSON/YAML schemas keep
+(runners/sweep.py) and the report's comparisons. The JSON/YAML schemas keep
 literal lists (they are data); tests/test_registry.py fails when they or a config drift.
 
 Adding a model: declare it in MODELS, give each adapter a builder for it (its

@@ -42,7 +42,7 @@ def added_run_results(wildcards):
     path = EARLIER_PLAN or checkpoints.plan_repeats.get().output[0]
     plan = json.loads(Path(path).read_text())
     added = [
-        f"results/runs/{r['dataset']}/{r['name']}-r{r['repeat']}/result.json"
+        sweep.parse(r["name"], r["dataset"], repeat=r["repeat"]).result
         for r in plan["runs"]
     ]
     return [path for path in added if path not in RUN_RESULTS]
