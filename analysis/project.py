@@ -50,7 +50,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis import PHASE_COLUMNS
+from analysis import EXPERIMENT_KEYS, PHASE_COLUMNS
+from analysis.grouping import _key_text
 from analysis.speedup_gap import run_profiles, timing_runs
 from runners.stopping import WARMUP_EPOCHS
 
@@ -60,6 +61,10 @@ CONTENDED = ("load_wait_s", "prepare_s", "copy_s", "forward_s", "optimizer_s", O
 FIRST_BUCKET_BYTES = 2**20  # torch DDP's first gradient bucket (_DEFAULT_FIRST_BUCKET_BYTES)
 BUCKET_BYTES = 25 * 2**20   # DDP's bucket_cap_mb default; the harness keeps it
 BOOTSTRAP = 400
+# Settings of when a run stops, not of what a step does: a configuration measured only at several
+# devices (a fixed-schedule experiment) is projected from the 1-device runs of its twin that
+# differs in these alone.
+SCHEDULE_KEYS = ("until", "epochs", "precision", "min_steady_epochs", "max_train_s", "eval_every")
 ASSUMPTIONS = (
     "contention: each rank beyond the first slows every phase by the factor the second one did (linear in N-1, "
     "measured 1->2; a phase that got faster keeps its 2-device factor); the backward's compute slows as the forward",
@@ -227,6 +232,8 @@ class Measured:
         self.prof = prof.set_index("run_id")
         self.steps = steps
         self.configs = {key: g for key, g in self.runs.groupby(list(CONFIG), sort=False)}
+        same = [k for k in (*EXPERIMENT_KEYS, *CONFIG[1:]) if k in runs and k not in SCHEDULE_KEYS]
+        self.identity = {key: tuple(_key_text(v) for v in g.iloc[0][same]) for key, g in self.configs.items()}
         self.arrays = {}
         for key, g in self.configs.items():
             for d, gd in g.groupby("devices"):
@@ -238,6 +245,14 @@ class Measured:
 
     def device_counts(self, key) -> list:
         return sorted(d for k, d in self.arrays if k == key)
+
+    def base_for(self, key):
+        """The configuration whose 1-device runs `key` is projected from: itself, else its twin
+        differing only in the schedule (SCHEDULE_KEYS); None without either."""
+        if (key, 1) in self.arrays:
+            return key
+        return next((k for k in self.configs if (k, 1) in self.arrays and self.identity[k] == self.identity[key]),
+                    None)
 
     def ratios(self, key, rng=None) -> dict | None:
         """The configuration's measured 2-device over 1-device per-step factors (runs resampled
@@ -277,6 +292,7 @@ class Model:
 
     def __init__(self, meas: Measured, key, pool: list, own_contention: bool, collectives: dict | None,
                  seed: int = 0, draws: int = BOOTSTRAP):
+        key = meas.base_for(key)  # the 1-device runs it stands on
         self.meas, self.key, self.pool, self.own = meas, key, pool, own_contention
         self.coll, self.seed, self.draws = collectives, seed, draws
         self.runs = meas.configs[key]
@@ -346,6 +362,12 @@ class Model:
         return out
 
 
+def inside(value: float, low: float, high: float) -> bool:
+    """Whether a measured value lies in [low, high]; rounding does not push an exact one out."""
+    tol = 1e-9 * max(abs(low), abs(high))
+    return bool(low - tol <= value <= high + tol)
+
+
 def _noise_sd(runs: pd.DataFrame) -> float:
     """The pooled launch noise (SD of log epoch time between repeats) over every configuration."""
     from analysis.noise import pooled_variance
@@ -373,7 +395,8 @@ def _stops(g: pd.DataFrame) -> dict:
         slope, shared = np.polyfit(per.index.astype(float), per.to_numpy(dtype=float), 1)
         out[f"memory_{name}_per_rank_bytes"] = slope
         # the first N whose replicated peak (shared + N per rank) exceeds the host
-        out[f"memory_{name}_from"] = math.floor((limit - shared) / slope) + 1 if slope > 0 else math.inf
+        # (1e-9: a fit's rounding must not cost an exact last rank its place)
+        out[f"memory_{name}_from"] = math.floor((limit - shared) / slope + 1e-9) + 1 if slope > 0 else math.inf
     return out
 
 
@@ -383,10 +406,12 @@ def _label(key) -> dict:
 
 def _pool_for(meas: Measured, key, exclude_self: bool) -> list:
     me = _pool_key(meas.configs[key].iloc[0])
+    # out of sample: neither the configuration nor its schedule twin (the same steps, measured apart)
+    mine = [k for k in meas.configs if exclude_self and meas.identity[k] == meas.identity[key]]
     pool = [k for k, g in meas.configs.items() if _pool_key(g.iloc[0]) == me and meas.ratios(k) is not None
-            and not (exclude_self and k == key)]
+            and k not in mine]
     if not pool:  # no comparable configuration: any with a measured 1 -> 2 pair
-        pool = [k for k in meas.configs if meas.ratios(k) is not None and not (exclude_self and k == key)]
+        pool = [k for k in meas.configs if meas.ratios(k) is not None and k not in mine]
     return pool
 
 
@@ -403,14 +428,16 @@ def project(runs: pd.DataFrame, epochs: pd.DataFrame, steps: pd.DataFrame, devic
     for key, g in meas.configs.items():
         counts = meas.device_counts(key)
         label = _label(key)
-        if 1 not in counts:
-            val += [{**label, "devices": d, "reason": "no 1-device run to project from"} for d in counts if d > 1]
+        base = meas.base_for(key)
+        if base is None:
+            val += [{**label, "devices": d, "reason": "no 1-device run to project from, in its experiment or a "
+                     "twin differing only in the schedule"} for d in counts if d > 1]
             continue
         stops = _stops(g)
         # projection: the configuration's own 1 -> 2 contention where measured
         own = meas.ratios(key) is not None
         pool = _pool_for(meas, key, exclude_self=False)
-        if own or pool:
+        if base == key and (own or pool):
             model = Model(meas, key, pool, own, coll, draws=draws)
             ns = sorted(set(devices) | set(counts))
             sims = model.draws_at(ns, sd, 1)
@@ -440,9 +467,11 @@ def project(runs: pd.DataFrame, epochs: pd.DataFrame, steps: pd.DataFrame, devic
             lo, hi = np.percentile(sims, [2.5, 97.5])
             m = point[:, _C["T"]].mean()
             val.append({**label, "devices": d, "n_runs": len(point), "measured_s": m, "predicted_s": pt["epoch_s"],
-                        "low_s": lo, "high_s": hi, "error": pt["epoch_s"] / m - 1, "inside": bool(lo <= m <= hi),
+                        "low_s": lo, "high_s": hi, "error": pt["epoch_s"] / m - 1, "inside": inside(m, lo, hi),
                         "steps_model": pt["steps"], "steps_measured": point[:, _C["S"]].mean(),
-                        "contention_pool": len(vpool), "allreduce_source": pt["allreduce_source"], "reason": None})
+                        "contention_pool": len(vpool), "allreduce_source": pt["allreduce_source"],
+                        "base": "its own 1-device runs" if base == key else f"1-device runs of: {base[0]}",
+                        "reason": None})
         if len(counts) >= 3:
             per = [meas.profiles(key, d)[:, _C["T"]].mean() for d in counts]
             usl.append({**label, "device_counts": ",".join(map(str, counts)), **fit_usl(counts, per)})
@@ -465,29 +494,39 @@ def _ms(v) -> str:
     return "—" if v is None or pd.isna(v) else f"{1e3 * v:.1f}"
 
 
-def _who(r) -> str:
-    exp = str(r["experiment"]).split(" · ")
-    extra = [p for p in exp if p.startswith("loader_variant=") and not p.endswith("default")]
-    return f"{r['framework']} {r['model']} b{r['batch_size']} w{r['workers']}" + (f" ({extra[0]})" if extra else "")
+def _who(r, common: str = "") -> str:
+    """'pyg sage b1024 w0', with what sets its experiment apart from the `common` one."""
+    mine = [p for p in str(r["experiment"]).split(" · ") if p not in common.split(" · ")]
+    return f"{r['framework']} {r['model']} b{r['batch_size']} w{r['workers']}" + (
+        f" ({', '.join(mine)})" if mine else "")
+
+
+def _common(*frames) -> str:
+    """The experiment most rows belong to: the others are named by how they differ from it."""
+    exps = pd.concat([f["experiment"] for f in frames if len(f)]) if any(len(f) for f in frames) else pd.Series()
+    return str(exps.mode().iloc[0]) if len(exps) else ""
 
 
 def format_tables(res: dict) -> str:
+    """The projection and validation tables as text, with where it stops, the USL and the assumptions."""
     lines = []
     p = res["projection"]
+    common = _common(p, res["validation"])
+    lines.append(f"Experiment: {common} (others named beside their rows)")
     lines.append("Projection (slowest rank's steady epoch, ms; interval 2.5-97.5%; "
                  "! past a stop: c = CPU oversubscribed, m = host memory)")
-    lines.append(f"{'configuration':<34}{'N':>4}{'predicted':>11}{'interval':>21}{'measured':>10}{'speed-up':>10}"
+    lines.append(f"{'configuration':<46}{'N':>4}{'predicted':>11}{'interval':>21}{'measured':>10}{'speed-up':>10}"
                  f"{'steps':>6}{'local':>9}{'wait':>8}{'allred':>8}{'outside':>9}  stop")
     for r in p.to_dict("records"):
         stop = ("c" if r["beyond_cpu"] else "") + ("m" if r["beyond_memory"] else "")
-        lines.append(f"{_who(r):<34}{r['devices']:>4}{_ms(r['predicted_s']):>11}"
+        lines.append(f"{_who(r, common):<46}{r['devices']:>4}{_ms(r['predicted_s']):>11}"
                      f"{'[' + _ms(r['low_s']) + ', ' + _ms(r['high_s']) + ']':>21}{_ms(r['measured_s']):>10}"
                      f"{r['speedup']:>9.2f}x{r['steps']:>6}{_ms(r['local_s']):>9}{_ms(r['wait_s']):>8}"
                      f"{_ms(r['allreduce_s']):>8}{_ms(r['outside_s']):>9}  {('!' + stop) if stop else ''}")
     if len(p):
         first = p.drop_duplicates(subset=list(CONFIG))
         lines.append("Where it stops: " + "; ".join(
-            f"{_who(r)}: oversubscribed from N={r['oversubscribed_from']}, host memory from "
+            f"{_who(r, common)}: oversubscribed from N={r['oversubscribed_from']}, host memory from "
             f"N={r.get('memory_measured_from', math.nan):.0f} (measured peaks), "
             f"{r.get('memory_modelled_from', math.nan):.0f} (runners' memory model)"
             for r in first.to_dict("records")))
@@ -497,21 +536,21 @@ def format_tables(res: dict) -> str:
     lines.append("")
     lines.append("Validation: each multi-device point predicted without its own multi-device runs "
                  "(its 1-device runs, the micro-benchmark, the other configurations' 1->2 contention)")
-    lines.append(f"{'configuration':<34}{'N':>4}{'runs':>5}{'measured':>10}{'predicted':>11}{'interval':>21}"
+    lines.append(f"{'configuration':<46}{'N':>4}{'runs':>5}{'measured':>10}{'predicted':>11}{'interval':>21}"
                  f"{'error':>8}  inside")
     for r in v.to_dict("records"):
         if r.get("reason"):
-            lines.append(f"{_who(r):<34}{r['devices']:>4}  not predicted: {r['reason']}")
+            lines.append(f"{_who(r, common):<46}{r['devices']:>4}  not predicted: {r['reason']}")
             continue
-        lines.append(f"{_who(r):<34}{r['devices']:>4}{int(r['n_runs']):>5}{_ms(r['measured_s']):>10}"
+        lines.append(f"{_who(r, common):<46}{r['devices']:>4}{int(r['n_runs']):>5}{_ms(r['measured_s']):>10}"
                      f"{_ms(r['predicted_s']):>11}{'[' + _ms(r['low_s']) + ', ' + _ms(r['high_s']) + ']':>21}"
                      f"{100 * r['error']:>+7.0f}%  {'yes' if r['inside'] else 'NO'}")
-    lines.append(verdict(v))
+    lines.append(verdict(v, common))
     u = res["usl"]
     lines.append("")
     if len(u):
         for r in u.to_dict("records"):
-            lines.append(f"USL {_who(r)} ({r['device_counts']}): sigma {r['sigma']:.3f}, kappa {r['kappa']:.4f}"
+            lines.append(f"USL {_who(r, common)} ({r['device_counts']}): sigma {r['sigma']:.3f}, kappa {r['kappa']:.4f}"
                          + (f", retrograde past N = {r['peak_devices']:.1f}" if r["retrograde"] else ""))
     else:
         lines.append("USL: not fitted (no configuration has 3 or more device counts measured)")
@@ -519,7 +558,7 @@ def format_tables(res: dict) -> str:
     return "\n".join(lines)
 
 
-def verdict(v: pd.DataFrame) -> str:
+def verdict(v: pd.DataFrame, common: str = "") -> str:
     """The validation in one sentence; it says so when the model fails."""
     ok = v[v["reason"].isna()] if len(v) and "reason" in v else v
     if ok.empty:
@@ -530,10 +569,10 @@ def verdict(v: pd.DataFrame) -> str:
     text = (f"{inside} of {len(ok)} measured points inside their 95% interval; median absolute error "
             f"{100 * med:.0f}%.")
     if inside < 0.8 * len(ok):
-        text += (" The model FAILS this check: " + ", ".join(f"{_who(r)} N={r['devices']} ({100 * r['error']:+.0f}%)"
+        text += (" The model FAILS this check: " + ", ".join(f"{_who(r, common)} N={r['devices']} ({100 * r['error']:+.0f}%)"
                                                            for r in missed.to_dict("records")) + ".")
     elif len(missed):
-        text += " Outside: " + ", ".join(f"{_who(r)} N={r['devices']}" for r in missed.to_dict("records")) + "."
+        text += " Outside: " + ", ".join(f"{_who(r, common)} N={r['devices']}" for r in missed.to_dict("records")) + "."
     return text
 
 
