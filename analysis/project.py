@@ -234,10 +234,13 @@ class Measured:
         self.configs = {key: g for key, g in self.runs.groupby(list(CONFIG), sort=False)}
         same = [k for k in (*EXPERIMENT_KEYS, *CONFIG[1:]) if k in runs and k not in SCHEDULE_KEYS]
         self.identity = {key: tuple(_key_text(v) for v in g.iloc[0][same]) for key, g in self.configs.items()}
-        self.arrays = {}
+        self.arrays, self.rel = {}, {}
         for key, g in self.configs.items():
             for d, gd in g.groupby("devices"):
                 self.arrays[key, int(d)] = (list(gd["run_id"]), self.prof.loc[gd["run_id"], list(COLS)].to_numpy(float))
+            if (key, 1) in self.arrays:
+                rel = relative_steps(steps, self.arrays[key, 1][0], int(g["batch_size"].iloc[0]))
+                self.rel[key] = np.concatenate(list(rel.values())) if rel else np.array([])
 
     def profiles(self, key, devices) -> np.ndarray:
         """Runs x COLS of the configuration at `devices` (no rows where none was measured)."""
@@ -267,7 +270,8 @@ class Measured:
         r = {p: (m2[_C[p]] / m1[_C[p]] if m1[_C[p]] > 0 else math.nan) for p in CONTENDED}
         # what the backward spent beyond its compute (slowed as the forward): all-reduce and waiting
         r["residual_s"] = m2[_C["backward_s"]] - m1[_C["backward_s"]] * r["forward_s"]
-        r["local2_s"] = sum(m1[_C[p]] * (r["forward_s"] if p == "backward_s" else r[p]) for p in PHASE_COLUMNS)
+        local2 = sum(m1[_C[p]] * (r["forward_s"] if p == "backward_s" else r[p]) for p in PHASE_COLUMNS)
+        r["wait2_s"] = local2 * wait_factor(self.rel.get(key, []), 2)  # the modelled part of the residual
         return r
 
 
@@ -299,8 +303,8 @@ class Model:
         first = self.runs.iloc[0]
         self.batch = int(first["batch_size"])
         self.seeds = int(first["train_split_seed_nodes"])
-        self.max_steps = int(first.get("max_steps_per_epoch") or 0) if pd.notna(first.get("max_steps_per_epoch")) \
-            else 0
+        cap = first.get("max_steps_per_epoch")
+        self.max_steps = int(cap) if pd.notna(cap) and cap else 0
         params = self.runs.apply(_parameters, axis=1).dropna()
         self.nbytes = 4 * float(params.iloc[0]) if len(params) else math.nan
         self.ids, self.one = meas.arrays[key, 1]
@@ -319,11 +323,12 @@ class Model:
         out["_residuals"] = [r for r in residual_pool if r]
         return out
 
-    def _alpha_beta(self, r: dict, rel_steps) -> tuple:
-        """(alpha, beta, source): the micro-benchmark's, else alpha from the pool's measured residual."""
+    def _alpha_beta(self, r: dict) -> tuple:
+        """(alpha, beta, source): the micro-benchmark's, else alpha from the pool's measured residual
+        less its modelled waiting (2 alpha at 2 ranks)."""
         if self.coll:
             return self.coll["alpha_s"], self.coll["beta_s_per_byte"], "micro-benchmark"
-        est = [max(0.0, x["residual_s"] - x["local2_s"] * wait_factor(rel_steps, 2)) / 2 for x in r["_residuals"]]
+        est = [max(0.0, x["residual_s"] - x["wait2_s"]) / 2 for x in r["_residuals"]]
         return (float(np.median(est)) if est else 0.0), 0.0, "fallback: the other configurations' 2-device residual"
 
     def _base(self, one: np.ndarray) -> dict:
@@ -333,7 +338,7 @@ class Model:
     def point(self, n: int) -> dict:
         r = self._contention()
         rel = np.concatenate(self.rel)
-        alpha, beta, src = self._alpha_beta(r, rel)
+        alpha, beta, src = self._alpha_beta(r)
         nbytes = self.nbytes if np.isfinite(self.nbytes) else 0.0
         out = epoch_time(n, self._base(self.one), r, steps_at(self.seeds, self.batch, n, self.max_steps), rel,
                          nbytes, alpha, beta)
@@ -350,7 +355,7 @@ class Model:
             one = self.one[pick]
             rel = np.concatenate([self.rel[i] for i in pick])
             r = self._contention(rng)
-            alpha, beta, _ = self._alpha_beta(r, rel)
+            alpha, beta, _ = self._alpha_beta(r)
             # the fit's error at a point is predicted / measured - 1: measured = predicted / (1 + e)
             scale = 1.0 / (1.0 + errors[rng.integers(0, len(errors))])
             base = self._base(one)
@@ -424,6 +429,7 @@ def project(runs: pd.DataFrame, epochs: pd.DataFrame, steps: pd.DataFrame, devic
     coll = load_collectives(collectives) if isinstance(collectives, (str, Path)) else collectives
     meas = Measured(runs, epochs, steps)
     sd = _noise_sd(meas.runs)
+    cfg = meas.runs[list(CONFIG)].apply(tuple, axis=1)
     proj, val, usl = [], [], []
     for key, g in meas.configs.items():
         counts = meas.device_counts(key)
@@ -450,7 +456,8 @@ def project(runs: pd.DataFrame, epochs: pd.DataFrame, steps: pd.DataFrame, devic
                              "measured_s": measured, "speedup": t1 / pt["epoch_s"],
                              "efficiency": t1 / pt["epoch_s"] / n,
                              **{k: pt[k] for k in ("steps", "local_s", "wait_s", "allreduce_s", "outside_s",
-                                                   "gradient_bytes", "allreduce_source")},
+                                                   "gradient_bytes", "alpha_s", "beta_s_per_byte",
+                                                   "allreduce_source", *(f"r_{c}" for c in CONTENDED))},
                              "contention_from": "its own 1->2 runs" if own else f"{len(pool)} other configurations",
                              "beyond_cpu": n >= stops["oversubscribed_from"],
                              "beyond_memory": n >= stops.get("memory_measured_from", math.inf), **stops})
@@ -463,7 +470,9 @@ def project(runs: pd.DataFrame, epochs: pd.DataFrame, steps: pd.DataFrame, devic
             model = Model(meas, key, vpool, False, coll, draws=draws)
             point = meas.profiles(key, d)
             pt = model.point(d)
-            sims = model.draws_at([d], sd, len(point))[:, 0]
+            # the launch noise, too, is pooled without this configuration's multi-device runs
+            vsd = _noise_sd(meas.runs[~(cfg.map(lambda c: c == key) & (meas.runs["devices"] > 1))])
+            sims = model.draws_at([d], vsd, len(point))[:, 0]
             lo, hi = np.percentile(sims, [2.5, 97.5])
             m = point[:, _C["T"]].mean()
             val.append({**label, "devices": d, "n_runs": len(point), "measured_s": m, "predicted_s": pt["epoch_s"],
@@ -554,6 +563,8 @@ def format_tables(res: dict) -> str:
                          + (f", retrograde past N = {r['peak_devices']:.1f}" if r["retrograde"] else ""))
     else:
         lines.append("USL: not fitted (no configuration has 3 or more device counts measured)")
+    lines.append(f"Intervals: bootstrap over the runs, the contention pool and the all-reduce fit's errors, with "
+                 f"the pooled launch noise (SD {100 * res['noise_sd']:.1f}% of one launch's epoch time).")
     lines.append("Assumptions: " + "; ".join(res["assumptions"]) + ".")
     return "\n".join(lines)
 
