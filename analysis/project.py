@@ -182,7 +182,22 @@ def load_collectives(path) -> dict | None:
     fit = doc["fit"]
     return {"alpha_s": fit["alpha_s"], "beta_s_per_byte": fit["beta_s_per_byte"],
             "errors": [pt["relative_error"] for pt in fit["points"]], "backend": doc.get("backend"),
-            "procs": doc.get("procs"), "source": str(path)}
+            "procs": doc.get("procs"), "host": (doc.get("env") or {}).get("hostname"),
+            "cores": (doc.get("env") or {}).get("cpu_cores"), "source": str(path)}
+
+
+def collectives_notes(coll: dict | None, runs: pd.DataFrame) -> list:
+    """Where the micro-benchmark and the runs were measured differently (backend, host, cores)."""
+    if not coll:
+        return ["no all-reduce micro-benchmark: alpha from the other configurations' measured 2-device all-reduce "
+                "and waiting, beta 0 (python -m benchmarks.collectives measures both)"]
+    notes = []
+    for what, mine, col in (("backend", coll.get("backend"), "backend"), ("host", coll.get("host"), "env_hostname"),
+                            ("cores", coll.get("cores"), "env_cpu_cores")):
+        theirs = sorted({str(v) for v in runs[col].dropna()}) if col in runs else []
+        if mine is not None and theirs and theirs != [str(mine)]:
+            notes.append(f"the micro-benchmark's {what} is {mine}, the runs' {', '.join(theirs)}")
+    return notes
 
 
 def _parameters(row) -> float:
@@ -487,7 +502,7 @@ def project(runs: pd.DataFrame, epochs: pd.DataFrame, steps: pd.DataFrame, devic
     usl_cols = [*CONFIG, "device_counts", "sigma", "kappa", "retrograde", "peak_devices"]
     return {"projection": pd.DataFrame(proj), "validation": pd.DataFrame(val),
             "usl": pd.DataFrame(usl, columns=usl_cols), "assumptions": list(ASSUMPTIONS),
-            "collectives": coll, "noise_sd": sd}
+            "collectives": coll, "noise_sd": sd, "notes": collectives_notes(coll, meas.runs)}
 
 
 def project_aggregate(agg_dir, devices, collectives=None, draws: int = BOOTSTRAP) -> dict:
@@ -563,6 +578,8 @@ def format_tables(res: dict) -> str:
                          + (f", retrograde past N = {r['peak_devices']:.1f}" if r["retrograde"] else ""))
     else:
         lines.append("USL: not fitted (no configuration has 3 or more device counts measured)")
+    for note in res.get("notes") or []:
+        lines.append(f"Note: {note}.")
     lines.append(f"Intervals: bootstrap over the runs, the contention pool and the all-reduce fit's errors, with "
                  f"the pooled launch noise (SD {100 * res['noise_sd']:.1f}% of one launch's epoch time).")
     lines.append("Assumptions: " + "; ".join(res["assumptions"]) + ".")

@@ -215,3 +215,11 @@ def test_the_cli_prints_both_tables(tmp_path, capsys):
     with pytest.raises(SystemExit):
         project.main(["--aggregate", str(tmp_path), "--collectives", str(tmp_path / "none.json")])
     assert "no such file" in capsys.readouterr().err
+
+
+def test_a_micro_benchmark_from_elsewhere_is_named():
+    runs = pd.DataFrame({"backend": ["nccl"], "env_hostname": ["gpu-node"], "env_cpu_cores": [2]})
+    notes = project.collectives_notes({**COLL, "backend": "gloo", "host": "laptop", "cores": 2}, runs)
+    assert notes == ["the micro-benchmark's backend is gloo, the runs' nccl",
+                     "the micro-benchmark's host is laptop, the runs' gpu-node"]
+    assert "no all-reduce micro-benchmark" in project.collectives_notes(None, runs)[0]
