@@ -7,8 +7,9 @@ the slowest rank's steady epoch time is modelled as
     T(N) = S(N) [ L(N) (1 + w_N) + A(N) ] + O g_out(N)
     S(N) = min(ceil(seeds / (b N)), max_steps)       steps per rank (runners.harness.split_seeds
                                                       pads one permutation to an equal share)
-    L(N) = sum_p phi_p g_p(N)                        a rank's local step: loader wait, preparation,
+    L(N) = sum_p phi_p g_p(N) u_p(N)                 a rank's local step: loader wait, preparation,
                                                       copy, forward, backward, optimizer
+    u_p(N) = seeds per step at N / at 1              (1 for the optimizer: it updates every parameter)
     g_p(N) = max(min(1, r_p), 1 + (r_p - 1)(N - 1))  contention, r_p measured from 1 to 2 devices
     w_N = E[max of N step draws] / E[step] - 1       waiting for the slowest rank
     A(N) = k 2(N-1) alpha + 2(N-1)/N n beta          ring all-reduce of n gradient bytes in k buckets
@@ -72,6 +73,7 @@ ASSUMPTIONS = (
     "all-reduce: ring alpha-beta of the micro-benchmark, float32 gradients in DDP's buckets, not overlapped "
     "with the backward",
     "outside the steps: the 1-device epoch's time outside its steps, slowed like the phases",
+    "work: a step's phases but the optimizer scale with its seeds (a rank's share smaller than a batch)",
     "the model holds while ranks x (1 + workers) <= cores and the replicated peak memory fits the host",
 )
 
@@ -134,14 +136,22 @@ def allreduce_s(n: int, nbytes: float, alpha: float, beta: float) -> float:
     return buckets(nbytes) * 2 * (n - 1) * alpha + 2 * (n - 1) / n * nbytes * beta
 
 
+def step_seeds(seeds: int, batch: int, n: int) -> float:
+    """A rank's mean seeds per step at n ranks: its share over its steps (the last one partial)."""
+    share = -(-int(seeds) // int(n))
+    return share / -(-share // int(batch))
+
+
 def epoch_time(n: int, base: dict, r: dict, steps: int, rel_steps, nbytes: float, alpha: float, beta: float,
-               ar_scale: float = 1.0) -> dict:
+               ar_scale: float = 1.0, work: float = 1.0) -> dict:
     """T(n) and its parts from a 1-device profile `base` (per-step phases and outside_s), the
-    contention factors r (phase -> 2-device factor) and the all-reduce's alpha, beta."""
+    contention factors r (phase -> 2-device factor), the all-reduce's alpha, beta, and `work`:
+    seeds per step at n over those at 1 (a share smaller than a batch makes a smaller step)."""
     local = 0.0
     for p in PHASE_COLUMNS:
         factor = r.get("forward_s" if p == "backward_s" else p, 1.0)
-        local += base[p] * contention(factor, n)
+        # the optimizer updates every parameter whatever the batch; the other phases scale with it
+        local += base[p] * contention(factor, n) * (1.0 if p == "optimizer_s" else work)
     wait = local * wait_factor(rel_steps, n)
     ar = allreduce_s(n, nbytes, alpha, beta) * ar_scale
     outside = base[OUTSIDE] * contention(r.get(OUTSIDE, 1.0), n)
@@ -346,6 +356,9 @@ class Model:
         est = [max(0.0, x["residual_s"] - x["wait2_s"]) / 2 for x in r["_residuals"]]
         return (float(np.median(est)) if est else 0.0), 0.0, "fallback: the other configurations' 2-device residual"
 
+    def work(self, n: int) -> float:
+        return step_seeds(self.seeds, self.batch, n) / step_seeds(self.seeds, self.batch, 1)
+
     def _base(self, one: np.ndarray) -> dict:
         m = one.mean(axis=0)
         return {p: m[_C[p]] for p in (*PHASE_COLUMNS, OUTSIDE)}
@@ -356,7 +369,7 @@ class Model:
         alpha, beta, src = self._alpha_beta(r)
         nbytes = self.nbytes if np.isfinite(self.nbytes) else 0.0
         out = epoch_time(n, self._base(self.one), r, steps_at(self.seeds, self.batch, n, self.max_steps), rel,
-                         nbytes, alpha, beta)
+                         nbytes, alpha, beta, work=self.work(n))
         return {**out, "alpha_s": alpha, "beta_s_per_byte": beta, "allreduce_source": src,
                 "gradient_bytes": self.nbytes, **{f"r_{p}": r[p] for p in CONTENDED}}
 
@@ -377,7 +390,7 @@ class Model:
             noise = math.exp(rng.normal(0.0, noise_sd / math.sqrt(n_runs))) if noise_sd else 1.0
             for j, n in enumerate(ns):
                 t = epoch_time(n, base, r, steps_at(self.seeds, self.batch, n, self.max_steps), rel,
-                               self.nbytes if np.isfinite(self.nbytes) else 0.0, alpha, beta, scale)
+                               self.nbytes if np.isfinite(self.nbytes) else 0.0, alpha, beta, scale, self.work(n))
                 out[b, j] = t["epoch_s"] * noise
         return out
 

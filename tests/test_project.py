@@ -223,3 +223,14 @@ def test_a_micro_benchmark_from_elsewhere_is_named():
     assert notes == ["the micro-benchmark's backend is gloo, the runs' nccl",
                      "the micro-benchmark's host is laptop, the runs' gpu-node"]
     assert "no all-reduce micro-benchmark" in project.collectives_notes(None, runs)[0]
+
+
+def test_a_share_smaller_than_a_batch_makes_a_smaller_step():
+    # 16 ranks share 4096 seeds: 256 each, one half batch per rank
+    assert project.step_seeds(SEEDS, BATCH, 16) == 256 and project.step_seeds(3900, 1024, 2) == 975
+    res = project.project(*world(), devices=[16], collectives=COLL, draws=10)
+    g = 1 + (R - 1) * 15
+    ph = PHASES["pyg"]
+    local = g * (0.5 * sum(v for p, v in ph.items() if p != "optimizer_s") + ph["optimizer_s"])
+    p = by(res["projection"], framework="pyg", devices=16)
+    assert p["steps"] == 1 and p["predicted_s"] == pytest.approx(local + ar(16) + OUTSIDE["pyg"] * g, rel=1e-9)
