@@ -513,7 +513,16 @@ def project(runs: pd.DataFrame, epochs: pd.DataFrame, steps: pd.DataFrame, devic
             per = [meas.profiles(key, d)[:, _C["T"]].mean() for d in counts]
             usl.append({**label, "device_counts": ",".join(map(str, counts)), **fit_usl(counts, per)})
     usl_cols = [*CONFIG, "device_counts", "sigma", "kappa", "retrograde", "peak_devices"]
-    return {"projection": pd.DataFrame(proj), "validation": pd.DataFrame(val),
+    terms = []
+    for key in meas.configs:  # in sample: which term of the 2-device step the model misses
+        r = meas.ratios(key)
+        if r is None:
+            continue
+        model = Model(meas, key, [key], True, coll, draws=1)
+        pt = model.point(2)
+        terms.append({**_label(key), "residual_step_s": r["residual_s"], "wait_step_s": r["wait2_s"],
+                      "allreduce_step_s": pt["allreduce_s"] / pt["steps"], **{f"r_{c}": r[c] for c in CONTENDED}})
+    return {"projection": pd.DataFrame(proj), "validation": pd.DataFrame(val), "terms": pd.DataFrame(terms),
             "usl": pd.DataFrame(usl, columns=usl_cols), "assumptions": list(ASSUMPTIONS),
             "collectives": coll, "noise_sd": sd, "notes": collectives_notes(coll, meas.runs)}
 
@@ -583,6 +592,17 @@ def format_tables(res: dict) -> str:
                      f"{_ms(r['predicted_s']):>11}{'[' + _ms(r['low_s']) + ', ' + _ms(r['high_s']) + ']':>21}"
                      f"{100 * r['error']:>+7.0f}%  {'yes' if r['inside'] else 'NO'}")
     lines.append(verdict(v, common))
+    t = res.get("terms")
+    if t is not None and len(t):
+        lines.append("")
+        lines.append("In sample, per step at 2 devices (ms): the backward beyond its compute as measured, beside the "
+                     "model's waiting and all-reduce; the contention factors measured 1->2")
+        lines.append(f"{'configuration':<46}{'measured':>9}{'wait':>7}{'allred':>8}{'  r_load':>8}{'r_fwd':>7}"
+                     f"{'r_opt':>7}{'r_out':>7}")
+        for r in t.to_dict("records"):
+            lines.append(f"{_who(r, common):<46}{_ms(r['residual_step_s']):>9}{_ms(r['wait_step_s']):>7}"
+                         f"{_ms(r['allreduce_step_s']):>8}{r['r_load_wait_s']:>8.2f}{r['r_forward_s']:>7.2f}"
+                         f"{r['r_optimizer_s']:>7.2f}{r['r_outside_s']:>7.2f}")
     u = res["usl"]
     lines.append("")
     if len(u):
