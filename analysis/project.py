@@ -527,9 +527,19 @@ def project(runs: pd.DataFrame, epochs: pd.DataFrame, steps: pd.DataFrame, devic
             "collectives": coll, "noise_sd": sd, "notes": collectives_notes(coll, meas.runs)}
 
 
-def project_aggregate(agg_dir, devices, collectives=None, draws: int = BOOTSTRAP) -> dict:
-    """project() on an aggregate directory (runs.csv, epochs.csv, steps.csv): for the report."""
+def default_collectives(agg_dir) -> Path | None:
+    """The micro-benchmark's JSON where it writes it by default, beside the aggregate
+    (results/benchmarks/collectives.json for results/aggregate), if there is one."""
+    path = Path(agg_dir).resolve().parent / "benchmarks" / "collectives.json"
+    return path if path.is_file() else None
+
+
+def project_aggregate(agg_dir, devices=(4, 8, 16), collectives="auto", draws: int = BOOTSTRAP) -> dict:
+    """project() on an aggregate directory (runs.csv, epochs.csv, steps.csv), for the report;
+    collectives "auto": the micro-benchmark's JSON beside it if there is one (default_collectives)."""
     d = Path(agg_dir)
+    if collectives == "auto":
+        collectives = default_collectives(d)
     runs, epochs, steps = (pd.read_csv(d / f"{n}.csv") for n in ("runs", "epochs", "steps"))
     return project(runs, epochs, steps, devices, collectives, draws)
 
@@ -641,7 +651,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m analysis.project", description=__doc__.split("\n\n")[0])
     ap.add_argument("--aggregate", default="results/aggregate", help="an aggregate directory (runs.csv, ...)")
     ap.add_argument("--devices", default="4,8,16", help="device counts to project to, comma-separated")
-    ap.add_argument("--collectives", default=None, help="benchmarks/collectives.py's JSON (alpha-beta fit)")
+    ap.add_argument("--collectives", default=None,
+                    help="benchmarks/collectives.py's JSON (alpha-beta fit); default: the one beside the aggregate "
+                    "(../benchmarks/collectives.json) if there is one, else alpha from the measured runs")
     ap.add_argument("--draws", type=int, default=BOOTSTRAP, help="bootstrap draws for the intervals")
     args = ap.parse_args(argv)
     try:
@@ -652,7 +664,7 @@ def main(argv=None) -> int:
         ap.error(f"--collectives {args.collectives!r}: no such file (python -m benchmarks.collectives writes it)")
     if not (Path(args.aggregate) / "runs.csv").is_file():
         ap.error(f"--aggregate {args.aggregate!r}: no runs.csv there (python -m analysis.aggregate writes it)")
-    res = project_aggregate(args.aggregate, devices, args.collectives, args.draws)
+    res = project_aggregate(args.aggregate, devices, args.collectives or "auto", args.draws)
     print(format_tables(res))
     return 0
 

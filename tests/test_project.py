@@ -239,3 +239,17 @@ def test_a_share_smaller_than_a_batch_makes_a_smaller_step():
     local = g * (0.5 * sum(v for p, v in ph.items() if p != "optimizer_s") + ph["optimizer_s"])
     p = by(res["projection"], framework="pyg", devices=16)
     assert p["steps"] == 1 and p["predicted_s"] == pytest.approx(local + ar(16) + OUTSIDE["pyg"] * g, rel=1e-9)
+
+
+def test_the_report_finds_the_micro_benchmark_beside_the_aggregate(tmp_path):
+    agg = tmp_path / "results" / "aggregate"
+    agg.mkdir(parents=True)
+    for name, df in zip(("runs", "epochs", "steps"), world()):
+        df.to_csv(agg / f"{name}.csv", index=False)
+    assert project.project_aggregate(agg, [4], draws=5)["collectives"] is None
+    (tmp_path / "results" / "benchmarks").mkdir()
+    (tmp_path / "results" / "benchmarks" / "collectives.json").write_text(json.dumps({"backend": "gloo", "fit": {
+        "alpha_s": ALPHA, "beta_s_per_byte": BETA, "points": [{"relative_error": 0.0}]}}))
+    res = project.project_aggregate(agg, [4], draws=5)
+    assert res["collectives"]["alpha_s"] == ALPHA and res["projection"]["allreduce_source"].iloc[0] == "micro-benchmark"
+    assert set(res) >= {"projection", "validation", "usl", "terms", "assumptions"}
