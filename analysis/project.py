@@ -317,7 +317,7 @@ def _geomean_ratios(rs: list) -> dict:
 
 class Model:
     """The model fitted to one configuration from its 1-device runs, a contention source and the
-    all-reduce fit; `predict(n)` gives the epoch time, its parts and a bootstrap interval."""
+    all-reduce fit: `point(n)` gives the epoch time and its parts, `draws_at(ns)` bootstrap draws of it."""
 
     def __init__(self, meas: Measured, key, pool: list, own_contention: bool, collectives: dict | None,
                  seed: int = 0, draws: int = BOOTSTRAP):
@@ -640,8 +640,8 @@ def verdict(v: pd.DataFrame, common: str = "") -> str:
     text = (f"{inside} of {len(ok)} measured points inside their 95% interval; median absolute error "
             f"{100 * med:.0f}%.")
     if inside < 0.8 * len(ok):
-        text += (" The model FAILS this check: " + ", ".join(f"{_who(r, common)} N={r['devices']} ({100 * r['error']:+.0f}%)"
-                                                           for r in missed.to_dict("records")) + ".")
+        text += " The model FAILS this check: " + ", ".join(
+            f"{_who(r, common)} N={r['devices']} ({100 * r['error']:+.0f}%)" for r in missed.to_dict("records")) + "."
     elif len(missed):
         text += " Outside: " + ", ".join(f"{_who(r, common)} N={r['devices']}" for r in missed.to_dict("records")) + "."
     return text
