@@ -503,7 +503,9 @@ def project(runs: pd.DataFrame, epochs: pd.DataFrame, steps: pd.DataFrame, devic
             sims = model.draws_at([d], vsd, len(point))[:, 0]
             lo, hi = np.percentile(sims, [2.5, 97.5])
             m = point[:, _C["T"]].mean()
+            ideal = meas.profiles(base, 1)[:, _C["T"]].mean() / d  # the naive prediction the model must beat
             val.append({**label, "devices": d, "n_runs": len(point), "measured_s": m, "predicted_s": pt["epoch_s"],
+                        "ideal_s": ideal, "ideal_error": ideal / m - 1,
                         "low_s": lo, "high_s": hi, "error": pt["epoch_s"] / m - 1, "inside": inside(m, lo, hi),
                         "steps_model": pt["steps"], "steps_measured": point[:, _C["S"]].mean(),
                         "contention_pool": len(vpool), "allreduce_source": pt["allreduce_source"],
@@ -591,16 +593,18 @@ def format_tables(res: dict) -> str:
     v = res["validation"]
     lines.append("")
     lines.append("Validation: each multi-device point predicted without its own multi-device runs "
-                 "(its 1-device runs, the micro-benchmark, the other configurations' 1->2 contention)")
+                 "(its 1-device runs, the all-reduce model, the other configurations' 1->2 contention); "
+                 "ideal: T(1) / N, the naive prediction")
     lines.append(f"{'configuration':<46}{'N':>4}{'runs':>5}{'measured':>10}{'predicted':>11}{'interval':>21}"
-                 f"{'error':>8}  inside")
+                 f"{'error':>8}  inside{'ideal':>9}{'error':>8}")
     for r in v.to_dict("records"):
         if r.get("reason"):
             lines.append(f"{_who(r, common):<46}{r['devices']:>4}  not predicted: {r['reason']}")
             continue
         lines.append(f"{_who(r, common):<46}{r['devices']:>4}{int(r['n_runs']):>5}{_ms(r['measured_s']):>10}"
                      f"{_ms(r['predicted_s']):>11}{'[' + _ms(r['low_s']) + ', ' + _ms(r['high_s']) + ']':>21}"
-                     f"{100 * r['error']:>+7.0f}%  {'yes' if r['inside'] else 'NO'}")
+                     f"{100 * r['error']:>+7.0f}%  {'yes' if r['inside'] else 'NO ':<6}{_ms(r['ideal_s']):>9}"
+                     f"{100 * r['ideal_error']:>+7.0f}%")
     lines.append(verdict(v, common))
     t = res.get("terms")
     if t is not None and len(t):
@@ -638,7 +642,8 @@ def verdict(v: pd.DataFrame, common: str = "") -> str:
     med = float(ok["error"].abs().median())
     missed = ok[~ok["inside"].astype(bool)]
     text = (f"{inside} of {len(ok)} measured points inside their 95% interval; median absolute error "
-            f"{100 * med:.0f}%.")
+            f"{100 * med:.0f}%" + (f" (ideal scaling T(1)/N: {100 * ok['ideal_error'].abs().median():.0f}%)"
+                                   if "ideal_error" in ok else "") + ".")
     if inside < 0.8 * len(ok):
         text += " The model FAILS this check: " + ", ".join(
             f"{_who(r, common)} N={r['devices']} ({100 * r['error']:+.0f}%)" for r in missed.to_dict("records")) + "."

@@ -84,6 +84,7 @@ def test_an_exact_alpha_beta_world_is_predicted_exactly_in_and_out_of_sample():
         assert v["predicted_s"] == pytest.approx(v["measured_s"], rel=1e-9)
         assert v["error"] == pytest.approx(0, abs=1e-9) and v["inside"] and v["contention_pool"] == 1
         assert v["measured_s"] == pytest.approx(expected(fw, 2), rel=1e-9)
+        assert v["ideal_s"] == pytest.approx(expected(fw, 1) / 2)  # the naive prediction beside it
         for n in (4, 8):
             p = by(res["projection"], framework=fw, devices=n)
             assert p["predicted_s"] == pytest.approx(expected(fw, n), rel=1e-9)
