@@ -255,3 +255,12 @@ def test_the_report_finds_the_micro_benchmark_beside_the_aggregate(tmp_path):
     res = project.project_aggregate(agg, [4], draws=5)
     assert res["collectives"]["alpha_s"] == ALPHA and res["projection"]["allreduce_source"].iloc[0] == "micro-benchmark"
     assert set(res) >= {"projection", "validation", "usl", "terms", "assumptions"}
+
+
+def test_missing_data_gives_empty_tables_not_errors():
+    runs, epochs, steps = world(devices=(1,))
+    res = project.project(runs, epochs, steps, devices=[4], collectives=COLL, draws=5)
+    assert res["projection"].empty and res["validation"].empty  # no 1 -> 2 contention measured anywhere
+    assert "No multi-device point" in project.format_tables(res)
+    none = project.project(runs.iloc[:0], epochs.iloc[:0], steps.iloc[:0], devices=[4], collectives=None, draws=5)
+    assert none["projection"].empty and "No multi-device point" in project.format_tables(none)
