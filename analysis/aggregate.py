@@ -74,7 +74,8 @@ ENV_COLUMNS = (
 RUN_COLUMNS = (
     ("run_id", "run_name", "status") + CONFIG_COLUMNS + ("loader_variant", "world_size", "processes", "oversubscribed")
     + SUMMARY_COLUMNS + PRECISION_COLUMNS + ("steady_seed_nodes_per_s",) + BREAKDOWN_COLUMNS
-    + ("wall_time_s", "started_at", "finished_at", "epochs_completed", "steps_per_epoch") + WORK_COLUMNS + (
+    + ("wall_time_s", "started_at", "finished_at", "epochs_completed", "steps_per_epoch", "parameters")
+    + WORK_COLUMNS + (
        "seed_base", "adapter_choices", "nvml_available", "nvml_reason", "preflight_warnings",
        "diag_cause", "diag_summary", "diag_remedy", "detected_after_s", "cpu_busy_before",
        "mem_model_bytes", "mem_peak_bytes", "mem_peak_source", "mem_limit_bytes", "mem_cgroup_peak_bytes",
@@ -306,6 +307,9 @@ def run_row(data: dict, result_path: Path, workflow: str | None = None) -> dict:
         # The least advanced rank is how far the run as a whole got.
         "epochs_completed": min(per_rank_epochs.values()) if per_rank_epochs else 0,
         "steps_per_epoch": record.steps_per_epoch(data["ranks"]),
+        # The model's parameter count (every rank builds the same model): the size of the
+        # gradient each step all-reduces, which analysis/project.py scales to more devices.
+        "parameters": next((r["parameters"] for r in data["ranks"] if r.get("parameters")), None),
         "seed_base": data["seeds"]["base"],
         "adapter_choices": _scalar(cfg.get("adapter_choices")),
         "nvml_available": (probes.get("nvml") or {}).get("available"),
