@@ -13,6 +13,7 @@ row's 95% interval.
 from __future__ import annotations
 
 import html
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -25,6 +26,8 @@ from analysis.formatting import fmt_pct
 from analysis.grouping import add_experiment, paper_order, performance_points, performance_runs, truthy
 from analysis.stats import NO_CLEAR, over_configurations
 
+# The relative half-width a first-screen answer should reach (config adaptive.precision).
+DEFAULT_PRECISION = 0.10
 BUSY_WARN_PERCENT = 25  # CPU use by other work before a run's launch that makes its timing suspect
 
 
@@ -34,6 +37,9 @@ class Answer:
     key: str
     label: str
     parts: list = field(default_factory=list)
+    # The geometric-mean intervals the sentence states: {"what", "low", "high", "points"}, so the
+    # first screen can say which of them are still wider than the sweep's precision (open_answers).
+    intervals: list = field(default_factory=list)
 
     def text(self) -> str:
         return "".join(t for t, _ in self.parts)
@@ -92,7 +98,7 @@ def main_experiment(speed: pd.DataFrame, points: pd.DataFrame):
 
 # -- which framework is faster --------------------------------------------------------------
 
-def _model_speed(g: pd.DataFrame, pair, exp) -> list:
+def _model_speed(g: pd.DataFrame, pair, exp, intervals: list) -> list:
     """The parts of one model's sentence (rows of tables.speed_data for one pair and model): the
     geometric mean ratio over the configurations with its 95% interval (stats.over_configurations),
     the verdict that interval supports ("faster" only where it excludes 1×), and the range over
@@ -100,6 +106,7 @@ def _model_speed(g: pd.DataFrame, pair, exp) -> list:
     a, b = pair
     model = model_label(g["model"].iloc[0])
     c = _combined(g, "estimate")
+    intervals.append({"what": f"{model} {framework_label(a)} / {framework_label(b)}", **c, "points": 2 * len(g)})
     lo_row, hi_row = g.loc[g["estimate"].idxmin()], g.loc[g["estimate"].idxmax()]
     hrefs = ["#" + tables.speed_anchor(exp, a, b, r["model"], r["devices"], r["batch_size"], r["workers"])
              for r in (lo_row, hi_row)]
@@ -131,7 +138,7 @@ def speed_answer(speed: pd.DataFrame, exp) -> Answer:
     pair = next(iter(dict.fromkeys(zip(d["a"], d["b"]))))
     d = d[(d["a"] == pair[0]) & (d["b"] == pair[1])]
     for _, g in paper_order(d, ["model"]).groupby("model", sort=False):
-        ans.parts += _model_speed(g, pair, exp)
+        ans.parts += _model_speed(g, pair, exp, ans.intervals)
     return ans
 
 
@@ -186,6 +193,7 @@ def scaling_answer(scaling: pd.DataFrame, gap: pd.DataFrame, exp) -> Answer:
     for i, fw in enumerate(fws):
         rows = top[top["framework"] == fw]
         c = _combined(rows, "speedup")
+        ans.intervals.append({"what": f"{framework_label(fw)} {base} → {n} devices", **c, "points": 2 * len(rows)})
         lo_r, hi_r = rows.loc[rows["speedup"].idxmin()], rows.loc[rows["speedup"].idxmax()]
         hrefs = ["#" + tables.scaling_anchor(exp, r["model"], fw, r["batch_size"], r["series_workers"])
                  for r in (lo_r, hi_r)]
@@ -238,6 +246,8 @@ def axis_answer(data: pd.DataFrame, runs: pd.DataFrame, exp, axis: str) -> Answe
     ans.parts = [(f"{lead}: {axis.replace('_', ' ')} {lo} → {hi}, {what} ", None)]
     for i, fw in enumerate(fws):
         rows = d[(d["framework"] == fw) & (d[axis] == hi)]
+        ans.intervals.append({"what": f"{framework_label(fw)} {axis.replace('_', ' ')} {lo} → {hi}", **combined[fw],
+                              "points": 2 * len(rows)})
         lo_r, hi_r = rows.loc[rows["estimate"].idxmin()], rows.loc[rows["estimate"].idxmax()]
         hrefs = ["#" + tables.row_anchor(key, exp, *(r[k] for k in _effect_index(axis))) for r in (lo_r, hi_r)]
         # Each framework's own verdict, from its own interval: the lead speaks for all of them.
@@ -443,12 +453,48 @@ def loader_answer(loaders_data: pd.DataFrame) -> Answer:
     it changes which framework is faster (analysis.loaders)."""
     from analysis.loaders import loader_answer_parts
 
-    return Answer("loaders", "Classic DataLoader or GraphBolt?", loader_answer_parts(loaders_data))
+    ans = Answer("loaders", "Classic DataLoader or GraphBolt?")
+    ans.parts = loader_answer_parts(loaders_data, ans.intervals)
+    return ans
 
 
-def all_answers(runs, points, speed, scaling, gap, workers, batch, failures, loaders=None) -> dict:
-    """{'experiment', 'answers': [Answer], 'caveats': [(text, href)]} for the report's top. The
-    loaders' answer comes only where another loader ran (`loaders`: analysis.loaders rows)."""
+def open_answers(answers: list, precision: float, repeats: float, run_s: float) -> list:
+    """The stated intervals wider than ±`precision` (high / low above (1 + precision)^2), each with
+    what settling it would take: `repeats` more per point scaled by the width's square (an interval
+    narrows with the square root of the runs), times its points, at `run_s` seconds a run.
+    Rows: what, half (relative half-width), runs, minutes."""
+    out = []
+    target = math.log1p(precision)
+    for a in answers:
+        for i in a.intervals:
+            if not all(x == x and x and x > 0 for x in (i["low"], i["high"])):
+                continue
+            half = math.log(i["high"] / i["low"]) / 2
+            if half <= target:
+                continue
+            more = math.ceil(repeats * ((half / target) ** 2 - 1)) * i["points"]
+            out.append({"what": i["what"], "half": math.expm1(half), "runs": more,
+                        "minutes": more * run_s / 60 if run_s == run_s else float("nan")})
+    return out
+
+
+def _open_caveat(rows: list, precision: float) -> list:
+    """The caveat naming the answers still wider than the precision and what would settle them."""
+    if not rows:
+        return []
+    runs, minutes = sum(r["runs"] for r in rows), sum(r["minutes"] for r in rows)
+    named = ", ".join(f"{r['what']} (±{100 * r['half']:.0f} %)" for r in rows)
+    cost = f"about {runs} more runs" + (f" ({minutes:.0f} min)" if minutes == minutes else "")
+    return [(f"not settled to ±{100 * precision:.0f} %: {named}; {cost} would settle "
+             + ("it" if len(rows) == 1 else "them"), "#plan")]
+
+
+def all_answers(runs, points, speed, scaling, gap, workers, batch, failures, loaders=None,
+                precision: float = DEFAULT_PRECISION) -> dict:
+    """{'experiment', 'answers': [Answer], 'caveats': [(text, href)], 'open': open_answers rows} for
+    the report's top. The loaders' answer comes only where another loader ran (`loaders`:
+    analysis.loaders rows); `precision`: the relative half-width an answer should reach (the
+    sweep's adaptive.precision)."""
     exp = main_experiment(speed, points)
     perf = performance_runs(runs)
     answers = [speed_answer(speed, exp)] + ([loader_answer(loaders)] if loaders is not None and len(loaders) else []) + [
@@ -456,8 +502,14 @@ def all_answers(runs, points, speed, scaling, gap, workers, batch, failures, loa
                axis_answer(workers, perf, exp, "workers"), axis_answer(batch, perf, exp, "batch_size"),
                step_answer(points, exp),
                hang_answer(failures, len(runs)), accuracy_answer(runs)]
-    return {"experiment": exp, "answers": answers, "caveats": caveats(runs, points, scaling, exp),
-            "n_runs": int((runs["experiment"] == exp).sum()) if exp is not None else 0}
+    p = points[points["experiment"] == exp] if exp is not None and len(points) else points.iloc[0:0]
+    e = perf[perf["experiment"] == exp] if exp is not None and len(perf) else perf.iloc[0:0]
+    repeats = float(p["n_ok"].median()) if len(p) else float("nan")
+    run_s = float(pd.to_numeric(e.get("wall_time_s"), errors="coerce").median()) if len(e) else float("nan")
+    still_open = open_answers(answers, precision, repeats, run_s) if repeats == repeats else []
+    return {"experiment": exp, "answers": answers,
+            "caveats": _open_caveat(still_open, precision) + caveats(runs, points, scaling, exp),
+            "open": still_open, "n_runs": int((runs["experiment"] == exp).sum()) if exp is not None else 0}
 
 
 

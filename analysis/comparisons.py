@@ -12,7 +12,7 @@ import pandas as pd
 from analysis import FRAMEWORK_ORDER, framework_label
 from analysis.grouping import paper_order
 from analysis.noise import pooled_noise
-from analysis.stats import ratio_interval_dof, verdict, welch_interval
+from analysis.stats import verdict, welch_interval
 
 
 def framework_pairs(runs: pd.DataFrame) -> list:
@@ -53,8 +53,7 @@ def framework_comparison(runs: pd.DataFrame, value: str, kind: str = "ratio", pa
             continue
         if kind == "ratio":
             cell = dict(zip(keys, key))
-            est, lo, hi, dof = ratio_interval_dof(a, b, noise.pair({**cell, "framework": pair[0]},
-                                                                   {**cell, "framework": pair[1]}))
+            est, lo, hi, dof = noise.ratio({**cell, "framework": pair[0]}, {**cell, "framework": pair[1]}, a, b)
             v = verdict(lo, hi, 1.0, high_side, low_side)
         else:
             est, lo, hi = welch_interval(a, b)

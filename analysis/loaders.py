@@ -84,9 +84,11 @@ def _gap(row: dict) -> str:
     return f"{est:.2f}×" + ("" if pd.isna(lo) else f" ({lo:.2f}–{hi:.2f})")
 
 
-def loader_answer_parts(data: pd.DataFrame) -> list:
+def loader_answer_parts(data: pd.DataFrame, intervals: list | None = None) -> list:
     """The answer's parts (text, href): per model, the other loader's epoch time over the first's at
-    the middle point, how many points are clear, and whether the framework verdict changes."""
+    the middle point, how many points are clear, and whether the framework verdict changes.
+    `intervals`: where given, each model's geometric-mean interval is appended to it
+    (analysis.answers.Answer.intervals)."""
     other = _other_rows(data)
     if other.empty:
         return [("Not measured: no other loader ran beside a framework's first (config loaders).", "#loaders")]
@@ -102,6 +104,9 @@ def loader_answer_parts(data: pd.DataFrame) -> list:
         # The geometric mean over the configurations, with its own interval (as the other answers).
         est, lo, hi = over_configurations(g[["speedup_vs_default", "low", "high", "dof"]].itertuples(index=False,
                                                                                                     name=None))
+        if intervals is not None:
+            intervals.append({"what": f"{model_label(model)} {name} / {first}", "estimate": 1 / est if est else est,
+                              "low": 1 / hi if hi else hi, "high": 1 / lo if lo else lo, "points": 2 * len(g)})
         where = "in its one configuration" if len(g) == 1 else (
             f"(geometric mean of {len(g)} configurations: {g['over'].iloc[0]:.2f}×–{g['over'].iloc[-1]:.2f}×)")
         parts += [(f"{model_label(model)}: {fw}'s epoch time with {name} is ", None),

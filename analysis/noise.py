@@ -12,6 +12,17 @@ variance. Where they do not (p < SPLIT_P), the pool is split by the grid axis wh
 most in spread (framework, workers, devices, ...), and each part is checked again, down to
 MAX_DEPTH splits; a part is never made so small that it has fewer than MIN_DOF degrees of freedom.
 The groups, their spread and what the test said are reported (`describe`).
+
+Blocks: the sweep launches one model's configurations of one repeat together (both frameworks
+of a configuration back to back), so a drift of the machine (outside load, a warmer or busier
+host) shifts a whole block of runs. Within each pool, log epoch time is fitted as
+cell effect + block effect (block: repeat x model), by least squares. A comparison's interval
+then rests on the noise left within the blocks, on n - rank degrees of freedom, and its estimate
+is the cells' difference with the blocks' shifts taken out (on a balanced design, the plain ratio
+of geometric means). Where the machine did not drift, the block effects are near zero and little
+changes; where it did, the comparisons inside a block no longer pay for it. A comparison the
+model cannot estimate (its cells in different pools) falls back to each pool's spread without
+blocks.
 """
 
 from __future__ import annotations
@@ -19,18 +30,23 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from analysis import GRID_KEYS
+from analysis.stats import ratio_interval_dof
+from runners.stopping import t_quantile
 
 CELL_KEYS = ("experiment", *GRID_KEYS)
 SPLIT_AXES = ("framework", "workers", "devices", "batch_size", "model")
+# The runs the sweep launches together (workflows/rules/common.smk: interleaved_order).
+BLOCK_KEYS = ("repeat", "model")
 SPLIT_P = 0.01
 MAX_DEPTH = 2
 MIN_DOF = 4
-METHOD = ("pooled launch noise: log epoch time's variance between launches pooled over the "
-          "configurations of an experiment (grouped where Bartlett's test finds their spreads unequal), "
-          "95% t-interval on the log scale")
+METHOD = ("pooled launch noise: log epoch time fitted as configuration + block (repeat x model) over the "
+          "configurations of an experiment (pools split where Bartlett's test finds their spreads unequal); "
+          "the noise left within the blocks gives a 95% t-interval on the log scale")
 
 
 @dataclass
@@ -43,13 +59,15 @@ class Group:
     dof: int
     cells: int
     p_equal: float
+    fit: "BlockFit | None" = None
 
     def label(self) -> str:
         return ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in self.where.items()) or "all configurations"
 
 
-def _cell_logs(runs: pd.DataFrame, value: str, cell_keys: tuple) -> dict:
-    """{cell key tuple: [log values]} of the ok runs with a positive `value`."""
+def _cell_runs(runs: pd.DataFrame, value: str, cell_keys: tuple) -> dict:
+    """{cell key tuple: ([log values], [block keys])} of the ok runs with a positive `value`; a run
+    without the block columns is a block of its own."""
     if runs is None or runs.empty or value not in runs:
         return {}
     ok = runs[(runs["status"] == "ok")]
@@ -57,7 +75,65 @@ def _cell_logs(runs: pd.DataFrame, value: str, cell_keys: tuple) -> dict:
     ok = ok[vals > 0].assign(_log=vals[vals > 0].map(math.log))
     if ok.empty or not set(cell_keys) <= set(ok.columns):
         return {}
-    return {key: list(g["_log"]) for key, g in ok.groupby(list(cell_keys), sort=False, dropna=False)}
+    has_blocks = set(BLOCK_KEYS) <= set(ok.columns)
+    out = {}
+    for key, g in ok.groupby(list(cell_keys), sort=False, dropna=False):
+        blocks = ([tuple(str(v) for v in b) for b in g[list(BLOCK_KEYS)].itertuples(index=False, name=None)]
+                  if has_blocks else [("run", i) for i in g.index])
+        out[key] = (list(g["_log"]), blocks)
+    return out
+
+
+def _cell_logs(runs: pd.DataFrame, value: str, cell_keys: tuple) -> dict:
+    """{cell key tuple: [log values]} of the ok runs with a positive `value`."""
+    return {key: logs for key, (logs, _) in _cell_runs(runs, value, cell_keys).items()}
+
+
+@dataclass
+class BlockFit:
+    """Least-squares fit of log values = cell + block over one pool's runs: what a comparison of
+    two of its cells is, with the noise left within the blocks (`sd` on `dof`)."""
+    cells: list
+    coef: np.ndarray
+    xtx_pinv: np.ndarray
+    projector: np.ndarray
+    sd: float
+    dof: int
+
+    def contrast(self, a, b):
+        """(log a - log b with the blocks' shifts out, its standard error, dof); None when the
+        design cannot tell the two cells apart from the blocks."""
+        if a not in self.cells or b not in self.cells or self.dof <= 0:
+            return None
+        c = np.zeros(len(self.coef))
+        c[self.cells.index(a)], c[self.cells.index(b)] = 1.0, -1.0
+        if not np.allclose(self.projector @ c, c, atol=1e-8):
+            return None
+        return float(c @ self.coef), float(self.sd * math.sqrt(max(c @ self.xtx_pinv @ c, 0.0))), self.dof
+
+
+def fit_blocks(cell_runs: dict):
+    """BlockFit of {cell: (logs, blocks)}, or None where it leaves no degrees of freedom."""
+    cells = list(cell_runs)
+    blocks = sorted({b for _, bs in cell_runs.values() for b in bs})
+    rows, y = [], []
+    for i, (logs, bs) in enumerate(cell_runs.values()):
+        for v, b in zip(logs, bs):
+            x = np.zeros(len(cells) + len(blocks))
+            x[i], x[len(cells) + blocks.index(b)] = 1.0, 1.0
+            rows.append(x)
+            y.append(v)
+    if not rows:
+        return None
+    X, y = np.array(rows), np.array(y)
+    rank = int(np.linalg.matrix_rank(X))
+    dof = len(y) - rank
+    if dof <= 0:
+        return None
+    pinv = np.linalg.pinv(X)
+    coef = pinv @ y
+    rss = float(((y - X @ coef) ** 2).sum())
+    return BlockFit(cells, coef, np.linalg.pinv(X.T @ X), pinv @ X, math.sqrt(rss / dof), dof)
 
 
 def pooled_variance(samples: list) -> tuple:
@@ -137,28 +213,47 @@ class Noise:
         a, b = self.sd_dof(key_a), self.sd_dof(key_b)
         return (*a, *b) if a and b else None
 
+    def ratio(self, key_a: dict, key_b: dict, a, b) -> tuple:
+        """(ratio, low, high, dof) of cell `key_a` over cell `key_b` (their values `a` and `b`):
+        from the pool's block fit where both cells are in it, else stats.ratio_interval_dof with
+        each pool's spread (Welch on the samples without one)."""
+        ka, kb = (tuple(k.get(c) for c in self.cell_keys) for k in (key_a, key_b))
+        g = self.of_cell.get(ka)
+        if g is not None and g is self.of_cell.get(kb) and g.fit is not None:
+            c = g.fit.contrast(ka, kb)
+            if c is not None:
+                d, se, dof = c
+                h = t_quantile(dof) * se
+                return math.exp(d), math.exp(d - h), math.exp(d + h), dof
+        return ratio_interval_dof(a, b, self.pair(key_a, key_b))
+
     def describe(self) -> pd.DataFrame:
-        """One row per pool: experiment, group, cells, dof, SD (log scale), Bartlett's p."""
+        """One row per pool: experiment, group, cells, dof, SD (log scale), Bartlett's p, and the
+        SD left within the blocks with its dof (NaN without a block fit)."""
+        cols = ["experiment", "group", "cells", "dof", "sd_log", "bartlett_p", "sd_within_blocks", "dof_within_blocks"]
         return pd.DataFrame([{"experiment": g.experiment, "group": g.label(), "cells": g.cells, "dof": g.dof,
-                              "sd_log": g.sd, "bartlett_p": g.p_equal} for g in self.groups],
-                            columns=["experiment", "group", "cells", "dof", "sd_log", "bartlett_p"])
+                              "sd_log": g.sd, "bartlett_p": g.p_equal,
+                              "sd_within_blocks": g.fit.sd if g.fit else float("nan"),
+                              "dof_within_blocks": g.fit.dof if g.fit else float("nan")} for g in self.groups],
+                            columns=cols)
 
 
 def pooled_noise(runs: pd.DataFrame, value: str, cell_keys: tuple = CELL_KEYS, axes: tuple = SPLIT_AXES) -> Noise:
     """The pooled launch noise of `value` over the ok runs (performance runs only: the caller's
     selection), per experiment (the first of `cell_keys`), grouped where the spreads differ (by
     `axes`, columns of `cell_keys`)."""
-    cells = _cell_logs(runs, value, cell_keys)
+    cell_runs = _cell_runs(runs, value, cell_keys)
     by_exp = {}
-    for key, logs in cells.items():
+    for key, (logs, _) in cell_runs.items():
         by_exp.setdefault(key[0], {})[key] = logs
     groups, of_cell = [], {}
     for exp, exp_cells in by_exp.items():
         for g in _split(exp, exp_cells, {}, 0, cell_keys, axes):
+            members = [key for key in exp_cells if all(key[cell_keys.index(k)] == v for k, v in g.where.items())]
+            g.fit = fit_blocks({key: cell_runs[key] for key in members})
             groups.append(g)
-            for key in exp_cells:
-                if all(key[cell_keys.index(k)] == v for k, v in g.where.items()):
-                    of_cell[key] = g
+            for key in members:
+                of_cell[key] = g
     return Noise(value, groups, of_cell, cell_keys)
 
 
@@ -169,7 +264,10 @@ def caption(noise: Noise) -> str:
         return "No configuration has two ok repeats, so no launch noise could be pooled."
     many = len({g.experiment for g in groups}) > 1
     parts = [f"{g.experiment + ': ' if many else ''}{g.label()} SD {g.sd:.3f} ({g.dof} dof, {g.cells} configurations)"
+             + (f", {g.fit.sd:.3f} within the repeat blocks ({g.fit.dof} dof)" if g.fit else "")
              for g in groups]
     split = any(g.where for g in groups)
     return ("Launch noise (SD of log epoch time between launches), pooled: " + "; ".join(parts) + "."
-            + (f" Pools are split where Bartlett's test finds unequal spreads (p < {SPLIT_P})." if split else ""))
+            + (f" Pools are split where Bartlett's test finds unequal spreads (p < {SPLIT_P})." if split else "")
+            + (" A block is one repeat of one model, launched together; the intervals use the noise within them."
+               if any(g.fit for g in groups) else ""))

@@ -484,7 +484,8 @@ def render(agg: Aggregate, out: Path, assets: Path, source: str = "") -> Path:
         t.write(assets)
     gap, speed = tabs["speedup_gap"].data, tabs["speed"].data
     args = (runs, points, speed, scaling, gap, tabs["workers"].data, tabs["batch"].data, agg.failures)
-    top = answers.with_graphs(answers.all_answers(*args, tabs["loaders"].data), *args, agg.datasets)
+    precision = (agg.plan or {}).get("precision") or answers.DEFAULT_PRECISION
+    top = answers.with_graphs(answers.all_answers(*args, tabs["loaders"].data, precision=precision), *args, agg.datasets)
     main_speed = speed[speed["experiment"] == top["experiment"]] if len(speed) else speed
     figures = _figures(agg, runs, points, scaling, gap, main_speed, assets, top["experiment"])
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,

@@ -21,7 +21,7 @@ from analysis.formatting import fmt_duration, fmt_num, fmt_pct, fmt_si, status_t
 from analysis.grouping import paper_order, performance_points, performance_runs
 from analysis.noise import caption as noise_caption
 from analysis.noise import pooled_noise
-from analysis.stats import CI_METHOD_RATIO, ratio_interval_dof, verdict
+from analysis.stats import CI_METHOD_RATIO, verdict
 
 PAPER_CSV = Path(__file__).resolve().parent / "paper_table2.csv"
 PAPER_EPOCHS = 50
@@ -210,8 +210,7 @@ def scaling_data(points: pd.DataFrame, runs: pd.DataFrame | None = None) -> pd.D
             if ok:
                 speedup = getattr(base, f"{value}_mean") / getattr(p, f"{value}_mean")
                 if runs is not None and p.devices != base.devices:
-                    speedup, lo, hi, dof = ratio_interval_dof(base_times, _ok_values(runs, p, value),
-                                                              noise.pair(_cell(base), _cell(p)))
+                    speedup, lo, hi, dof = noise.ratio(_cell(base), _cell(p), base_times, _ok_values(runs, p, value))
             ideal = p.devices / base.devices
             out.append({**{k: getattr(p, k) for k in series}, "workers": p.workers, "devices": p.devices,
                         "base_devices": base.devices, "epoch_time_s": getattr(p, f"{value}_mean"),
@@ -363,9 +362,8 @@ def axis_effect(points: pd.DataFrame, runs: pd.DataFrame, axis: str, value: str,
         base_vals = _ok_values(runs, base, value)
         for _, p in g.iloc[1:].iterrows():
             this = _ok_values(runs, p, value)
-            pair = noise.pair(_cell(base), _cell(p))
-            est, lo, hi, dof = (ratio_interval_dof(base_vals, this, pair) if kind == "speedup"
-                                else ratio_interval_dof(this, base_vals, pair and (*pair[2:], *pair[:2])))
+            est, lo, hi, dof = (noise.ratio(_cell(base), _cell(p), base_vals, this) if kind == "speedup"
+                                else noise.ratio(_cell(p), _cell(base), this, base_vals))
             rows.append({**dict(zip(others, key)), axis: p[axis], f"base_{axis}": base[axis], "estimate": est,
                          "low": lo, "high": hi, "dof": dof, "verdict": verdict(lo, hi, 1.0, above, below),
                          "n_ok": p["n_ok"], "base_n_ok": base["n_ok"], "load_share": load_share(p),

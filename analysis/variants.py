@@ -20,7 +20,7 @@ from analysis.display import Cell, GridTable, TableSet
 from analysis.formatting import fmt_num
 from analysis.grouping import performance_runs
 from analysis.noise import SPLIT_AXES, pooled_noise
-from analysis.stats import mean_ci, ratio_interval, ratio_interval_dof, verdict
+from analysis.stats import mean_ci, verdict
 
 POINT_KEYS = ("model", "devices", "batch_size", "workers")
 # Compared only with runs that stop alike: a variant's timing runs against the base's timing runs.
@@ -84,20 +84,23 @@ def variant_rows(runs: pd.DataFrame, axis: Axis) -> pd.DataFrame:
                 g2 = here[(here["framework"] == fw) & (here[axis.column] == variant)]
                 if g2.empty:
                     continue
-                rows.append(_row(axis, key, fw, variant, g2, on_base[fw], other,
-                                 on_base.get(other, pd.Series(dtype=float)),
-                                 noise.pair(cell(fw, axis.base, key), cell(fw, variant, key)),
-                                 noise.pair(cell(fw, variant, key), cell(other, axis.base, key))))
+                times = _times(g2)
+                other_times = on_base.get(other, pd.Series(dtype=float))
+                speedup = (noise.ratio(cell(fw, axis.base, key), cell(fw, variant, key), on_base[fw], times)
+                           if variant != axis.base else (float("nan"),) * 4)
+                gap = noise.ratio(cell(fw, variant, key), cell(other, axis.base, key), times, other_times) \
+                    if len(times) and len(other_times) else (float("nan"),) * 4
+                rows.append(_row(axis, key, fw, variant, g2, other, speedup, gap[:3]))
     return pd.DataFrame(rows, columns=axis.columns())
 
 
-def _row(axis: Axis, key, fw: str, variant: str, g: pd.DataFrame, base: pd.Series, other,
-         other_times: pd.Series, base_noise=None, gap_noise=None) -> dict:
+def _row(axis: Axis, key, fw: str, variant: str, g: pd.DataFrame, other, speedup: tuple, gap: tuple) -> dict:
+    """A table row; `speedup`: (est, low, high, dof) of the base over this variant, `gap`: (est, low,
+    high) of this variant over the other framework's base (analysis.noise.Noise.ratio)."""
     times = _times(g)
     mean, ci = mean_ci(times)
     is_base = variant == axis.base
-    est, lo, hi, dof = ratio_interval_dof(base, times, base_noise) if not is_base else (float("nan"),) * 4
-    gap = ratio_interval(times, other_times, gap_noise)
+    est, lo, hi, dof = speedup
     skipped = g[g["status"] == "skipped"]
     detail = ", ".join(sorted(set(g[axis.detail].dropna().astype(str)))) if axis.detail in g else ""
     return {**dict(zip(POINT_KEYS, key[:len(POINT_KEYS)])), "framework": fw, axis.column: variant,

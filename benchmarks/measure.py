@@ -24,9 +24,10 @@ Prints one markdown table (measurement, figure, target, verdict, detail) and wri
                    the floor: a bare `python -c "import torch, FRAMEWORK"`, and that plus
                    torch._dynamo, which torch 2.2's optimisers import on first use.
 8. coverage        (only with --with-coverage) the share of the report's 95% intervals, on
-                   subsamples of 2 launches a cell from 10 launches of PyG and DGL at two
-                   points, that miss the all-launch ratio: pooled launch noise against the
-                   old per-comparison Welch interval (benchmarks/coverage.py).
+                   subsamples of 2 rounds of launches from 10 launches of PyG and DGL at two
+                   points, that miss the all-launch ratio: the configuration + block fit, launch
+                   noise pooled without blocks, and the old per-comparison Welch interval
+                   (benchmarks/coverage.py).
 
 The configurations of 1, 2, 4 and 6 run interleaved (repeat i runs every variant once, in an
 order rotated by i) so that drift of a shared machine hits all variants alike; each figure
@@ -540,6 +541,9 @@ def measure_launch(s: Settings, work: Path, raw: dict) -> list:
     return rows
 
 
+COVERAGE_ROWS = {"blocks": "configuration + block fit", "pooled": "pooled launch noise", "welch": "Welch per comparison"}
+
+
 def measure_coverage(s: Settings, work: Path, raw: dict) -> list:
     """Row 8: the share of the report's 95% intervals, on subsamples of the default design's size,
     that miss the ratio over every launch; the pooled interval and the old Welch one side by side."""
@@ -549,12 +553,9 @@ def measure_coverage(s: Settings, work: Path, raw: dict) -> list:
     figures = coverage.coverage(runs)
     raw["coverage"] = figures
     detail = (f"{figures['comparisons']} PyG/DGL comparisons, {s.coverage_launches} launches a cell, "
-              f"{figures['draws']} draws of 2 a cell; median width (high/low) ")
-    return [row("coverage:pooled launch noise", 1 - figures["pooled_coverage"],
-                f"{100 * figures['pooled_coverage']:.1f}% covered",
-                detail + f"{figures['pooled_median_width']:.2f}"),
-            row("coverage:Welch per comparison", 1 - figures["welch_coverage"],
-                f"{100 * figures['welch_coverage']:.1f}% covered", detail + f"{figures['welch_median_width']:.2f}")]
+              f"{figures['draws']} draws of 2 rounds; median width (high/low) ")
+    return [row(f"coverage:{name}", 1 - figures[f"{m}_coverage"], f"{100 * figures[f'{m}_coverage']:.1f}% covered",
+                detail + f"{figures[f'{m}_median_width']:.2f}") for m, name in COVERAGE_ROWS.items()]
 
 
 def expected_keys(s: Settings) -> list:
@@ -564,7 +565,7 @@ def expected_keys(s: Settings) -> list:
     keys += [f"memory:{fw}" for fw in FRAMEWORKS] + [f"startup:{fw}" for fw in TIMED]
     keys += ["sweep:default, cold", "noop:no-op rerun"] + [f"cv:{fw}-{m}" for fw in TIMED for m in s.models]
     keys += [f"launch:{fw}" for fw in FRAMEWORKS]
-    keys += ["coverage:pooled launch noise", "coverage:Welch per comparison"] if s.with_coverage else []
+    keys += [f"coverage:{name}" for name in COVERAGE_ROWS.values()] if s.with_coverage else []
     return [k for k in keys if wanted(s, k.split(":")[0])]
 
 

@@ -309,3 +309,19 @@ def test_plan_and_runs_tables_say_the_experiment_once(agg):
     label = runs["experiment"].iloc[0]
     assert len(frame) > 1 and table.html().count(html.escape(label)) == 1  # its grid's caption, not every row
     assert frame["epoch"].str.endswith((" ms", " s")).all()
+
+
+def test_an_answer_wider_than_the_precision_is_named_with_what_would_settle_it():
+    """An interval of ±15 % at 2 repeats a point, aimed at ±10 %: (ln 1.15 / ln 1.1)^2 = 2.14 times
+    the runs, so 3 more a point (ceil(2 x 1.14)), over its 8 points 24 runs; ±5 % is left alone."""
+    wide = answers.Answer("speed", "q", intervals=[{"what": "GAT PyG / DGL", "estimate": 2.0, "low": 2 / 1.15,
+                                                    "high": 2 * 1.15, "points": 8}])
+    narrow = answers.Answer("scaling", "q", intervals=[{"what": "PyG 1 → 2", "estimate": 1.5, "low": 1.5 / 1.05,
+                                                        "high": 1.5 * 1.05, "points": 12}])
+    rows = answers.open_answers([wide, narrow], 0.10, 2, 6.0)
+    assert [r["what"] for r in rows] == ["GAT PyG / DGL"]
+    assert rows[0]["half"] == pytest.approx(0.15) and rows[0]["runs"] == 24 and rows[0]["minutes"] == pytest.approx(2.4)
+    (text, href), = answers._open_caveat(rows, 0.10)
+    assert text == "not settled to ±10 %: GAT PyG / DGL (±15 %); about 24 more runs (2 min) would settle it"
+    assert href == "#plan"
+    assert answers.open_answers([narrow], 0.10, 2, 6.0) == [] and answers._open_caveat([], 0.10) == []

@@ -163,7 +163,7 @@ def test_default_sweep_run_kinds(tmp_path):
              "lane": [c for c in commands if "/current-" in c], "hang": [c for c in commands if "/hang-" in c],
              "loader": [c for c in commands if "/graphbolt-" in c]}
     timing = [c for c in commands if c not in sum(kinds.values(), [])]
-    assert len(timing) == 48 and len(kinds["conv"]) == 8 and len(kinds["study"]) == 8
+    assert len(timing) == 72 and len(kinds["conv"]) == 8 and len(kinds["study"]) == 8
     # DGL's GraphBolt beside its classic loader: timing runs of DGL only, at both models x 1 and 2
     # devices; the classic runs name no loader, so adding loaders reruns none of them.
     assert len(kinds["loader"]) == 8 and all("--framework dgl" in c and "--loader graphbolt" in c
@@ -172,7 +172,7 @@ def test_default_sweep_run_kinds(tmp_path):
     assert not any("--loader" in c for c in timing + kinds["conv"] + kinds["study"] + kinds["hang"])
     # loader workers only at batch 1024 (grid.worker_batch_sizes), every other point at both
     assert not any("--workers 1" in c and "--batch-size 256" in c for c in timing)
-    assert sum("--workers 1" in c for c in timing) == 16
+    assert sum("--workers 1" in c for c in timing) == 24
     # The current lane is opt-in (`make report LANES=current` passes this --config): its timing
     # runs have the same stop rule, its own Python, --lane current; the pair's runs name no lane
     # (the runner records the Python's own), so adding the lane reruns none of them.
