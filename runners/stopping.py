@@ -105,12 +105,17 @@ def assess(epoch_times: list, precision: float = 0.03, warmup: int = WARMUP_EPOC
     return out
 
 
+TIME_CAP_FLOOR = 2  # steady epochs a timing run trains whatever its seconds cap
+
+
 def decide(epoch_times: list, rule: StopRule) -> str | None:
     """Why training stops after the epochs in `epoch_times`, or None to train on.
 
     "schedule" (until=epochs: max_epochs done), "precise" (the rule is met), "epoch_cap" or
     "time_cap" (the caps stopped a run that was not yet precise). The time cap stops before
-    an epoch that would likely end past it (the last epoch's time as the estimate)."""
+    an epoch that would likely end past it (the last epoch's time as the estimate), but never
+    before TIME_CAP_FLOOR steady epochs: a timing run stopped on its warm-up epoch measured
+    nothing (a slow configuration's warm-up alone can pass a short cap)."""
     done = len(epoch_times)
     if rule.until == "epochs":
         return "schedule" if done >= rule.max_epochs else None
@@ -119,7 +124,7 @@ def decide(epoch_times: list, rule: StopRule) -> str | None:
         return "precise"
     if done >= rule.max_epochs:
         return "epoch_cap"
-    if rule.max_train_s and done and sum(epoch_times) + epoch_times[-1] > rule.max_train_s:
+    if rule.max_train_s and a["steady_epochs"] >= TIME_CAP_FLOOR and sum(epoch_times) + epoch_times[-1] > rule.max_train_s:
         return "time_cap"
     return None
 

@@ -326,29 +326,35 @@ def run_flags(config: dict, run: Run) -> str:
 # --- the order ------------------------------------------------------------------------------
 
 
-def interleaved_order(results, repeats, seed, configurations=None) -> list:
+def interleaved_order(results, repeats, seed, configurations=None, blocks=None) -> list:
     """Execution order of the runs: all of repeat 0, then repeat 1, ...: drift over the sweep
     and bursts of outside load hit every configuration alike instead of one block of runs.
-    Within a repeat the configurations are shuffled, and the runs of one configuration that
-    differ only in their framework (`configurations[i]` names the configuration of
+    Within a repeat the runs of one block (`blocks[i]`, the model of `results[i]`: the analysis
+    fits a shift per repeat x model, analysis.noise) run together, the blocks in a shuffled
+    order; within a block the configurations are shuffled, and the runs of one configuration
+    that differ only in their framework (`configurations[i]` names the configuration of
     `results[i]` without it) run back to back in a shuffled order, so a drift of the machine
-    hits both sides of a framework comparison alike. The shuffles are drawn from
-    random.Random(seed): the order is reproducible and recorded in the config.
-    `repeats[i]` is the repeat index of `results[i]`.
+    hits both sides of a framework comparison alike and the sides of every other comparison
+    within minutes of each other. The shuffles are drawn from random.Random(seed): the order is
+    reproducible and recorded in the config. `repeats[i]` is the repeat index of `results[i]`.
     """
     rng = random.Random(seed)
     configurations = configurations or results
+    blocks = blocks or [None] * len(results)
     order = []
     for r in sorted(set(repeats)):
-        block = {}
-        for path, rep, conf in zip(results, repeats, configurations):
+        grouped = {}
+        for path, rep, conf, blk in zip(results, repeats, configurations, blocks):
             if rep == r:
-                block.setdefault(conf, []).append(path)
-        confs = list(block)
-        rng.shuffle(confs)
-        for conf in confs:
-            rng.shuffle(block[conf])
-            order += block[conf]
+                grouped.setdefault(blk, {}).setdefault(conf, []).append(path)
+        keys = list(grouped)
+        rng.shuffle(keys)
+        for blk in keys:
+            confs = list(grouped[blk])
+            rng.shuffle(confs)
+            for conf in confs:
+                rng.shuffle(grouped[blk][conf])
+                order += grouped[blk][conf]
     return order
 
 
@@ -361,10 +367,12 @@ class Schedule:
     """
 
     def __init__(self, runs: list, seed: int):
-        # a configuration is everything but the framework: both frameworks' runs of it go together
+        # a configuration is everything but the framework: both frameworks' runs of it go together;
+        # a block is one model's runs of a repeat
         self.order = interleaved_order(
             [run.result for run in runs], [run.repeat for run in runs], seed,
-            [repr(sorted((k, str(v)) for k, v in run.wildcards.items() if k != "framework")) for run in runs])
+            [repr(sorted((k, str(v)) for k, v in run.wildcards.items() if k != "framework")) for run in runs],
+            [run.model for run in runs])
         self.index = {path: i for i, path in enumerate(self.order)}
 
     def __format__(self, path: str) -> str:

@@ -133,3 +133,12 @@ def test_t_quantile_is_students(df):
 
     assert stopping.t_quantile(df) == pytest.approx(stats.t.ppf(0.975, df), rel=1e-12)
     assert stopping.t_quantile(df, 0.9) == pytest.approx(stats.t.ppf(0.95, df), rel=1e-12)
+
+
+def test_the_time_cap_waits_for_two_steady_epochs():
+    """A configuration whose warm-up epoch alone passes the seconds cap still measures: the cap
+    stops it after 2 steady epochs, not on its warm-up (a timing run with no steady epoch has no
+    epoch time)."""
+    slow = [5.0, 4.0, 4.0, 4.0, 4.0]
+    assert run_until_stop(slow, StopRule(until="precise", max_epochs=4, min_steady_epochs=3, max_train_s=5.0)) \
+        == ("time_cap", 3)
