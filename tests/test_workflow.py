@@ -187,7 +187,7 @@ def test_default_sweep_run_kinds(tmp_path):
     assert not any("--lane" in c for c in timing + kinds["conv"] + kinds["study"])
     assert all("--until precise" in c and "--eval-every end" in c and "--max-train-time" in c for c in timing)
     assert all("--until" not in c and "--eval-every 1" in c and "-b256-w0-" in c for c in kinds["conv"])
-    assert {re.search(r"--epochs (\d+)", c)[1] for c in kinds["conv"]} == {"12", "40"}  # GraphSAGE, GAT
+    assert {re.search(r"--epochs (\d+)", c)[1] for c in kinds["conv"]} == {"8", "40"}  # GraphSAGE, GAT
     assert all("--harness study" in c and "--epochs 3 " in c for c in kinds["study"])
     # The deadlock demonstrations: one per framework, the naive split, a short stall floor.
     assert sorted(re.search(r"--framework (\w+)", c)[1] for c in kinds["hang"]) == ["dgl", "pyg"]
