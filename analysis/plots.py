@@ -555,7 +555,9 @@ def projection_bands(proj: pd.DataFrame, val: pd.DataFrame):
             v = v[v["reason"].isna()] if len(v) else v
             if len(v):
                 pred = t1 / v["predicted_s"]
-                err = np.vstack([(pred - t1 / v["high_s"]).to_numpy(), (t1 / v["low_s"] - pred).to_numpy()])
+                # clipped: a point estimate may sit just outside its bootstrap interval
+                err = np.clip(np.vstack([(pred - t1 / v["high_s"]).to_numpy(), (t1 / v["low_s"] - pred).to_numpy()]),
+                              0, None)
                 ax.errorbar(v["devices"] * 1.06, pred, yerr=err, color=colour, marker="D", markersize=5,
                             markerfacecolor="white", linestyle="none", capsize=3)
         ax.plot(devices, devices, color="#888888", linestyle=":", linewidth=1, zorder=0)
