@@ -706,6 +706,8 @@ def of_experiment(res: dict | None, exp) -> tuple:
 def _oversubscribed(p: pd.DataFrame) -> str:
     """'a 2-core host is oversubscribed from 3 ranks (2 with 1 loader worker)', or '' where no
     projected count reaches it (or the cores are unknown)."""
+    if p.empty:
+        return ""
     first = p.drop_duplicates(subset=list(CONFIG)).dropna(subset=["oversubscribed_from"])
     if first.empty or not p["beyond_cpu"].astype(bool).any():
         return ""
