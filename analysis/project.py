@@ -867,11 +867,11 @@ def page_notes(res: dict | None, runs: pd.DataFrame, exp) -> dict:
     where = f"host {hosts[0]}" if len(hosts) == 1 else "this host" if not hosts else f"hosts {', '.join(hosts)}"
     coll = res.get("collectives")
     source = (f"all-reduce cost from the micro-benchmark {coll['source']}" if coll else
-              "no all-reduce micro-benchmark beside the aggregate, so its cost is estimated from the measured "
-              "2-device runs")
+              "all-reduce cost from the 2-device runs (no micro-benchmark beside the aggregate)")
     over = _oversubscribed(p)
     line = (f"Projected, not measured: nothing beyond {top} device{'s' if top != 1 else ''} ran on {where}"
-            + (f"; {over}, past which the model does not hold" if over else "") + f"; {source}.") if len(p) else ""
+            # where it is oversubscribed, the answer says; here only that the model stops there
+            + (", and past its cores the model does not hold" if over else "") + f"; {source}.") if len(p) else ""
     sd = res.get("noise_sd")
     extra = [f"interval: bootstrap over the runs, the contention pool and the all-reduce fit's errors, with the "
              f"pooled launch noise (SD {100 * sd:.1f}% of an epoch)"] if sd is not None else []
