@@ -704,7 +704,7 @@ def of_experiment(res: dict | None, exp) -> tuple:
 
 
 def _oversubscribed(p: pd.DataFrame) -> str:
-    """'a 2-core host is oversubscribed from 3 ranks (2 with 1 loader worker)', or '' where no
+    """'a 2-core host is oversubscribed from 3 ranks (2 with a loader worker)', or '' where no
     projected count reaches it (or the cores are unknown)."""
     if p.empty:
         return ""
@@ -715,7 +715,8 @@ def _oversubscribed(p: pd.DataFrame) -> str:
     cores = set(first["cpu_cores"].dropna().astype(int)) if "cpu_cores" in first else set()
     host = f"a {cores.pop()}-core host" if len(cores) == 1 else "the host"
     f0 = by.iloc[0]
-    more = [f"{int(f)} with {w} loader worker{'s' if w != 1 else ''}" for w, f in list(by.items())[1:]]
+    more = [f"{int(f)} with {'a' if w == 1 else w} loader worker{'s' if w != 1 else ''}"
+            for w, f in list(by.items())[1:]]
     return f"{host} is oversubscribed from {int(f0)} ranks" + (f" ({', '.join(more)})" if more else "")
 
 
@@ -758,7 +759,7 @@ def answer_parts(res: dict | None, exp, measured: list) -> list:
                   (f"{r['speedup']:.1f}×", "#" + projection_anchor(r))]
         if pd.notna(r.get("speedup_low")):
             parts.append((f" ({'95% ' if i == 0 else ''}{r['speedup_low']:.1f}–{r['speedup_high']:.1f})", None))
-    parts.append((" over 1 (the median configuration)", None))
+    parts.append((" over 1 (median configuration)", None))
     over = _oversubscribed(p)
     if over:
         parts.append((f"; {over}", None))
@@ -866,12 +867,11 @@ def page_notes(res: dict | None, runs: pd.DataFrame, exp) -> dict:
     hosts = sorted({str(h) for h in ok.get("env_hostname", pd.Series(dtype=object)).dropna()})
     where = f"host {hosts[0]}" if len(hosts) == 1 else "this host" if not hosts else f"hosts {', '.join(hosts)}"
     coll = res.get("collectives")
-    source = (f"all-reduce cost from the micro-benchmark {coll['source']}" if coll else
-              "all-reduce cost from the 2-device runs (no micro-benchmark beside the aggregate)")
-    over = _oversubscribed(p)
-    line = (f"Projected, not measured: nothing beyond {top} device{'s' if top != 1 else ''} ran on {where}"
-            # where it is oversubscribed, the answer says; here only that the model stops there
-            + (", and past its cores the model does not hold" if over else "") + f"; {source}.") if len(p) else ""
+    source = (f"all-reduce from the micro-benchmark {coll['source']}" if coll else
+              "all-reduce from the 2-device runs (no micro-benchmark beside the aggregate)")
+    # short: where the host is oversubscribed (and the model stops holding), the answer says
+    line = (f"Projected: nothing beyond {top} device{'s' if top != 1 else ''} ran on {where}; {source}."
+            if len(p) else "")
     sd = res.get("noise_sd")
     extra = [f"interval: bootstrap over the runs, the contention pool and the all-reduce fit's errors, with the "
              f"pooled launch noise (SD {100 * sd:.1f}% of an epoch)"] if sd is not None else []
