@@ -24,7 +24,7 @@ from analysis import speedup_gap, tables
 from analysis.comparisons import comparison_labels, framework_comparison, framework_pairs
 from analysis.formatting import fmt_pct
 from analysis.grouping import add_experiment, paper_order, performance_points, performance_runs, truthy
-from analysis.stats import NO_CLEAR, over_configurations
+from analysis.stats import NO_CLEAR, middle, over_configurations
 
 # The relative half-width a first-screen answer should reach (config adaptive.precision).
 DEFAULT_PRECISION = 0.10
@@ -71,12 +71,6 @@ def _ci(r, digits=2, scale=1.0, unit="") -> str:
 def _no_interval(rows) -> str:
     """NO_INTERVAL when one of the quoted rows has no interval."""
     return NO_INTERVAL if any(pd.isna(r["low"]) for r in rows) else ""
-
-
-def middle(df: pd.DataFrame, col: str):
-    """The row at the middle of `col`'s range (the lower middle for an even count), as a dict."""
-    ordered = df.sort_values(col, kind="stable")
-    return ordered.iloc[(len(ordered) - 1) // 2].to_dict()
 
 
 def demonstration(config: dict) -> bool:

@@ -726,7 +726,7 @@ def answer_parts(res: dict | None, exp, measured: list) -> list:
     those measured, where the host is oversubscribed, and the out-of-sample check; it says
     plainly when that check fails. `measured`: the experiment's ok timing device counts."""
     from analysis import FRAMEWORK_ORDER, framework_label
-    from analysis.answers import middle
+    from analysis.stats import middle
 
     p, v = of_experiment(res, exp)
     if p.empty:
