@@ -534,7 +534,7 @@ def projection_bands(proj: pd.DataFrame, val: pd.DataFrame):
     fig, axes = _figure(1, len(models), 4.6, 3.2)
     devices = sorted(proj["devices"].unique())
     for ax, model in zip(axes[0], models):
-        picked = []
+        picked, over = [], []
         for fw in frameworks:
             rows = proj[(proj["model"] == model) & (proj["framework"] == fw)]
             if rows.empty:
@@ -543,6 +543,7 @@ def projection_bands(proj: pd.DataFrame, val: pd.DataFrame):
             s = rows[(rows["batch_size"] == batch) & (rows["workers"] == workers)].sort_values("devices")
             colour = FRAMEWORK_COLOURS.get(fw, "k")
             picked.append(f"{framework_label(fw)} b{batch} w{workers}")
+            over += list(s["oversubscribed_from"].dropna())
             ax.plot(s["devices"], s["speedup"], color=colour, linewidth=1.4, linestyle="--")
             ax.fill_between(s["devices"], s["speedup_low"].fillna(s["speedup"]), s["speedup_high"].fillna(s["speedup"]),
                             color=colour, alpha=0.18, linewidth=0)
@@ -561,10 +562,10 @@ def projection_bands(proj: pd.DataFrame, val: pd.DataFrame):
                 ax.errorbar(v["devices"] * 1.06, pred, yerr=err, color=colour, marker="D", markersize=5,
                             markerfacecolor="white", linestyle="none", capsize=3)
         ax.plot(devices, devices, color="#888888", linestyle=":", linewidth=1, zorder=0)
-        over = proj.loc[proj["model"] == model, "oversubscribed_from"].dropna()
-        if len(over) and over.min() <= max(devices):
-            ax.axvspan(over.min() / 1.12, max(devices) * 1.25, color="#999999", alpha=0.12, linewidth=0)
-            ax.text(over.min() / 1.1, 0.97, "oversubscribed", transform=blended_transform_factory(ax.transData,
+        # where the drawn configurations run more processes than the host has cores
+        if over and min(over) <= max(devices):
+            ax.axvspan(min(over) / 1.12, max(devices) * 1.25, color="#999999", alpha=0.12, linewidth=0)
+            ax.text(min(over) / 1.1, 0.97, "oversubscribed", transform=blended_transform_factory(ax.transData,
                     ax.transAxes), fontsize=7.5, color="#555555", va="top")
         _devices_axis(ax, devices)
         ax.set_ylim(bottom=0)
