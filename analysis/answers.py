@@ -24,7 +24,7 @@ from analysis import speedup_gap, tables
 from analysis.comparisons import comparison_labels, framework_comparison, framework_pairs
 from analysis.formatting import fmt_pct
 from analysis.grouping import add_experiment, paper_order, performance_points, performance_runs, truthy
-from analysis.stats import NO_CLEAR, over_configurations
+from analysis.stats import NO_CLEAR, middle, over_configurations
 
 # The relative half-width a first-screen answer should reach (config adaptive.precision).
 DEFAULT_PRECISION = 0.10
@@ -71,12 +71,6 @@ def _ci(r, digits=2, scale=1.0, unit="") -> str:
 def _no_interval(rows) -> str:
     """NO_INTERVAL when one of the quoted rows has no interval."""
     return NO_INTERVAL if any(pd.isna(r["low"]) for r in rows) else ""
-
-
-def middle(df: pd.DataFrame, col: str):
-    """The row at the middle of `col`'s range (the lower middle for an even count), as a dict."""
-    ordered = df.sort_values(col, kind="stable")
-    return ordered.iloc[(len(ordered) - 1) // 2].to_dict()
 
 
 def demonstration(config: dict) -> bool:
@@ -458,6 +452,20 @@ def loader_answer(loaders_data: pd.DataFrame) -> Answer:
     return ans
 
 
+def projection_answer(projection: dict | None, runs: pd.DataFrame, exp) -> Answer:
+    """What more devices would give (analysis.project on the runs): the main experiment's median
+    configuration's projected speed-up, where the host is oversubscribed and how the projection
+    fared on the measured multi-device points. Its intervals are the model's, not a sweep's, so
+    they stay out of the open answers (more repeats of the same points would not settle them)."""
+    from analysis import project
+
+    ans = Answer("projection", "What would more devices give?")
+    ok = runs[(runs["experiment"] == exp) & (runs["status"] == "ok")] if exp is not None and len(runs) else runs
+    measured = sorted(int(d) for d in ok["devices"].dropna().unique()) if len(ok) else []
+    ans.parts = project.answer_parts(projection, exp, measured)
+    return ans
+
+
 def open_answers(answers: list, precision: float, repeats: float, run_s: float) -> list:
     """The stated intervals wider than ±`precision` (high / low above (1 + precision)^2), each with
     what settling it would take: `repeats` more per point scaled by the width's square (an interval
@@ -490,15 +498,17 @@ def _open_caveat(rows: list, precision: float) -> list:
 
 
 def all_answers(runs, points, speed, scaling, gap, workers, batch, failures, loaders=None,
-                precision: float = DEFAULT_PRECISION) -> dict:
+                precision: float = DEFAULT_PRECISION, projection: dict | None = None) -> dict:
     """{'experiment', 'answers': [Answer], 'caveats': [(text, href)], 'open': open_answers rows} for
     the report's top. The loaders' answer comes only where another loader ran (`loaders`:
     analysis.loaders rows); `precision`: the relative half-width an answer should reach (the
-    sweep's adaptive.precision)."""
+    sweep's adaptive.precision); the projection's only where one was made (`projection`:
+    analysis.project.project's frames)."""
     exp = main_experiment(speed, points)
     perf = performance_runs(runs)
     answers = [speed_answer(speed, exp)] + ([loader_answer(loaders)] if loaders is not None and len(loaders) else []) + [
-               scaling_answer(scaling, gap, exp),
+               scaling_answer(scaling, gap, exp)] + (
+              [projection_answer(projection, timing_only(perf), exp)] if projection is not None else []) + [
                axis_answer(workers, perf, exp, "workers"), axis_answer(batch, perf, exp, "batch_size"),
                step_answer(points, exp),
                hang_answer(failures, len(runs)), accuracy_answer(runs)]
@@ -524,7 +534,13 @@ def graph_names(runs: pd.DataFrame, exp) -> list:
     return list(dict.fromkeys(main + sorted(counts.index, key=lambda d: (-counts[d], d))))
 
 
-def with_graphs(top: dict, runs, points, speed, scaling, gap, workers, batch, failures, datasets: list) -> dict:
+def timing_only(perf: pd.DataFrame) -> pd.DataFrame:
+    """The performance runs whose epochs the projection reads (the fair harness's)."""
+    return speedup_gap.timing_runs(perf) if len(perf) else perf
+
+
+def with_graphs(top: dict, runs, points, speed, scaling, gap, workers, batch, failures, datasets: list,
+                projection: dict | None = None) -> dict:
     """`top` (all_answers) with the graphs its answers come from: "graphs", one {"name", "line"}
     per graph (analysis.graphs.line; `datasets`: the aggregate's datasets.json records), the
     main experiment's first; and, when the runs read several graphs, "per_graph": all_answers
@@ -547,21 +563,26 @@ def with_graphs(top: dict, runs, points, speed, scaling, gap, workers, batch, fa
         r = runs[runs["dataset"].astype(str) == n]
         exps = set(r["experiment"])
         fs = [f for f in failures if str((f.get("config") or {}).get("dataset")) == n]
+        mine = None if projection is None else {**projection, **{k: only(projection[k], exps)
+                                                                 for k in ("projection", "validation")}}
         one = all_answers(r, only(points, exps), only(speed, exps), only(scaling, exps), only(gap, exps),
-                          only(workers, exps), only(batch, exps), fs, loader_rows(r))
+                          only(workers, exps), only(batch, exps), fs, loader_rows(r), projection=mine)
         top["per_graph"].append({**one, "name": n, "line": lines[n]})
     return top
 
 
-def from_aggregate(agg) -> dict:
+def from_aggregate(agg, collectives=None) -> dict:
     """all_answers of an analysis.aggregate.Aggregate with its graphs (with_graphs), its tables
-    built here (the report builds them once for the page; this is for a look at the answers alone)."""
+    built here (the report builds them once for the page; this is for a look at the answers alone);
+    `collectives`: the all-reduce micro-benchmark's JSON or fit for the projection (None: its fallback)."""
     runs = add_experiment(agg.runs)
     points = performance_points(runs)
     tabs = tables.all_tables(runs)
     scaling = tables.scaling_data(points, runs)
     gap = speedup_gap.gap_data(runs, agg.epochs, agg.steps)
+    from analysis import project
     from analysis.loaders import loader_rows
 
     args = (runs, points, tabs["speed"].data, scaling, gap, tabs["workers"].data, tabs["batch"].data, agg.failures)
-    return with_graphs(all_answers(*args, loader_rows(runs)), *args, agg.datasets)
+    proj = project.project(runs, agg.epochs, agg.steps, project.REPORT_DEVICES, collectives)
+    return with_graphs(all_answers(*args, loader_rows(runs), projection=proj), *args, agg.datasets, projection=proj)

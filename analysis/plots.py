@@ -512,3 +512,71 @@ def framework_ratios(speed: pd.DataFrame):
     ax.set_xlabel(f"{a} epoch time / {b} epoch time  (← {a} faster · {b} faster →)", fontsize=8)
     ax.set_title(title, fontsize=9, fontweight="bold")
     return fig
+
+
+def _median_config(rows: pd.DataFrame) -> tuple:
+    """The configuration (batch, workers) at the middle of the projected speed-ups at the largest
+    count (the lower middle for an even count), as the first-screen sentence quotes it."""
+    top = rows[rows["devices"] == rows["devices"].max()].sort_values("speedup", kind="stable")
+    r = top.iloc[(len(top) - 1) // 2]
+    return r["batch_size"], r["workers"]
+
+
+def projection_bands(proj: pd.DataFrame, val: pd.DataFrame):
+    """Speed-up over 1 device against devices (analysis.project), one panel per model, at each
+    framework's median configuration: measured points, the projection's line and 95% band, and
+    the measured multi-device points as predicted out of sample (hollow, with their intervals)."""
+    title = "What more devices would give: speed-up over 1 device, measured and projected"
+    if proj.empty:
+        return placeholder(title, "Nothing projected: needs ok timing runs at 1 and 2 devices.")
+    models = _ordered(proj["model"], MODEL_ORDER)
+    frameworks = _ordered(proj["framework"], FRAMEWORK_ORDER)
+    fig, axes = _figure(1, len(models), 4.6, 3.2)
+    devices = sorted(proj["devices"].unique())
+    for ax, model in zip(axes[0], models):
+        picked, over = [], []
+        for fw in frameworks:
+            rows = proj[(proj["model"] == model) & (proj["framework"] == fw)]
+            if rows.empty:
+                continue
+            batch, workers = _median_config(rows)
+            s = rows[(rows["batch_size"] == batch) & (rows["workers"] == workers)].sort_values("devices")
+            colour = FRAMEWORK_COLOURS.get(fw, "k")
+            picked.append(f"{framework_label(fw)} b{batch} w{workers}")
+            over += list(s["oversubscribed_from"].dropna())
+            ax.plot(s["devices"], s["speedup"], color=colour, linewidth=1.4, linestyle="--")
+            ax.fill_between(s["devices"], s["speedup_low"].fillna(s["speedup"]), s["speedup_high"].fillna(s["speedup"]),
+                            color=colour, alpha=0.18, linewidth=0)
+            t1 = s.loc[s["devices"] == 1, "measured_s"]
+            t1 = float(t1.iloc[0]) if len(t1) else float("nan")
+            m = s[s["measured_s"].notna()]
+            ax.plot(m["devices"], t1 / m["measured_s"], color=colour, marker="o", linestyle="none", markersize=6)
+            v = val[(val["model"] == model) & (val["framework"] == fw) & (val["batch_size"] == batch)
+                    & (val["workers"] == workers)] if len(val) else val
+            v = v[v["reason"].isna()] if len(v) else v
+            if len(v):
+                pred = t1 / v["predicted_s"]
+                # clipped: a point estimate may sit just outside its bootstrap interval
+                err = np.clip(np.vstack([(pred - t1 / v["high_s"]).to_numpy(), (t1 / v["low_s"] - pred).to_numpy()]),
+                              0, None)
+                ax.errorbar(v["devices"] * 1.06, pred, yerr=err, color=colour, marker="D", markersize=5,
+                            markerfacecolor="white", linestyle="none", capsize=3)
+        ax.plot(devices, devices, color="#888888", linestyle=":", linewidth=1, zorder=0)
+        # where the drawn configurations run more processes than the host has cores
+        if over and min(over) <= max(devices):
+            ax.axvspan(min(over) / 1.12, max(devices) * 1.25, color="#999999", alpha=0.12, linewidth=0)
+            ax.text(min(over) / 1.1, 0.97, "oversubscribed", transform=blended_transform_factory(ax.transData,
+                    ax.transAxes), fontsize=7.5, color="#555555", va="top")
+        _devices_axis(ax, devices)
+        ax.set_ylim(bottom=0)
+        ax.set_title(f"{model_label(model)}: {', '.join(picked)}", fontsize=9)
+        ax.set_xlabel("devices (processes)")
+    axes[0][0].set_ylabel("speed-up over 1 device (×)")
+    handles = [Patch(facecolor=FRAMEWORK_COLOURS.get(f, "k"), alpha=0.5, label=f"{framework_label(f)}: projected, "
+                     "95% band") for f in frameworks]
+    handles += [Line2D([], [], color="#444444", marker="o", linestyle="none", label="measured"),
+                Line2D([], [], color="#444444", marker="D", markerfacecolor="white", linestyle="none",
+                       label="predicted out of sample"),
+                Line2D([], [], color="#888888", linestyle=":", label="ideal (linear)")]
+    _finish(fig, title, handles, ncol=5)
+    return fig

@@ -33,11 +33,16 @@ factor); ranks' step times are independent; the all-reduce in training costs wha
 micro-benchmark measured alone. The interval is the 2.5-97.5% percentile of a bootstrap over the
 repeats (runs) of each side, over the configurations the contention is pooled from, over the
 all-reduce fit's relative errors, plus the pooled launch noise (analysis.noise) of the mean of
-the runs predicted. Where 3+ device counts are measured the Universal Scalability Law
+the runs predicted; the speed-up's interval pairs each draw's T(1) with its T(N), with one launch's
+noise at each end. Where 3+ device counts are measured the Universal Scalability Law
 C(N) = N / (1 + sigma (N-1) + kappa N (N-1)) is fitted (kappa > 0: retrograde scaling).
 
     python -m analysis.project --aggregate results/aggregate --devices 4,8,16 \
         [--collectives results/benchmarks/collectives.json]
+
+The report (analysis.report) calls project() on the aggregate it holds in memory, projects to
+REPORT_DEVICES, and states the answer (answer_parts), the tables (report_tables) and what the
+projection rests on (page_notes) for its main experiment.
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import EXPERIMENT_KEYS, PHASE_COLUMNS
+from analysis.display import frame_table, row_anchor
 from analysis.grouping import _key_text
 from analysis.speedup_gap import run_profiles, timing_runs
 from runners.stopping import WARMUP_EPOCHS
@@ -419,7 +425,7 @@ def _stops(g: pd.DataFrame) -> dict:
     cpu = int(cores) // (1 + workers) + 1 if pd.notna(cores) else math.nan
     limit = first.get("mem_limit_bytes")
     limit = limit if pd.notna(limit) and limit else first.get("env_memory_bytes")
-    out = {"oversubscribed_from": cpu, "memory_limit_bytes": limit}
+    out = {"oversubscribed_from": cpu, "cpu_cores": cores, "memory_limit_bytes": limit}
     for col, name in (("mem_peak_bytes", "measured"), ("mem_model_bytes", "modelled")):
         per = g.groupby("devices")[col].mean().dropna() if col in g else pd.Series(dtype=float)
         if len(per) < 2 or not pd.notna(limit):
@@ -476,12 +482,18 @@ def project(runs: pd.DataFrame, epochs: pd.DataFrame, steps: pd.DataFrame, devic
             ns = sorted(set(devices) | set(counts))
             sims = model.draws_at(ns, sd, 1)
             t1 = model.point(1)["epoch_s"]
+            # the speed-up's interval pairs each draw's T(1) with its T(n) (the runs and contention they
+            # share cancel); the common launch noise cancels too, so one launch's noise at each end is added
+            ratio = sims[:, [ns.index(1)]] / sims * np.exp(np.random.default_rng(1).normal(
+                0.0, sd * math.sqrt(2), sims.shape)) if sd else sims[:, [ns.index(1)]] / sims
             for j, n in enumerate(ns):
                 pt = model.point(n)
                 lo, hi = np.percentile(sims[:, j], [2.5, 97.5])
+                slo, shi = np.percentile(ratio[:, j], [2.5, 97.5]) if n != 1 else (1.0, 1.0)
                 measured = meas.profiles(key, n)[:, _C["T"]].mean() if n in counts else math.nan
                 proj.append({**label, "devices": n, "predicted_s": pt["epoch_s"], "low_s": lo, "high_s": hi,
-                             "measured_s": measured, "speedup": t1 / pt["epoch_s"],
+                             "measured_s": measured, "speedup": t1 / pt["epoch_s"], "speedup_low": slo,
+                             "speedup_high": shi,
                              "efficiency": t1 / pt["epoch_s"] / n,
                              **{k: pt[k] for k in ("steps", "local_s", "wait_s", "allreduce_s", "outside_s",
                                                    "gradient_bytes", "alpha_s", "beta_s_per_byte",
@@ -633,23 +645,237 @@ def format_tables(res: dict) -> str:
     return "\n".join(lines)
 
 
-def verdict(v: pd.DataFrame, common: str = "") -> str:
-    """The validation in one sentence; it says so when the model fails."""
+# The out-of-sample check fails where fewer points than about a 95% interval's rate fall inside
+# (with a dozen points, 2 misses are chance, 3 are not) or the typical error is too large to plan on.
+FAIL_INSIDE = 0.8
+FAIL_ERROR = 0.15
+
+
+def check(v: pd.DataFrame) -> dict | None:
+    """The validation rows that were predicted, summed up: n, inside, median_error (absolute,
+    relative) and fails (FAIL_INSIDE, FAIL_ERROR); None where no point was predicted."""
     ok = v[v["reason"].isna()] if len(v) and "reason" in v else v
     if ok.empty:
-        return "No multi-device point could be predicted out of sample."
-    inside = int(ok["inside"].sum())
+        return None
+    n, inside = len(ok), int(ok["inside"].astype(bool).sum())
     med = float(ok["error"].abs().median())
+    return {"rows": ok, "n": n, "inside": inside, "median_error": med,
+            "fails": inside < FAIL_INSIDE * n or med > FAIL_ERROR}
+
+
+def verdict(v: pd.DataFrame, common: str = "") -> str:
+    """The validation in one sentence; it says so when the model fails."""
+    c = check(v)
+    if c is None:
+        return "No multi-device point could be predicted out of sample."
+    ok, inside, med = c["rows"], c["inside"], c["median_error"]
     missed = ok[~ok["inside"].astype(bool)]
     text = (f"{inside} of {len(ok)} measured points inside their 95% interval; median absolute error "
             f"{100 * med:.0f}%" + (f" (ideal scaling T(1)/N: {100 * ok['ideal_error'].abs().median():.0f}%)"
                                    if "ideal_error" in ok else "") + ".")
-    if inside < 0.8 * len(ok):
-        text += " The model FAILS this check: " + ", ".join(
-            f"{_who(r, common)} N={r['devices']} ({100 * r['error']:+.0f}%)" for r in missed.to_dict("records")) + "."
+    if c["fails"]:
+        text += " The model FAILS this check: " + (", ".join(
+            f"{_who(r, common)} N={r['devices']} ({100 * r['error']:+.0f}%)" for r in missed.to_dict("records"))
+            if len(missed) else f"a median error above {100 * FAIL_ERROR:.0f}%") + "."
     elif len(missed):
         text += " Outside: " + ", ".join(f"{_who(r, common)} N={r['devices']}" for r in missed.to_dict("records")) + "."
     return text
+
+
+# -- on the report's page --------------------------------------------------------------------------
+
+REPORT_DEVICES = (4, 8)  # the device counts the report projects to (besides those measured)
+VALIDATION_ANCHOR = "#table-projection_validation"
+
+
+def projection_anchor(r) -> str:
+    """The id of a projection table row, so the first-screen sentence links to the row it quotes."""
+    return row_anchor("projection", r["experiment"], r["framework"], r["model"], r["batch_size"], r["workers"],
+                      r["devices"])
+
+
+def of_experiment(res: dict | None, exp) -> tuple:
+    """(projection, validation) rows of one experiment: the timing configurations the answers speak for."""
+    out = []
+    for name in ("projection", "validation"):
+        df = (res or {}).get(name, pd.DataFrame())
+        out.append(df[df["experiment"] == exp] if len(df) and exp is not None else df.iloc[0:0])
+    return tuple(out)
+
+
+def _oversubscribed(p: pd.DataFrame) -> str:
+    """'a 2-core host is oversubscribed from 3 ranks (2 with a loader worker)', or '' where no
+    projected count reaches it (or the cores are unknown)."""
+    if p.empty:
+        return ""
+    first = p.drop_duplicates(subset=list(CONFIG)).dropna(subset=["oversubscribed_from"])
+    if first.empty or not p["beyond_cpu"].astype(bool).any():
+        return ""
+    by = first.groupby("workers")["oversubscribed_from"].min().sort_index()
+    cores = set(first["cpu_cores"].dropna().astype(int)) if "cpu_cores" in first else set()
+    host = f"a {cores.pop()}-core host" if len(cores) == 1 else "the host"
+    f0 = by.iloc[0]
+    more = [f"{int(f)} with {'a' if w == 1 else w} loader worker{'s' if w != 1 else ''}"
+            for w, f in list(by.items())[1:]]
+    return f"{host} is oversubscribed from {int(f0)} ranks" + (f" ({', '.join(more)})" if more else "")
+
+
+def answer_parts(res: dict | None, exp, measured: list) -> list:
+    """The first-screen answer as (text, href) parts: per framework the median configuration's
+    projected speed-up over 1 device, with its interval, at the first of REPORT_DEVICES beyond
+    those measured, where the host is oversubscribed, and the out-of-sample check; it says
+    plainly when that check fails. `measured`: the experiment's ok timing device counts."""
+    from analysis import FRAMEWORK_ORDER, framework_label
+    from analysis.stats import middle
+
+    p, v = of_experiment(res, exp)
+    if p.empty:
+        if not measured:
+            return [("Not measured: no ok timing run to project from.", "#projection")]
+        said = ", ".join(map(str, sorted(measured)))
+        return [(f"Not measured: ok timing runs at {said} device{'s' if said != '1' else ''} only; a projection "
+                 "needs runs at 1 and 2 devices.", "#projection")]
+    top = max(measured) if measured else 1
+    ns = [n for n in sorted(p["devices"].unique()) if n > top] or [int(p["devices"].max())]
+    fws = [f for f in FRAMEWORK_ORDER if f in set(p["framework"])] + sorted(set(p["framework"]) - set(FRAMEWORK_ORDER))
+    c = check(v)
+    fails = bool(c and c["fails"])
+    parts = []
+    if c is None:
+        reason = v["reason"].dropna().iloc[0] if len(v) and "reason" in v and v["reason"].notna().any() \
+            else "no multi-device point of its own"
+        parts.append((f"Unchecked ({reason}): ", None))
+    elif fails:
+        which = "/".join(map(str, sorted(c["rows"]["devices"].unique())))
+        parts += [("Not reliable: ", None), (f"{c['inside']} of {c['n']}", VALIDATION_ANCHOR),
+                  (f" measured {which}-device points inside their intervals, median error "
+                   f"{100 * c['median_error']:.0f} %; it gives ", None)]
+    # the first count beyond those measured only: the sentence stays short, the table has the rest
+    n = ns[0]
+    parts.append((f"{n} devices: ", None))
+    for i, fw in enumerate(f for f in fws if ((p["framework"] == f) & (p["devices"] == n)).any()):
+        r = middle(p[(p["framework"] == fw) & (p["devices"] == n)], "speedup")
+        parts += [(("" if i == 0 else ", ") + f"{framework_label(fw)} ", None),
+                  (f"{r['speedup']:.1f}×", "#" + projection_anchor(r))]
+        if pd.notna(r.get("speedup_low")):
+            parts.append((f" ({'95% ' if i == 0 else ''}{r['speedup_low']:.1f}–{r['speedup_high']:.1f})", None))
+    parts.append((" over 1 (median configuration)", None))
+    over = _oversubscribed(p)
+    if over:
+        parts.append((f"; {over}", None))
+    if c is not None and not fails:
+        counts = sorted(c["rows"]["devices"].unique())
+        which = "/".join(map(str, counts))
+        parts += [(f"; checked on the measured {which}-device points: ", None),
+                  (f"{c['inside']} of {c['n']}", VALIDATION_ANCHOR),
+                  (f" inside their intervals, median error {100 * c['median_error']:.0f} %", None)]
+    parts.append((".", None))
+    return parts
+
+
+def _ms_text(v) -> str | None:
+    from analysis.formatting import fmt_duration
+
+    return None if v is None or pd.isna(v) else fmt_duration(float(v))
+
+
+def _stop_text(r) -> str:
+    stops = [w for w, hit in (("CPU oversubscribed", r.get("beyond_cpu")), ("host memory", r.get("beyond_memory")))
+             if hit is True or hit == 1]
+    return ", ".join(stops) or ""
+
+
+def projection_frame(p: pd.DataFrame) -> pd.DataFrame:
+    """The projection rows with readable columns, times in ms/s."""
+    from analysis import framework_label, model_label
+
+    if p.empty:
+        return pd.DataFrame()
+    rows = []
+    for r in p.to_dict("records"):
+        rows.append({"experiment": r["experiment"], "framework": framework_label(r["framework"]),
+                     "model": model_label(r["model"]), "batch": r["batch_size"], "workers": r["workers"],
+                     "devices": r["devices"], "epoch time (model)": _ms_text(r["predicted_s"]),
+                     "95% interval": f"{_ms_text(r['low_s'])} – {_ms_text(r['high_s'])}",
+                     "measured": _ms_text(r["measured_s"]), "speed-up": f"{r['speedup']:.2f}×",
+                     "speed-up 95%": (f"{r['speedup_low']:.2f}–{r['speedup_high']:.2f}×"
+                                      if r["devices"] != 1 and pd.notna(r.get("speedup_low")) else None),
+                     "steps": r["steps"], "local": _ms_text(r["local_s"]), "waiting": _ms_text(r["wait_s"]),
+                     "all-reduce": _ms_text(r["allreduce_s"]), "outside steps": _ms_text(r["outside_s"]),
+                     "contention from": r["contention_from"], "past": _stop_text(r)})
+    return pd.DataFrame(rows)
+
+
+def validation_frame(v: pd.DataFrame) -> pd.DataFrame:
+    """The validation rows with readable columns: measured beside predicted without its own runs."""
+    from analysis import framework_label, model_label
+
+    if v.empty:
+        return pd.DataFrame()
+    rows = []
+    for r in v.to_dict("records"):
+        done = pd.isna(r.get("reason"))
+        rows.append({"experiment": r["experiment"], "framework": framework_label(r["framework"]),
+                     "model": model_label(r["model"]), "batch": r["batch_size"], "workers": r["workers"],
+                     "devices": r["devices"], "runs": r.get("n_runs") if done else None,
+                     "measured": _ms_text(r.get("measured_s")), "predicted": _ms_text(r.get("predicted_s")),
+                     "95% interval": f"{_ms_text(r['low_s'])} – {_ms_text(r['high_s'])}" if done else None,
+                     "error": f"{100 * r['error']:+.0f}%" if done else None,
+                     "inside": ("yes" if r["inside"] else "NO") if done else None,
+                     "ideal T(1)/N error": f"{100 * r['ideal_error']:+.0f}%" if done else None,
+                     "from": r.get("base") if done else None,
+                     "not predicted": None if done else r["reason"]})
+    return pd.DataFrame(rows)
+
+
+def report_tables(res: dict | None) -> dict:
+    """name -> TableSet: the projection (every experiment) and its out-of-sample validation."""
+    res = res or {}
+    p, v = res.get("projection", pd.DataFrame()), res.get("validation", pd.DataFrame())
+    n = ", ".join(map(str, REPORT_DEVICES))
+    proj = frame_table(
+        projection_frame(p), "projection", "Projected epoch time and speed-up at more devices",
+        f"Per timing configuration and device count (measured ones and {n}): the slowest rank's steady epoch "
+        "time as the model gives it (analysis/project.py: the 1-device runs' phases per step, slowed per rank as "
+        "the second rank slowed them, waiting for the slowest rank, the ring all-reduce), its 95% interval "
+        "(bootstrap over runs, contention pool, all-reduce fit and launch noise), the measured mean where there "
+        "is one, the speed-up over 1 device with its paired interval, and the model's parts per epoch. 'past': "
+        "a count beyond which the model no longer holds (more processes than cores, host memory).",
+        empty_text="Nothing projected: no configuration has ok timing runs at 1 device with a 1 -> 2 contention "
+                   "measured anywhere.", group_col="experiment",
+        row_id=[projection_anchor(r) for r in p.to_dict("records")] if len(p) else None)
+    proj.data = p
+    val = frame_table(
+        validation_frame(v), "projection_validation", "The projection checked on the measured points",
+        "Every measured multi-device point predicted out of sample, without its own multi-device runs (from "
+        "its 1-device runs, the all-reduce model and the other configurations' 1 -> 2 contention), beside the "
+        "measured mean; 'inside': the measured mean lies in the 95% interval; the ideal T(1)/N is the naive "
+        "prediction the model has to beat. " + verdict(v, _common(p, v)),
+        empty_text="No multi-device point to check against.", group_col="experiment")
+    val.data = v
+    return {"projection": proj, "projection_validation": val}
+
+
+def page_notes(res: dict | None, runs: pd.DataFrame, exp) -> dict:
+    """What the section says besides the answer: `line` (nothing measured beyond the largest
+    count on this host, where it is oversubscribed, where the all-reduce cost comes from) and
+    `assumptions` (the model's, its interval's and its notes)."""
+    res = res or {}
+    p, _ = of_experiment(res, exp)
+    ok = runs[(runs["experiment"] == exp) & (runs["status"] == "ok")] if exp is not None and len(runs) else runs
+    top = int(ok["devices"].max()) if len(ok) else 0
+    hosts = sorted({str(h) for h in ok.get("env_hostname", pd.Series(dtype=object)).dropna()})
+    where = f"host {hosts[0]}" if len(hosts) == 1 else "this host" if not hosts else f"hosts {', '.join(hosts)}"
+    coll = res.get("collectives")
+    source = (f"all-reduce from the micro-benchmark {coll['source']}" if coll else
+              "all-reduce from the 2-device runs (no micro-benchmark beside the aggregate)")
+    # short: where the host is oversubscribed (and the model stops holding), the answer says
+    line = (f"Projected: nothing beyond {top} device{'s' if top != 1 else ''} ran on {where}; {source}."
+            if len(p) else "")
+    sd = res.get("noise_sd")
+    extra = [f"interval: bootstrap over the runs, the contention pool and the all-reduce fit's errors, with the "
+             f"pooled launch noise (SD {100 * sd:.1f}% of an epoch)"] if sd is not None else []
+    return {"line": line, "assumptions": [*res.get("assumptions", []), *extra, *(res.get("notes") or [])]}
 
 
 def main(argv=None) -> int:

@@ -31,7 +31,7 @@ import jinja2
 import pandas as pd
 
 from analysis import FRAMEWORK_ORDER, REPORT_PLOTS, REPORT_TABLES, STATUS_COLOURS, framework_label, model_label
-from analysis import answers, deadlocks, lanes, loaders, partitioned, planning, plots, speedup_gap, tables
+from analysis import answers, deadlocks, lanes, loaders, partitioned, planning, plots, project, speedup_gap, tables
 from analysis.aggregate import Aggregate
 from analysis.display import TableSet, frame_table, row_anchor
 from analysis.findings import all_findings, precision_findings, study_findings
@@ -283,9 +283,11 @@ def adaptive_findings(plan: dict) -> list:
     return [text]
 
 
-def build_tables(agg: Aggregate, runs: pd.DataFrame) -> dict:
-    """name -> TableSet: the analysis tables, then plan, deadlocks, environment, fairness and run lists."""
+def build_tables(agg: Aggregate, runs: pd.DataFrame, projection: dict | None = None) -> dict:
+    """name -> TableSet: the analysis tables, then plan, deadlocks, environment, fairness and run lists;
+    `projection`: analysis.project.project's frames (its tables are empty without)."""
     out = tables.all_tables(runs)
+    out.update(project.report_tables(projection))
     out["lanes"] = lanes.lanes_table(runs)
     out["loaders"] = loaders.loaders_table(runs)
     out["partitioned"] = partitioned.partitioned_table(runs)
@@ -349,11 +351,13 @@ def build_tables(agg: Aggregate, runs: pd.DataFrame) -> dict:
 
 
 def build_figures(agg: Aggregate, runs: pd.DataFrame, points: pd.DataFrame, scaling: pd.DataFrame,
-                  gap: pd.DataFrame | None = None, speed: pd.DataFrame | None = None, data: dict | None = None) -> dict:
+                  gap: pd.DataFrame | None = None, speed: pd.DataFrame | None = None, data: dict | None = None,
+                  projection: dict | None = None, experiment=None) -> dict:
     """name -> (figure factory, caption). Factories so each figure is closed right after saving;
     `gap`: speedup_gap.gap_data (computed here when not given); `speed`: the rows of
     tables.speed_data the summary figure shows (the answers' experiment); `data`: figure name ->
-    the frame it draws, where it draws less than all points (default: all)."""
+    the frame it draws, where it draws less than all points (default: all); `projection`:
+    analysis.project.project's frames, drawn for `experiment` (the answers')."""
     selected = plots.select_resource_runs(runs, agg.cpu, agg.nvml)
     gap = speedup_gap.gap_data(runs, agg.epochs, agg.steps) if gap is None else gap
     speed = tables.speed_data(runs) if speed is None else speed
@@ -384,6 +388,11 @@ def build_figures(agg: Aggregate, runs: pd.DataFrame, points: pd.DataFrame, scal
                           "The same for every experiment of the sweep."),
         "throughput": (lambda: plots.throughput_vs_batch(drawn["throughput"]),
                        "Training seed nodes per second (all processes) against the per-process batch size."),
+        "projection": (lambda: plots.projection_bands(*project.of_experiment(projection, experiment)),
+                       "Speed-up over 1 device against devices, per model at each framework's median configuration: "
+                       "the measured points, the model's projection with its 95% band, and each measured "
+                       "multi-device point as the model predicts it without its own runs (out of sample). Past "
+                       "the shaded line the host runs more processes than it has cores."),
         "resources": (lambda: plots.resources_over_time(runs, agg.cpu, agg.nvml, selected),
                       "CPU use (100% = one core) and resident memory of each rank (solid) and its loader "
                       "workers (dashed, summed) for selected runs: per framework its largest ok "
@@ -448,7 +457,7 @@ def not_drawn(runs: pd.DataFrame, figure_data: dict, gap: pd.DataFrame) -> dict:
     return out
 
 
-def _figures(agg, runs, points, scaling, gap, speed, assets: Path, experiment=None) -> dict:
+def _figures(agg, runs, points, scaling, gap, speed, assets: Path, experiment=None, projection=None) -> dict:
     """Write every figure's PNG; name -> {src, caption, file, why} (why: the line the page shows
     instead of a figure with nothing to compare, or None). `experiment`: the one the answers
     speak for, whose panels the sections show (None: all)."""
@@ -459,7 +468,8 @@ def _figures(agg, runs, points, scaling, gap, speed, assets: Path, experiment=No
             "throughput": comparable(points, ("experiment", "framework", "model", "devices", "workers"), "batch_size")}
     skip = not_drawn(runs, data, gap)
     figures = {}
-    for name, (factory, caption) in build_figures(agg, runs, points, scaling, gap, speed, data).items():
+    for name, (factory, caption) in build_figures(agg, runs, points, scaling, gap, speed, data, projection,
+                                                  experiment).items():
         fig = factory()
         path = assets / f"{name}.png"
         fig.savefig(path, dpi=100, bbox_inches="tight")
@@ -471,23 +481,27 @@ def _figures(agg, runs, points, scaling, gap, speed, assets: Path, experiment=No
     return figures
 
 
-def render(agg: Aggregate, out: Path, assets: Path, source: str = "") -> Path:
-    """Write every asset and the self-contained page; return the page's path."""
+def render(agg: Aggregate, out: Path, assets: Path, source: str = "", collectives=None) -> Path:
+    """Write every asset and the self-contained page; return the page's path. `collectives`: the
+    all-reduce micro-benchmark's JSON (or its fit) for the projection; None: the model's fallback."""
     out, assets = Path(out), Path(assets)
     out.parent.mkdir(parents=True, exist_ok=True)
     assets.mkdir(parents=True, exist_ok=True)
     runs = add_experiment(agg.runs)
     points = performance_points(runs)
     scaling = tables.scaling_data(points, runs)
-    tabs = build_tables(agg, runs)
+    # from the frames in memory: the report reads the aggregate it was given, nothing else
+    proj = project.project(runs, agg.epochs, agg.steps, project.REPORT_DEVICES, collectives)
+    tabs = build_tables(agg, runs, proj)
     for t in tabs.values():
         t.write(assets)
     gap, speed = tabs["speedup_gap"].data, tabs["speed"].data
     args = (runs, points, speed, scaling, gap, tabs["workers"].data, tabs["batch"].data, agg.failures)
     precision = (agg.plan or {}).get("precision") or answers.DEFAULT_PRECISION
-    top = answers.with_graphs(answers.all_answers(*args, tabs["loaders"].data, precision=precision), *args, agg.datasets)
+    top = answers.with_graphs(answers.all_answers(*args, tabs["loaders"].data, precision=precision, projection=proj),
+                              *args, agg.datasets, projection=proj)
     main_speed = speed[speed["experiment"] == top["experiment"]] if len(speed) else speed
-    figures = _figures(agg, runs, points, scaling, gap, main_speed, assets, top["experiment"])
+    figures = _figures(agg, runs, points, scaling, gap, main_speed, assets, top["experiment"], proj)
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
                              undefined=jinja2.StrictUndefined)
     page = env.get_template("report.html.j2").render(
@@ -505,6 +519,7 @@ def render(agg: Aggregate, out: Path, assets: Path, source: str = "") -> Path:
         tables={k: {"title": t.title, "description": t.description, "html": t.html(), "empty": not t.grids
                     and t.body is None} for k, t in tabs.items()},
         figures=figures, n_failures=len(agg.failures),
+        projection=project.page_notes(proj, answers.timing_only(performance_runs(runs)), top["experiment"]),
         experiments=list(dict.fromkeys(runs["experiment"])),
         excluded_faults=int(len(runs) - len(performance_runs(runs))),
     )
@@ -525,7 +540,9 @@ def main(argv=None) -> int:
         p.error(f"--aggregate {agg_dir}: no runs.csv there; run `python -m analysis.aggregate --out-dir "
                 f"{agg_dir} RUN_DIR...` first")
     out = Path(args.out)
-    page = render(Aggregate.load(agg_dir), out, Path(args.assets) if args.assets else out.parent, source=str(agg_dir))
+    # the all-reduce micro-benchmark where it writes by default, beside the aggregate, if there is one
+    page = render(Aggregate.load(agg_dir), out, Path(args.assets) if args.assets else out.parent, source=str(agg_dir),
+                  collectives=project.default_collectives(agg_dir))
     print(f"[analysis] report: {page} ({page.stat().st_size / 1024:.0f} KiB)")
     return 0
 

@@ -139,3 +139,10 @@ def verdict(low: float, high: float, null: float, above: str, below: str) -> str
     if high < null:
         return below
     return NO_CLEAR
+
+
+def middle(df: pd.DataFrame, col: str):
+    """The row at the middle of `col`'s range (the lower middle for an even count), as a dict: the
+    configuration a first-screen sentence quotes."""
+    ordered = df.sort_values(col, kind="stable")
+    return ordered.iloc[(len(ordered) - 1) // 2].to_dict()

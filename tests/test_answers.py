@@ -51,7 +51,7 @@ def steady(ok_runs, name):
 
 def test_every_question_is_answered_and_every_link_lands(top, page_ids):
     keys = [a.key for a in top["answers"]]
-    assert keys == ["speed", "scaling", "workers", "batch", "breakdown", "deadlocks", "accuracy"]
+    assert keys == ["speed", "scaling", "projection", "workers", "batch", "breakdown", "deadlocks", "accuracy"]
     assert top["experiment"] and "uneven" not in top["experiment"] and "fault" not in top["experiment"]
     for a in top["answers"]:
         assert a.text().strip() and len(a.text().split()) <= 50, a.text()
