@@ -86,7 +86,7 @@ def dry_run(cwd, *configfiles, args=(), snakefile=ROOT / "Snakefile", **extra_en
         # (the first round: the adaptive second round is planned once it has run)
         # (workers only at batch 1024: 3 batch x workers points, not 4)
         # + DGL's GraphBolt loader: models x devices x repeats
-        ("config.yaml", 2 * 2 * 2 * 3 * 2 + 2 * 2 * 2 + 2 * 2 * 2 * 1 + 2 + 2 * 2 * 2),  # + the current lane's 12 with LANES=current
+        ("config.yaml", 2 * 2 * 2 * 3 * 3 + 2 * 2 * 2 + 2 * 2 * 2 * 1 + 2 + 2 * 2 * 2),  # + the current lane's 12 with LANES=current
         ("paper.yaml", 2 * 2 * 3 * 3 * 2),  # Reddit need not be present for -n
         ("minimal.yaml", 2),
         ("study.yaml", 2 * 2 * 2 * 2 * 2),  # harnesses x frameworks x models x devices x repeats
