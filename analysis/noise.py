@@ -84,11 +84,6 @@ def _cell_runs(runs: pd.DataFrame, value: str, cell_keys: tuple) -> dict:
     return out
 
 
-def _cell_logs(runs: pd.DataFrame, value: str, cell_keys: tuple) -> dict:
-    """{cell key tuple: [log values]} of the ok runs with a positive `value`."""
-    return {key: logs for key, (logs, _) in _cell_runs(runs, value, cell_keys).items()}
-
-
 @dataclass
 class BlockFit:
     """Least-squares fit of log values = cell + block over one pool's runs: what a comparison of

@@ -88,8 +88,8 @@ def variant_rows(runs: pd.DataFrame, axis: Axis) -> pd.DataFrame:
                 other_times = on_base.get(other, pd.Series(dtype=float))
                 speedup = (noise.ratio(cell(fw, axis.base, key), cell(fw, variant, key), on_base[fw], times)
                            if variant != axis.base else (float("nan"),) * 4)
-                gap = noise.ratio(cell(fw, variant, key), cell(other, axis.base, key), times, other_times) \
-                    if len(times) and len(other_times) else (float("nan"),) * 4
+                # NaN where either side has no ok run (Noise.ratio falls back to the samples)
+                gap = noise.ratio(cell(fw, variant, key), cell(other, axis.base, key), times, other_times)
                 rows.append(_row(axis, key, fw, variant, g2, other, speedup, gap[:3]))
     return pd.DataFrame(rows, columns=axis.columns())
 
