@@ -237,6 +237,8 @@ def axis_answer(data: pd.DataFrame, runs: pd.DataFrame, exp, axis: str) -> Answe
     above = [not pd.isna(c["low"]) and c["low"] > 1 for c in combined.values()]
     below = [not pd.isna(c["high"]) and c["high"] < 1 for c in combined.values()]
     lead = leads[0] if all(above) else leads[1] if all(below) else leads[2]
+    if all(pd.isna(c["low"]) for c in combined.values()):
+        lead = "Not settled"  # one repeat a side: no interval, so no effect can be ruled in or out
     ans.parts = [(f"{lead}: {axis.replace('_', ' ')} {lo} → {hi}, {what} ", None)]
     for i, fw in enumerate(fws):
         rows = d[(d["framework"] == fw) & (d[axis] == hi)]
@@ -281,13 +283,19 @@ def _effect_index(axis: str) -> list:
 
 # -- where a step's time goes ---------------------------------------------------------------
 
-def step_answer(points: pd.DataFrame, exp) -> Answer:
-    """Per framework the phase that takes most of a step, and the loader's wait (median shares)."""
+def step_answer(points: pd.DataFrame, exp, runs: pd.DataFrame | None = None) -> Answer:
+    """Per framework the phase that takes most of a step, and the loader's wait (median shares).
+    `runs`: the experiment's runs, to say why GPU runs have no phases."""
     ans = Answer("breakdown", "Where does a step's time go?")
     p = points[(points["experiment"] == exp) & (points["n_ok"] > 0) & (points["step_s_mean"] > 0)]
     p = p.dropna(subset=[f"step_{ph}_mean" for ph in PHASE_COLUMNS])
     if p.empty:
-        ans.parts = [("Not measured: no ok run recorded its phases.", "#breakdown")]
+        gpu = runs is not None and len(runs) and "device_type" in runs and \
+            (runs.loc[runs["experiment"] == exp, "device_type"] == "cuda").any()
+        why = (" A GPU run times its phases only with --breakdown on, which synchronises the GPU at "
+               "every phase edge (without it only each epoch's edges are synchronised)."
+               if gpu else "")
+        ans.parts = [("Not measured: no ok run recorded its phases." + why, "#breakdown")]
         return ans
     for i, fw in enumerate(f for f in FRAMEWORK_ORDER if f in set(p["framework"])):
         g = p[p["framework"] == fw]
@@ -510,7 +518,7 @@ def all_answers(runs, points, speed, scaling, gap, workers, batch, failures, loa
                scaling_answer(scaling, gap, exp)] + (
               [projection_answer(projection, timing_only(perf), exp)] if projection is not None else []) + [
                axis_answer(workers, perf, exp, "workers"), axis_answer(batch, perf, exp, "batch_size"),
-               step_answer(points, exp),
+               step_answer(points, exp, perf),
                hang_answer(failures, len(runs)), accuracy_answer(runs)]
     p = points[points["experiment"] == exp] if exp is not None and len(points) else points.iloc[0:0]
     e = perf[perf["experiment"] == exp] if exp is not None and len(perf) else perf.iloc[0:0]

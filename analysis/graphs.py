@@ -107,8 +107,11 @@ def describe(s: dict) -> str:
 
 
 def line(name: str, recs: list) -> str:
-    """The report's line for graph `name` from its records (one per content hash its runs read)."""
+    """The report's line for graph `name` from its records (one per content hash its runs read).
+    Runs with no hash never read the graph (skipped, refused): they are no version of it."""
     recs = sorted(recs, key=lambda r: -r["runs"])
+    if any(r["content_hash"] for r in recs):
+        recs = [r for r in recs if r["content_hash"]]
     main = recs[0] if recs else {"shape": None, "content_hash": None, "why": "no record of it in the aggregate"}
     s = main["shape"]
     kind = ""

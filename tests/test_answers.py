@@ -153,20 +153,24 @@ def test_hang_answer_on_one_demonstration_per_framework_and_a_real_hang():
 
 @pytest.fixture(scope="module")
 def grid_top(agg):
-    """The real ok rows as 3 repeats of PyG/DGL x 1/2 devices x batch 128/512 x 0/1 workers:
+    return _grid_answers(agg, repeats=3)
+
+
+def _grid_answers(agg, repeats: int, **override) -> dict:
+    """The real ok rows as `repeats` repeats of PyG/DGL x 1/2 devices x batch 128/512 x 0/1 workers:
     PyG 2x DGL's epoch time, 2 devices 1.8x faster, a worker 1.25x faster, batch 512 1.5x the
     throughput. Each point meets the same three noise factors in its own order (a factor shared
-    by a repeat's runs would be a drift the block fit takes out)."""
+    by a repeat's runs would be a drift the block fit takes out). `override`: columns set on every run."""
     base = {fw: agg.runs[(agg.runs["status"] == "ok") & (agg.runs["framework"] == fw)].iloc[0] for fw in ("pyg", "dgl")}
     rows = []
     for k, (fw, d, b, w) in enumerate(itertools.product(base, (1, 2), (128, 512), (0, 1))):
-        for rep in range(3):
+        for rep in range(repeats):
             noise = (0.98, 1.0, 1.02)[(rep + k) % 3]
             t = (2.0 if fw == "pyg" else 1.0) * noise / (1.8 if d == 2 else 1) / (1.25 if w else 1)
             rows.append({**base[fw].to_dict(), "devices": d, "batch_size": b, "workers": w, "repeat": rep,
                          "run_id": f"{fw}-d{d}-b{b}-w{w}-r{rep}", "steady_epoch_time_s": t,
                          "steady_seed_nodes_per_s": 1000 * noise * (1.5 if b == 512 else 1),
-                         "oversubscribed": d * (1 + w) > 2, "cpu_busy_before": 0.0})
+                         "oversubscribed": d * (1 + w) > 2, "cpu_busy_before": 0.0, **override})
     runs = pd.DataFrame(rows)
     empty = {k: pd.DataFrame(columns=c) for k, c in Aggregate.FILES.items() if k != "runs"}
     grid = Aggregate(runs=runs, **empty)
@@ -183,6 +187,19 @@ def test_grid_answers_carry_intervals_and_verdicts(grid_top):
     assert grid_top["batch"].startswith("Larger batches raise throughput: batch size 128 → 512, throughput gain "
                                         "PyG higher 1.50× (95% CI ")
     assert grid_top["deadlocks"] == "All 48 runs ended ok or skipped: nothing to diagnose."
+
+
+def test_one_repeat_settles_nothing_and_gpu_runs_say_how_to_time_phases(agg):
+    # As the first GPU sweep (H200, 1 repeat, CUDA without --breakdown on) read: "No clear effect:
+    # ... 3.58× (1 repeat: no interval)" and "no ok run recorded its phases", with no why.
+    phases = {c: None for c in ("step_load_wait_s", "step_prepare_s", "step_copy_s", "step_forward_s",
+                                "step_backward_s", "step_optimizer_s", "step_s")}
+    said = _grid_answers(agg, repeats=1, device_type="cuda", **phases)
+    assert re.match(r"Not settled: batch size 128 → 512, throughput gain PyG 1\.\d\d× \(1 repeat: no interval", said["batch"])
+    assert said["breakdown"].startswith("Not measured: no ok run recorded its phases. A GPU run times its phases "
+                                        "only with --breakdown on")
+    cpu = _grid_answers(agg, repeats=1, device_type="cpu", **phases)
+    assert cpu["breakdown"] == "Not measured: no ok run recorded its phases."
 
 
 def loader_runs(agg, graphbolt_over_classic: float) -> pd.DataFrame:

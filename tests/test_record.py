@@ -1,6 +1,10 @@
 """The run record (runners/record.py): named rows round-trip through the per-rank files."""
 
-from runners import record
+import json
+
+import jsonschema
+
+from runners import record, result
 from runners.record import EpochRow, RowAppender, StepRow
 from runners.rundir import RunDir, is_run_entry, relative_files
 
@@ -29,10 +33,17 @@ def test_rows_are_written_in_the_contract_order_and_read_back_by_name(tmp_path):
     assert record.read_rank_rows(tmp_path, 3, "steps") is None and record.read_rank_info(tmp_path, 1) is None
 
 
-def test_unsynchronised_phases_stay_empty():
+def test_unsynchronised_phases_stay_empty_and_pass_the_schema(tmp_path):
+    # A CUDA run without --breakdown on records no phase times. On the first GPU sweep (H200)
+    # every such run broke the schema and the aggregate set it aside as unusable.
     steps = [_step(0, 0, 4, [None] * 6, 2.0)]
     row = EpochRow.of_steps(0, 0, steps, 1.0, phases_valid=False)
     assert all(getattr(row, p) is None for p in record.PHASE_COLUMNS) and row.seed_nodes == 4
+    RowAppender(RunDir(tmp_path).rank_file(0, "epochs"), EpochRow).write([row])
+    epochs = record.collect_measurements(tmp_path, [0])["epochs"]
+    assert epochs[0]["forward_s"] is None and epochs[0]["time_s"] == 1.0
+    schema = json.loads(result.SCHEMA_PATH.read_text())["properties"]["epochs"]
+    assert list(jsonschema.Draft202012Validator(schema).iter_errors(epochs)) == []
 
 
 def test_steps_per_epoch_is_the_most_any_rank_takes():

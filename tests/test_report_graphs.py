@@ -64,6 +64,10 @@ def test_without_a_shape_the_line_says_why_and_several_versions_are_named():
     assert text.startswith("Graph: g — shape unknown") and text.endswith(
         "its runs read 2 versions of it: aaaaaaaaaaaa (3 runs), bbbbbbbbbbbb (1 run)")
     assert graphs.line("g", []) == "Graph: g — shape unknown: no record of it in the aggregate"
+    # skipped runs read no graph (no hash; seen in the first GPU sweep as "2 versions of it: None (14 runs)")
+    unread = {"name": "g", "content_hash": None, "runs": 14, "shape": None, "why": "no readable meta.json in x/g"}
+    assert graphs.line("g", [unread, newer]) == graphs.line("g", [newer])
+    assert "versions" not in graphs.line("g", [unread, newer])
 
 
 # ----------------------------------------------------------------------------- aggregate and report
