@@ -91,16 +91,16 @@ def test_the_default_config_plans_what_the_workflow_planned():
     cfg = config()
     by_block = {name: len(runs) for name, runs in sweep.blocks(cfg, sweep.resolve_devices(cfg)).items()}
     # workers only at batch 1024: 3 batch x workers points of 4; lanes are opt-in (compare: [])
-    assert by_block == {"grid": 72, "convergence": 8, "study": 8, "deadlocks": 2, "lanes": 0, "loaders": 8}
+    assert by_block == {"grid": 72, "convergence": 8, "study": 8, "deadlocks": 2, "lanes": 0, "loaders": 12}
     runs = runs_of(cfg)
-    assert len({run.name for run in runs}) == len(runs) == 98
+    assert len({run.name for run in runs}) == len(runs) == 102
     assert all(run.framework == "dgl" and run.loader == "graphbolt" for run in runs if run.loader != "default")
-    assert sum(sweep.planned_by_adaptive(run) for run in runs) == 72 + 8
+    assert sum(sweep.planned_by_adaptive(run) for run in runs) == 72 + 12
     # `make report LANES=current`: 12 more runs of the current lane, the others unchanged
     lanes = config(lanes=dict(cfg["lanes"], compare=["current"]))
     with_lane = runs_of(lanes)
     # the lanes block comes after the grid, convergence, study and deadlocks (90 runs)
-    assert len(with_lane) == 110 and with_lane == runs[:90] + with_lane[90:102] + runs[90:]
+    assert len(with_lane) == 114 and with_lane == runs[:90] + with_lane[90:102] + runs[90:]
     assert {run.lane for run in with_lane[90:102]} == {"current"}
 
 

@@ -86,7 +86,7 @@ def dry_run(cwd, *configfiles, args=(), snakefile=ROOT / "Snakefile", **extra_en
         # (the first round: the adaptive second round is planned once it has run)
         # (workers only at batch 1024: 3 batch x workers points, not 4)
         # + DGL's GraphBolt loader: models x devices x repeats
-        ("config.yaml", 2 * 2 * 2 * 3 * 3 + 2 * 2 * 2 + 2 * 2 * 2 * 1 + 2 + 2 * 2 * 2),  # + the current lane's 12 with LANES=current
+        ("config.yaml", 2 * 2 * 2 * 3 * 3 + 2 * 2 * 2 + 2 * 2 * 2 * 1 + 2 + 2 * 2 * 3),  # + the current lane's 12 with LANES=current
         ("paper.yaml", 2 * 2 * 3 * 3 * 2),  # Reddit need not be present for -n
         ("minimal.yaml", 2),
         ("study.yaml", 2 * 2 * 2 * 2 * 2),  # harnesses x frameworks x models x devices x repeats
@@ -166,7 +166,7 @@ def test_default_sweep_run_kinds(tmp_path):
     assert len(timing) == 72 and len(kinds["conv"]) == 8 and len(kinds["study"]) == 8
     # DGL's GraphBolt beside its classic loader: timing runs of DGL only, at both models x 1 and 2
     # devices; the classic runs name no loader, so adding loaders reruns none of them.
-    assert len(kinds["loader"]) == 8 and all("--framework dgl" in c and "--loader graphbolt" in c
+    assert len(kinds["loader"]) == 12 and all("--framework dgl" in c and "--loader graphbolt" in c
                                              and "--until precise" in c and "-b1024-w0-" in c
                                              for c in kinds["loader"])
     assert not any("--loader" in c for c in timing + kinds["conv"] + kinds["study"] + kinds["hang"])
