@@ -484,6 +484,7 @@ class _Rows:
 
     def tables(self) -> Aggregate:
         """The rows as the tidy table set."""
+
         def concat(frames, columns):
             return pd.concat(frames, ignore_index=True) if frames else _frame([], columns)
 
