@@ -170,6 +170,60 @@ class Plan:
                            for p in points.values() if p.added or p.kept],
                 "answers": self.answers, "comparisons": self.comparisons, "runs": runs}
 
+    def answer_width(self, cs: list, extra=None) -> float:
+        """An answer's projected half-width at the repeats planned so far (one more at `extra`)."""
+        return answer_half_width(self.pooled_sd, self.pooled_dof,
+                                 [(c.num.n + (c.num is extra), c.den.n + (c.den is extra)) for c in cs])
+
+    def spend(self, answers: dict, measured: dict) -> None:
+        """Greedily: one more repeat for the widest open answer, at the point that narrows it most
+        per second, until every answer is narrow enough, at --max-repeats or over the budget."""
+        open_ = [name for name in answers if measured[name] > self.precision]
+        while True:
+            wanting = [a for a in open_ if self.answer_width(answers[a]) > self.precision
+                       and any(p.n < self.max_repeats for c in answers[a] for p in (c.num, c.den))]
+            if not wanting:
+                break
+            name = max(wanting, key=lambda a: self.answer_width(answers[a]) / self.precision)
+            cs = answers[name]
+            now = self.answer_width(cs)
+            candidates = {id(p): p for c in cs for p in (c.num, c.den) if p.n < self.max_repeats}.values()
+            p = max(candidates, key=lambda p: (now - self.answer_width(cs, p)) / p.cost_s)
+            if self.spent_s + p.cost_s > self.budget_s:
+                open_.remove(name)  # the budget cannot pay for this one; the others may still fit
+                continue
+            p.added += 1
+            self.spent_s += p.cost_s
+            if name not in p.why:
+                p.why.append(name)
+
+    def answer_row(self, name: str, cs: list, measured: float) -> dict:
+        """The report's row of one answer: its interval's half-width before and after the repeats."""
+        after = self.answer_width(cs)
+        return {
+            "answer": name, "comparisons": len(cs), "measured_half_width": round(measured, 4),
+            "added": sum(c.num.added + c.den.added for c in cs),
+            "projected_half_width": round(after, 4),
+            "status": ("settled after round 1" if measured <= self.precision
+                       else "settled by the repeats added" if after <= self.precision
+                       else "open: over the budget or at --max-repeats")}
+
+    def comparison_row(self, c) -> dict:
+        """The report's row of one comparison, with what settling it on its own would cost."""
+        sd, dof, precision = self.pooled_sd, self.pooled_dof, self.precision
+        before = half_width(sd, dof, len(c.num.times), len(c.den.times))
+        after = half_width(sd, dof, c.num.n, c.den.n)
+        extra = repeats_to_settle(sd, dof, c.num.n, c.den.n, precision)
+        cost = extra * (c.num.cost_s + c.den.cost_s) / 2 if extra > 0 else 0.0
+        return {
+            "comparison": c.label(), "answer": c.answer(), "runs": f"{len(c.num.times)}+{len(c.den.times)}",
+            "measured_half_width": round(before, 4), "added": f"{c.num.added}+{c.den.added}",
+            "projected_half_width": round(after, 4),
+            "to_settle_runs": extra, "to_settle_min": round(cost / 60, 1),
+            "status": ("settled" if after <= precision
+                       else f"open: {extra} more runs (about {cost / 60:.1f} min) would settle it" if extra > 0
+                       else "open: more than 200 runs would be needed")}
+
 
 def pooled_spread(points: dict) -> tuple:
     """(SD, dof): log epoch time's variance between launches pooled over the points (analysis.noise)."""
@@ -198,52 +252,10 @@ def plan(points: dict, precision: float, budget_s: float, max_repeats: int) -> P
     answers: dict = {}
     for c in comps:
         answers.setdefault(c.answer(), []).append(c)
-
-    def projected(cs: list, extra=None) -> float:
-        return answer_half_width(sd, dof, [(c.num.n + (c.num is extra), c.den.n + (c.den is extra)) for c in cs])
-
-    measured = {name: projected(cs) for name, cs in answers.items()}
-    open_ = [name for name in answers if measured[name] > precision]
-    while True:
-        wanting = [a for a in open_ if projected(answers[a]) > precision
-                   and any(p.n < max_repeats for c in answers[a] for p in (c.num, c.den))]
-        if not wanting:
-            break
-        name = max(wanting, key=lambda a: projected(answers[a]) / precision)
-        cs = answers[name]
-        now = projected(cs)
-        # the point whose repeat narrows this answer most per second spent
-        candidates = {id(p): p for c in cs for p in (c.num, c.den) if p.n < max_repeats}.values()
-        p = max(candidates, key=lambda p: (now - projected(cs, p)) / p.cost_s)
-        if result.spent_s + p.cost_s > budget_s:
-            open_.remove(name)  # the budget cannot pay for this one; the others may still fit
-            continue
-        p.added += 1
-        result.spent_s += p.cost_s
-        if name not in p.why:
-            p.why.append(name)
-    for name, cs in answers.items():
-        after = projected(cs)
-        result.answers.append({
-            "answer": name, "comparisons": len(cs), "measured_half_width": round(measured[name], 4),
-            "added": sum(c.num.added + c.den.added for c in cs),
-            "projected_half_width": round(after, 4),
-            "status": ("settled after round 1" if measured[name] <= precision
-                       else "settled by the repeats added" if after <= precision
-                       else "open: over the budget or at --max-repeats")})
-    for c in comps:
-        before = half_width(sd, dof, len(c.num.times), len(c.den.times))
-        after = half_width(sd, dof, c.num.n, c.den.n)
-        extra = repeats_to_settle(sd, dof, c.num.n, c.den.n, precision)
-        cost = extra * (c.num.cost_s + c.den.cost_s) / 2 if extra > 0 else 0.0
-        result.comparisons.append({
-            "comparison": c.label(), "answer": c.answer(), "runs": f"{len(c.num.times)}+{len(c.den.times)}",
-            "measured_half_width": round(before, 4), "added": f"{c.num.added}+{c.den.added}",
-            "projected_half_width": round(after, 4),
-            "to_settle_runs": extra, "to_settle_min": round(cost / 60, 1),
-            "status": ("settled" if after <= precision
-                       else f"open: {extra} more runs (about {cost / 60:.1f} min) would settle it" if extra > 0
-                       else "open: more than 200 runs would be needed")})
+    measured = {name: result.answer_width(cs) for name, cs in answers.items()}
+    result.spend(answers, measured)
+    result.answers += [result.answer_row(name, cs, measured[name]) for name, cs in answers.items()]
+    result.comparisons += [result.comparison_row(c) for c in comps]
     return result
 
 

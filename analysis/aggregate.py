@@ -272,15 +272,9 @@ def history_rows(run_dir: Path, run_id: str) -> list:
     return rows
 
 
-def run_row(data: dict, result_path: Path, workflow: str | None = None) -> dict:
-    """One runs.csv row (`workflow`: see commands)."""
-    cfg, env = data["config"], data["env"]
-    summary = data.get("summary") or {}
-    breakdown = summary.get("step_breakdown_s") or {}
-    diag = data.get("diagnosis") or {}
-    row = {"run_id": data["run_id"], "run_name": data.get("run_name", result_path.parent.name),
-           "status": data["status"]}
-    row.update({k: _scalar(cfg.get(k)) for k in CONFIG_COLUMNS})
+def config_columns(cfg: dict, env: dict) -> dict:
+    """The run's settings, its loader variant and how many processes share a node's cores."""
+    row = {k: _scalar(cfg.get(k)) for k in CONFIG_COLUMNS}
     # A loader other than its framework's default is an experiment of its own (loader_variant);
     # the defaults stay one experiment, so PyG and DGL's classic loader are compared point by point.
     default_loader = registry.framework(cfg["framework"]).loaders[0]
@@ -291,16 +285,29 @@ def run_row(data: dict, result_path: Path, workflow: str | None = None) -> dict:
     row["processes"] = cfg["devices"] * (1 + cfg["workers"])
     cores = env.get("cpu_cores")
     row["oversubscribed"] = bool(cores and row["processes"] > cores)
-    row.update({k: summary.get(k) for k in SUMMARY_COLUMNS})
+    return row
+
+
+def summary_columns(summary: dict) -> dict:
+    """The summary's metrics, how precise its steady state is, and its mean step breakdown."""
+    breakdown = summary.get("step_breakdown_s") or {}
+    row = {k: summary.get(k) for k in SUMMARY_COLUMNS}
     prec = summary.get("precision") or {}
     row.update({k: prec.get(k) for k in PRECISION_COLUMNS})
     row.update({f"step_{p}": breakdown.get(p) for p in PHASE_COLUMNS})
     row["step_s"] = breakdown.get("step_s")
+    return row
+
+
+def outcome_columns(data: dict, result_path: Path, workflow: str | None = None) -> dict:
+    """When the run ran, how far it got, what it probed and diagnosed, and how to rerun it."""
+    cfg = data["config"]
+    diag = data.get("diagnosis") or {}
     per_rank_epochs = {}
     for e in data["epochs"]:
         per_rank_epochs[e["rank"]] = max(per_rank_epochs.get(e["rank"], 0), e["epoch"] + 1)
     probes = data.get("probes") or {}
-    row.update({
+    return {
         "wall_time_s": data["wall_time_s"], "started_at": data["started_at"],
         "cpu_busy_before": (data.get("machine_load") or {}).get("cpu_busy_percent_before"),
         "finished_at": data["finished_at"],
@@ -319,11 +326,16 @@ def run_row(data: dict, result_path: Path, workflow: str | None = None) -> dict:
         "diag_remedy": diag.get("remedy"), "detected_after_s": diag.get("detected_after_s"),
         **commands(data, result_path.parent, workflow), "run_dir": str(result_path.parent),
         "result_path": str(result_path),
-    })
-    # Modelled vs measured peak host memory (runners.memory.model, runners.memory.peak); a
-    # skipped point has neither, only its cap.
+    }
+
+
+def memory_columns(data: dict) -> dict:
+    """Modelled vs measured peak host memory (runners.memory.model, runners.memory.peak); a
+    skipped point has neither, only its cap."""
+    cfg, env = data["config"], data["env"]
     mem = data.get("memory") or {}
-    row.update({
+    diag = data.get("diagnosis") or {}
+    return {
         "mem_model_bytes": mem.get("model_bytes"),
         "mem_peak_bytes": mem.get("peak_bytes"), "mem_peak_source": mem.get("peak_source"),
         "mem_limit_bytes": mem.get("limit_bytes") or cfg.get("memory_limit_bytes") or None,
@@ -333,13 +345,24 @@ def run_row(data: dict, result_path: Path, workflow: str | None = None) -> dict:
         # the model of the processes a partitioned host's peak covers (server + trainers, no torchrun agent)
         "mem_model_sampled_bytes": ((env.get("partitioned") or {}).get("server") or {}).get("memory", {}).get(
             "model_sampled_bytes"),
-    })
+    }
+
+
+def run_row(data: dict, result_path: Path, workflow: str | None = None) -> dict:
+    """One runs.csv row (`workflow`: see commands)."""
+    summary = data.get("summary") or {}
+    row = {"run_id": data["run_id"], "run_name": data.get("run_name", result_path.parent.name),
+           "status": data["status"]}
+    row.update(config_columns(data["config"], data["env"]))
+    row.update(summary_columns(summary))
+    row.update(outcome_columns(data, result_path, workflow))
+    row.update(memory_columns(data))
     row.update(work_per_rank(data))
     # Throughput of the steady state: one epoch's seed nodes (all ranks) per steady epoch, so
     # runs that stopped after different numbers of epochs weigh their warm-up alike (not at all).
     seeds, steady = row.get("seed_nodes_per_epoch_all_ranks"), summary.get("steady_epoch_time_s")
     row["steady_seed_nodes_per_s"] = seeds / steady if seeds and steady else None
-    row.update(env_columns(env))
+    row.update(env_columns(data["env"]))
     return row
 
 
@@ -412,12 +435,74 @@ def rank_csvs(run_dir: Path, run_id: str, name: str) -> list:
     return frames
 
 
+@dataclass
+class _Rows:
+    """The tables' rows as the results are read, before they become frames."""
+
+    invalid: list
+    runs: list = field(default_factory=list)
+    epochs: list = field(default_factory=list)
+    steps: list = field(default_factory=list)
+    cpu: list = field(default_factory=list)
+    nvml: list = field(default_factory=list)
+    failures: list = field(default_factory=list)
+    history: list = field(default_factory=list)
+    graphs: dict = field(default_factory=dict)
+
+    def add_run(self, data: dict, path: Path, workflow: str | None) -> None:
+        """Node 0's result (the run) with its history, epochs and ranks' tables."""
+        rid, run_dir = data["run_id"], path.parent
+        self.runs.append(run_row(data, path, workflow))
+        graphs.collect(self.graphs, data)
+        self.history += history_rows(run_dir, rid)
+        self.epochs += epoch_rows(data)
+        self.steps += rank_csvs(run_dir, rid, "steps")
+        self.cpu += rank_csvs(run_dir, rid, "cpu")
+        self.nvml += rank_csvs(run_dir, rid, "nvml")  # each rank samples its own GPU
+        if data["status"] not in ("ok", "skipped"):  # skipped points never ran: nothing to diagnose
+            self.failures.append(deadlocks.failure_record(data, run_dir))
+
+    def join_nodes(self, node_results: list) -> None:
+        """A node's per-rank rows and its host's memory join its run (node 0's result sits one
+        directory above it)."""
+        parents = {Path(r["run_dir"]): r for r in self.runs}
+        host_peaks = {d: {0: r["mem_host_peak_bytes"]} for d, r in parents.items()}
+        for path, data, node in node_results:
+            rid = (parents.get(path.parent.parent) or {}).get("run_id")
+            if rid is None:
+                self.invalid.append({"path": str(path), "run_id": data["run_id"],
+                                     "reason": f"node {node} of a multi-node run whose node-0 result "
+                                               f"({RunDir(path.parent.parent).result}) is not among the "
+                                               "results; not a run of its own"})
+                continue
+            host_peaks[path.parent.parent][node] = host_peak(data)
+            self.epochs += epoch_rows(data, rid)
+            self.steps += rank_csvs(path.parent, rid, "steps")
+            self.cpu += rank_csvs(path.parent, rid, "cpu")
+        for d, r in parents.items():
+            r.update(host_peak_columns(host_peaks[d], r.get("nodes")))
+
+    def tables(self) -> Aggregate:
+        """The rows as the tidy table set."""
+
+        def concat(frames, columns):
+            return pd.concat(frames, ignore_index=True) if frames else _frame([], columns)
+
+        return Aggregate(
+            runs=_frame(self.runs, RUN_COLUMNS), epochs=_frame(self.epochs, EPOCH_COLUMNS),
+            steps=concat(self.steps, Aggregate.FILES["steps"]), cpu=concat(self.cpu, Aggregate.FILES["cpu"]),
+            nvml=concat(self.nvml, Aggregate.FILES["nvml"]), invalid=_frame(self.invalid, INVALID_COLUMNS),
+            failures=deadlocks.sort_failures(self.failures), history=_frame(self.history, HISTORY_COLUMNS),
+            datasets=graphs.records(self.graphs),
+        )
+
+
 def aggregate(paths, workflow: str | None = None) -> Aggregate:
     """Read, validate and flatten every result under `paths` (`workflow`: the snakemake
     command of the sweep, for the rerun commands; see commands)."""
     files, invalid = find_results(paths)
-    runs, epochs, steps, cpu, nvml, failures, past = [], [], [], [], [], [], []
-    seen, node_results, graphs_seen = {}, [], {}
+    rows = _Rows(invalid)
+    seen, node_results = {}, []
     for path in files:
         data, reason = read_result(path)
         if data is None:
@@ -436,45 +521,9 @@ def aggregate(paths, workflow: str | None = None) -> Aggregate:
                                       f"as {seen[rid]}; give repeats distinct --repeat values"})
             continue
         seen[rid] = path
-        run_dir = path.parent
-        runs.append(run_row(data, path, workflow))
-        graphs.collect(graphs_seen, data)
-        past += history_rows(run_dir, rid)
-        epochs += epoch_rows(data)
-        steps += rank_csvs(run_dir, rid, "steps")
-        cpu += rank_csvs(run_dir, rid, "cpu")
-        nvml += rank_csvs(run_dir, rid, "nvml")  # each rank samples its own GPU
-        if data["status"] not in ("ok", "skipped"):  # skipped points never ran: nothing to diagnose
-            failures.append(deadlocks.failure_record(data, run_dir))
-
-    # A node's per-rank rows and its host's memory join its run (node 0's result sits one directory above it).
-    parents = {Path(r["run_dir"]): r for r in runs}
-    host_peaks = {d: {0: r["mem_host_peak_bytes"]} for d, r in parents.items()}
-    for path, data, node in node_results:
-        rid = (parents.get(path.parent.parent) or {}).get("run_id")
-        if rid is None:
-            invalid.append({"path": str(path), "run_id": data["run_id"],
-                            "reason": f"node {node} of a multi-node run whose node-0 result "
-                                      f"({RunDir(path.parent.parent).result}) is not among the "
-                                      "results; not a run of its own"})
-            continue
-        host_peaks[path.parent.parent][node] = host_peak(data)
-        epochs += epoch_rows(data, rid)
-        steps += rank_csvs(path.parent, rid, "steps")
-        cpu += rank_csvs(path.parent, rid, "cpu")
-    for d, r in parents.items():
-        r.update(host_peak_columns(host_peaks[d], r.get("nodes")))
-
-    def concat(frames, columns):
-        return pd.concat(frames, ignore_index=True) if frames else _frame([], columns)
-
-    return Aggregate(
-        runs=_frame(runs, RUN_COLUMNS), epochs=_frame(epochs, EPOCH_COLUMNS),
-        steps=concat(steps, Aggregate.FILES["steps"]), cpu=concat(cpu, Aggregate.FILES["cpu"]),
-        nvml=concat(nvml, Aggregate.FILES["nvml"]), invalid=_frame(invalid, INVALID_COLUMNS),
-        failures=deadlocks.sort_failures(failures), history=_frame(past, HISTORY_COLUMNS),
-        datasets=graphs.records(graphs_seen),
-    )
+        rows.add_run(data, path, workflow)
+    rows.join_nodes(node_results)
+    return rows.tables()
 
 
 def main(argv=None) -> int:

@@ -23,6 +23,44 @@ def _key_text(v) -> str:
     return str(v)
 
 
+def _in_experiment_order(runs: pd.DataFrame) -> pd.DataFrame:
+    """Performance experiments first, fault-injection demonstrations last (runs keep their order within each)."""
+    order = sorted(set(runs["experiment"]), key=lambda x: ("fault injection" in x, x))
+    runs["experiment"] = pd.Categorical(runs["experiment"], categories=order, ordered=True)
+    return runs.sort_values("experiment", kind="stable").assign(experiment=lambda d: d["experiment"].astype(str))
+
+
+def _epochs_text(t: pd.Series, texts: pd.DataFrame, models: pd.Series, per_model_epochs: bool) -> str:
+    """The label's epochs: each model's where they are set per model, 'at most' for timing runs."""
+    if per_model_epochs:
+        same = texts[(texts["dataset"] == t["dataset"]) & (texts["device_type"] == t["device_type"])]
+        by_model = same.groupby(models.loc[same.index])["epochs"].first()
+        return "epochs " + ", ".join(f"{model_label(m)} {e}" for m, e in sorted(
+            by_model.items(), key=lambda x: MODEL_ORDER.index(x[0]) if x[0] in MODEL_ORDER else 99))
+    if t.get("until") == "precise":
+        return f"at most {t['epochs']} epochs"
+    return f"{t['epochs']} epochs"
+
+
+def _experiment_label(t: pd.Series, varying: list, epochs: str, split: bool) -> str:
+    """One run's experiment: dataset, device type, epochs, its kind of run, and the settings that vary."""
+    parts = [f"dataset {t['dataset']}", t["device_type"], epochs]
+    if t.get("until") == "precise":
+        parts.append(f"timing runs: until the epoch time is known to ±{float(t['precision']) * 100:.0f}%")
+    elif split:
+        parts.append("fixed schedule" + (", the seed study's harness" if t.get("harness") == "study" else ""))
+    if t.get("inject", "none") != "none":
+        parts.append(f"fault injection: {t['inject']}")
+    for k in varying:
+        if k in ("dataset", "device_type", "epochs", "inject", "until", "precision"):
+            continue
+        if t[k] in ("True", "False"):  # a switch reads as its name when on, nothing when off
+            parts += [k.replace("_", " ")] if t[k] == "True" else []
+        else:
+            parts.append(f"{k}={t[k]}")
+    return " · ".join(parts)
+
+
 def add_experiment(runs: pd.DataFrame, split: bool = False) -> pd.DataFrame:
     """Label every run with its experiment: the settings outside the swept grid axes.
 
@@ -38,49 +76,17 @@ def add_experiment(runs: pd.DataFrame, split: bool = False) -> pd.DataFrame:
         # Timing runs (epochs = a cap), fixed-schedule runs (epochs = the schedule, maybe per
         # model) and study-harness runs are labelled apart, so a per-model schedule stays one
         # experiment.
-        parts = [add_experiment(g, split=True) for _, g in runs.groupby(kinds, sort=False)]
-        labelled = pd.concat(parts)
-        order = sorted(set(labelled["experiment"]), key=lambda x: ("fault injection" in x, x))
-        labelled["experiment"] = pd.Categorical(labelled["experiment"], categories=order, ordered=True)
-        return labelled.sort_values("experiment", kind="stable").assign(
-            experiment=lambda d: d["experiment"].astype(str))
+        return _in_experiment_order(pd.concat([add_experiment(g, split=True)
+                                               for _, g in runs.groupby(kinds, sort=False)]))
     texts = runs[keys].map(_key_text)
     varying = [k for k in keys if (texts.groupby(runs["model"])[k].nunique().max()
                                    if k in MODEL_KEYS else texts[k].nunique()) > 1]
     # Epochs may be set per model (a model that needs more steps to learn); then the label
     # names each model's epochs, so both models stay in one experiment.
     per_model_epochs = "epochs" not in varying and texts["epochs"].nunique() > 1
-    labels = []
-    for _, t in texts.iterrows():
-        if per_model_epochs:
-            same = texts[(texts["dataset"] == t["dataset"]) & (texts["device_type"] == t["device_type"])]
-            by_model = same.groupby(runs.loc[same.index, "model"])["epochs"].first()
-            epochs = "epochs " + ", ".join(f"{model_label(m)} {e}" for m, e in sorted(
-                by_model.items(), key=lambda x: MODEL_ORDER.index(x[0]) if x[0] in MODEL_ORDER else 99))
-        elif t.get("until") == "precise":
-            epochs = f"at most {t['epochs']} epochs"
-        else:
-            epochs = f"{t['epochs']} epochs"
-        parts = [f"dataset {t['dataset']}", t["device_type"], epochs]
-        if t.get("until") == "precise":
-            parts.append(f"timing runs: until the epoch time is known to ±{float(t['precision']) * 100:.0f}%")
-        elif split:
-            parts.append("fixed schedule" + (", the seed study's harness" if t.get("harness") == "study" else ""))
-        if t.get("inject", "none") != "none":
-            parts.append(f"fault injection: {t['inject']}")
-        for k in varying:
-            if k in ("dataset", "device_type", "epochs", "inject", "until", "precision"):
-                continue
-            if t[k] in ("True", "False"):  # a switch reads as its name when on, nothing when off
-                parts += [k.replace("_", " ")] if t[k] == "True" else []
-            else:
-                parts.append(f"{k}={t[k]}")
-        labels.append(" · ".join(parts))
-    runs["experiment"] = labels
-    # Performance experiments first, fault-injection demonstrations last.
-    order = sorted(set(labels), key=lambda x: ("fault injection" in x, x))
-    runs["experiment"] = pd.Categorical(labels, categories=order, ordered=True)
-    return runs.sort_values("experiment", kind="stable").assign(experiment=lambda d: d["experiment"].astype(str))
+    runs["experiment"] = [_experiment_label(t, varying, _epochs_text(t, texts, runs["model"], per_model_epochs), split)
+                          for _, t in texts.iterrows()]
+    return _in_experiment_order(runs)
 
 
 def performance_runs(runs: pd.DataFrame) -> pd.DataFrame:

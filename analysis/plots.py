@@ -46,9 +46,7 @@ def _ordered(values, order):
 
 
 def _figure(nrows: int, ncols: int, w: float, h: float):
-    fig, axes = plt.subplots(nrows, ncols, figsize=(w * ncols, h * nrows + 0.8), squeeze=False,
-                             layout="constrained")
-    return fig, axes
+    return plt.subplots(nrows, ncols, figsize=(w * ncols, h * nrows + 0.8), squeeze=False, layout="constrained")
 
 
 def _finish(fig, title: str, handles, ncol: int = 7) -> None:
@@ -336,20 +334,58 @@ def resources_over_time(runs: pd.DataFrame, cpu: pd.DataFrame, nvml: pd.DataFram
 STATUS_CODES = {s: i for i, s in enumerate(list(STATUSES) + ["not run"])}
 
 
-def status_map(runs: pd.DataFrame):
-    """Outcome of every grid point: rows model x devices x workers, columns batch x framework."""
-    title = "Outcome of every configuration"
-    if runs.empty:
-        return placeholder(title, "No valid results were found.")
-    exps = list(dict.fromkeys(runs["experiment"]))
+def _status_layouts(runs: pd.DataFrame) -> list:
+    """Per experiment (exp, its runs, row keys (model, devices, workers), column keys (batch, framework))."""
     layouts = []
-    for exp in exps:
+    for exp in dict.fromkeys(runs["experiment"]):
         g = runs[runs["experiment"] == exp]
         rkeys = sorted({(r.model, r.devices, r.workers) for r in g.itertuples()},
                        key=lambda k: (MODEL_ORDER.index(k[0]) if k[0] in MODEL_ORDER else 9, k[1], k[2]))
         ckeys = sorted({(r.batch_size, r.framework) for r in g.itertuples()},
                        key=lambda k: (k[0], FRAMEWORK_ORDER.index(k[1]) if k[1] in FRAMEWORK_ORDER else 9))
         layouts.append((exp, g, rkeys, ckeys))
+    return layouts
+
+
+def _status_panel(ax, exp: str, g: pd.DataFrame, rkeys: list, ckeys: list, max_cols: int, cmap, norm) -> None:
+    """One experiment's grid, each cell the worst outcome over its repeats, as wide as in every panel."""
+    grid = np.full((len(rkeys), len(ckeys)), STATUS_CODES["not run"])
+    text = [["" for _ in ckeys] for _ in rkeys]
+    for (i, rk), (j, ck) in ((a, b) for a in enumerate(rkeys) for b in enumerate(ckeys)):
+        cell = g[(g["model"] == rk[0]) & (g["devices"] == rk[1]) & (g["workers"] == rk[2])
+                 & (g["batch_size"] == ck[0]) & (g["framework"] == ck[1])]
+        if cell.empty:
+            continue
+        st = worst_status(set(cell["status"]))
+        grid[i, j] = STATUS_CODES[st]
+        n_bad = (cell["status"] != "ok").sum()
+        text[i][j] = st if n_bad in (0, len(cell)) else f"{n_bad}/{len(cell)} {st}"
+    ax.imshow(grid, cmap=cmap, norm=norm, aspect="auto")
+    for i in range(len(rkeys)):
+        for j in range(len(ckeys)):
+            ax.text(j, i, text[i][j], ha="center", va="center", fontsize=8,
+                    color="white" if grid[i, j] not in (STATUS_CODES["not run"],) else "#999999")
+    ax.set_xticks(range(len(ckeys)))
+    ax.set_xticklabels([f"{framework_label(f)}\nbatch {b}" for b, f in ckeys], fontsize=8)
+    ax.set_yticks(range(len(rkeys)))
+    ax.set_yticklabels([f"{model_label(m)}, {d} dev, {w} wkr" for m, d, w in rkeys], fontsize=8)
+    ax.set_xticks(np.arange(len(ckeys) + 1) - 0.5, minor=True)
+    ax.set_yticks(np.arange(len(rkeys) + 1) - 0.5, minor=True)
+    ax.grid(which="minor", color="white", linewidth=1.5)
+    ax.grid(which="major", visible=False)
+    ax.tick_params(which="minor", length=0)
+    ax.set_xlim(-0.5, max_cols - 0.5)  # equal cell widths in every panel
+    for side in ("top", "right", "bottom", "left"):
+        ax.spines[side].set_visible(False)
+    ax.set_title(exp, fontsize=9, loc="left")
+
+
+def status_map(runs: pd.DataFrame):
+    """Outcome of every grid point: rows model x devices x workers, columns batch x framework."""
+    title = "Outcome of every configuration"
+    if runs.empty:
+        return placeholder(title, "No valid results were found.")
+    layouts = _status_layouts(runs)
     max_cols = max(4, max(len(c) for *_, c in layouts))  # at least 4 cell widths: no huge cells
     width = 0.9 * max_cols + 3.0
     heights = [0.32 * len(r) + 0.7 for _, _, r, _ in layouts]
@@ -359,35 +395,7 @@ def status_map(runs: pd.DataFrame):
     cmap = ListedColormap(colours)
     norm = BoundaryNorm(np.arange(len(colours) + 1) - 0.5, len(colours))
     for ax, (exp, g, rkeys, ckeys) in zip(axes[:, 0], layouts):
-        grid = np.full((len(rkeys), len(ckeys)), STATUS_CODES["not run"])
-        text = [["" for _ in ckeys] for _ in rkeys]
-        for (i, rk), (j, ck) in ((a, b) for a in enumerate(rkeys) for b in enumerate(ckeys)):
-            cell = g[(g["model"] == rk[0]) & (g["devices"] == rk[1]) & (g["workers"] == rk[2])
-                     & (g["batch_size"] == ck[0]) & (g["framework"] == ck[1])]
-            if cell.empty:
-                continue
-            st = worst_status(set(cell["status"]))
-            grid[i, j] = STATUS_CODES[st]
-            n_bad = (cell["status"] != "ok").sum()
-            text[i][j] = st if n_bad in (0, len(cell)) else f"{n_bad}/{len(cell)} {st}"
-        ax.imshow(grid, cmap=cmap, norm=norm, aspect="auto")
-        for i in range(len(rkeys)):
-            for j in range(len(ckeys)):
-                ax.text(j, i, text[i][j], ha="center", va="center", fontsize=8,
-                        color="white" if grid[i, j] not in (STATUS_CODES["not run"],) else "#999999")
-        ax.set_xticks(range(len(ckeys)))
-        ax.set_xticklabels([f"{framework_label(f)}\nbatch {b}" for b, f in ckeys], fontsize=8)
-        ax.set_yticks(range(len(rkeys)))
-        ax.set_yticklabels([f"{model_label(m)}, {d} dev, {w} wkr" for m, d, w in rkeys], fontsize=8)
-        ax.set_xticks(np.arange(len(ckeys) + 1) - 0.5, minor=True)
-        ax.set_yticks(np.arange(len(rkeys) + 1) - 0.5, minor=True)
-        ax.grid(which="minor", color="white", linewidth=1.5)
-        ax.grid(which="major", visible=False)
-        ax.tick_params(which="minor", length=0)
-        ax.set_xlim(-0.5, max_cols - 0.5)  # equal cell widths in every panel
-        for side in ("top", "right", "bottom", "left"):
-            ax.spines[side].set_visible(False)
-        ax.set_title(exp, fontsize=9, loc="left")
+        _status_panel(ax, exp, g, rkeys, ckeys, max_cols, cmap, norm)
     handles = [Patch(color=STATUS_COLOURS[s], label=s) for s in STATUS_CODES]
     _finish(fig, "Outcome of every configuration\n(worst over repeats)" if width < 8 else title + " (worst outcome over repeats)",
             handles, ncol=max(2, int(width / 1.1)))
@@ -522,6 +530,51 @@ def _median_config(rows: pd.DataFrame) -> tuple:
     return r["batch_size"], r["workers"]
 
 
+def _projected_line(ax, s: pd.DataFrame, val: pd.DataFrame, colour) -> None:
+    """A configuration: projected speed-up and band, measured points, out-of-sample points (hollow)."""
+    ax.plot(s["devices"], s["speedup"], color=colour, linewidth=1.4, linestyle="--")
+    ax.fill_between(s["devices"], s["speedup_low"].fillna(s["speedup"]), s["speedup_high"].fillna(s["speedup"]),
+                    color=colour, alpha=0.18, linewidth=0)
+    t1 = s.loc[s["devices"] == 1, "measured_s"]
+    t1 = float(t1.iloc[0]) if len(t1) else float("nan")
+    m = s[s["measured_s"].notna()]
+    ax.plot(m["devices"], t1 / m["measured_s"], color=colour, marker="o", linestyle="none", markersize=6)
+    v = val[val["reason"].isna()] if len(val) else val
+    if len(v):
+        pred = t1 / v["predicted_s"]
+        # clipped: a point estimate may sit just outside its bootstrap interval
+        err = np.clip(np.vstack([(pred - t1 / v["high_s"]).to_numpy(), (t1 / v["low_s"] - pred).to_numpy()]),
+                      0, None)
+        ax.errorbar(v["devices"] * 1.06, pred, yerr=err, color=colour, marker="D", markersize=5,
+                    markerfacecolor="white", linestyle="none", capsize=3)
+
+
+def _projection_panel(ax, proj: pd.DataFrame, val: pd.DataFrame, model, frameworks: list, devices: list) -> None:
+    """A model: each framework's median configuration, the ideal line, where the host is oversubscribed."""
+    picked, over = [], []
+    for fw in frameworks:
+        rows = proj[(proj["model"] == model) & (proj["framework"] == fw)]
+        if rows.empty:
+            continue
+        batch, workers = _median_config(rows)
+        s = rows[(rows["batch_size"] == batch) & (rows["workers"] == workers)].sort_values("devices")
+        picked.append(f"{framework_label(fw)} b{batch} w{workers}")
+        over += list(s["oversubscribed_from"].dropna())
+        v = val[(val["model"] == model) & (val["framework"] == fw) & (val["batch_size"] == batch)
+                & (val["workers"] == workers)] if len(val) else val
+        _projected_line(ax, s, v, FRAMEWORK_COLOURS.get(fw, "k"))
+    ax.plot(devices, devices, color="#888888", linestyle=":", linewidth=1, zorder=0)
+    # where the drawn configurations run more processes than the host has cores
+    if over and min(over) <= max(devices):
+        ax.axvspan(min(over) / 1.12, max(devices) * 1.25, color="#999999", alpha=0.12, linewidth=0)
+        ax.text(min(over) / 1.1, 0.97, "oversubscribed", transform=blended_transform_factory(ax.transData,
+                ax.transAxes), fontsize=7.5, color="#555555", va="top")
+    _devices_axis(ax, devices)
+    ax.set_ylim(bottom=0)
+    ax.set_title(f"{model_label(model)}: {', '.join(picked)}", fontsize=9)
+    ax.set_xlabel("devices (processes)")
+
+
 def projection_bands(proj: pd.DataFrame, val: pd.DataFrame):
     """Speed-up over 1 device against devices (analysis.project), one panel per model, at each
     framework's median configuration: measured points, the projection's line and 95% band, and
@@ -534,43 +587,7 @@ def projection_bands(proj: pd.DataFrame, val: pd.DataFrame):
     fig, axes = _figure(1, len(models), 4.6, 3.2)
     devices = sorted(proj["devices"].unique())
     for ax, model in zip(axes[0], models):
-        picked, over = [], []
-        for fw in frameworks:
-            rows = proj[(proj["model"] == model) & (proj["framework"] == fw)]
-            if rows.empty:
-                continue
-            batch, workers = _median_config(rows)
-            s = rows[(rows["batch_size"] == batch) & (rows["workers"] == workers)].sort_values("devices")
-            colour = FRAMEWORK_COLOURS.get(fw, "k")
-            picked.append(f"{framework_label(fw)} b{batch} w{workers}")
-            over += list(s["oversubscribed_from"].dropna())
-            ax.plot(s["devices"], s["speedup"], color=colour, linewidth=1.4, linestyle="--")
-            ax.fill_between(s["devices"], s["speedup_low"].fillna(s["speedup"]), s["speedup_high"].fillna(s["speedup"]),
-                            color=colour, alpha=0.18, linewidth=0)
-            t1 = s.loc[s["devices"] == 1, "measured_s"]
-            t1 = float(t1.iloc[0]) if len(t1) else float("nan")
-            m = s[s["measured_s"].notna()]
-            ax.plot(m["devices"], t1 / m["measured_s"], color=colour, marker="o", linestyle="none", markersize=6)
-            v = val[(val["model"] == model) & (val["framework"] == fw) & (val["batch_size"] == batch)
-                    & (val["workers"] == workers)] if len(val) else val
-            v = v[v["reason"].isna()] if len(v) else v
-            if len(v):
-                pred = t1 / v["predicted_s"]
-                # clipped: a point estimate may sit just outside its bootstrap interval
-                err = np.clip(np.vstack([(pred - t1 / v["high_s"]).to_numpy(), (t1 / v["low_s"] - pred).to_numpy()]),
-                              0, None)
-                ax.errorbar(v["devices"] * 1.06, pred, yerr=err, color=colour, marker="D", markersize=5,
-                            markerfacecolor="white", linestyle="none", capsize=3)
-        ax.plot(devices, devices, color="#888888", linestyle=":", linewidth=1, zorder=0)
-        # where the drawn configurations run more processes than the host has cores
-        if over and min(over) <= max(devices):
-            ax.axvspan(min(over) / 1.12, max(devices) * 1.25, color="#999999", alpha=0.12, linewidth=0)
-            ax.text(min(over) / 1.1, 0.97, "oversubscribed", transform=blended_transform_factory(ax.transData,
-                    ax.transAxes), fontsize=7.5, color="#555555", va="top")
-        _devices_axis(ax, devices)
-        ax.set_ylim(bottom=0)
-        ax.set_title(f"{model_label(model)}: {', '.join(picked)}", fontsize=9)
-        ax.set_xlabel("devices (processes)")
+        _projection_panel(ax, proj, val, model, frameworks, devices)
     axes[0][0].set_ylabel("speed-up over 1 device (×)")
     handles = [Patch(facecolor=FRAMEWORK_COLOURS.get(f, "k"), alpha=0.5, label=f"{framework_label(f)}: projected, "
                      "95% band") for f in frameworks]

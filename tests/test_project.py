@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import PHASE_COLUMNS, project
+from analysis import PHASE_COLUMNS, project, projection_measured, projection_model, projection_report
 from runners.harness import split_seeds
 
 SEEDS, BATCH = 4096, 512        # 8 steps at 1 device, 4 at 2, 2 at 4, 1 at 8
@@ -91,7 +91,7 @@ def test_an_exact_alpha_beta_world_is_predicted_exactly_in_and_out_of_sample():
             assert p["low_s"] == pytest.approx(p["predicted_s"], rel=1e-9)  # no noise, no interval
             assert p["allreduce_s"] == pytest.approx(p["steps"] * ar(n), rel=1e-9)
             assert p["wait_s"] == pytest.approx(0, abs=1e-12)
-    assert "FAILS" not in project.verdict(res["validation"])
+    assert "FAILS" not in projection_report.verdict(res["validation"])
     # in sample, the backward beyond its compute is exactly the all-reduce: no waiting in this world
     t = res["terms"].set_index("framework")
     assert t["residual_step_s"].to_numpy() == pytest.approx([ar(2)] * 2, rel=1e-9)
@@ -125,14 +125,14 @@ def test_the_fallback_without_a_micro_benchmark_takes_alpha_from_the_other_confi
 def test_the_usl_fit_recovers_known_sigma_and_kappa():
     sigma, kappa = 0.05, 0.002
     ns = [1, 2, 4, 8, 16]
-    times = [10.0 / project.usl_speedup(n, sigma, kappa) for n in ns]
-    fit = project.fit_usl(ns, times)
+    times = [10.0 / projection_model.usl_speedup(n, sigma, kappa) for n in ns]
+    fit = projection_model.fit_usl(ns, times)
     assert fit["sigma"] == pytest.approx(sigma, rel=1e-6) and fit["kappa"] == pytest.approx(kappa, rel=1e-6)
     assert fit["retrograde"] and fit["peak_devices"] == pytest.approx(math.sqrt((1 - sigma) / kappa))
-    amdahl = project.fit_usl(ns, [10.0 / project.usl_speedup(n, 0.1, 0.0) for n in ns])
+    amdahl = projection_model.fit_usl(ns, [10.0 / projection_model.usl_speedup(n, 0.1, 0.0) for n in ns])
     assert amdahl["kappa"] == pytest.approx(0, abs=1e-9) and not amdahl["retrograde"]
     with pytest.raises(ValueError, match="3 or more device counts"):
-        project.fit_usl([1, 2], [1.0, 0.6])
+        projection_model.fit_usl([1, 2], [1.0, 0.6])
 
 
 def test_three_measured_device_counts_get_a_usl_row():
@@ -147,23 +147,24 @@ def test_steps_follow_the_harness_split():
         for batch in (128, 1024):
             for n in (1, 2, 3, 4, 8):
                 share = len(split_seeds(np.arange(seeds), 0, n, 0, batch, False))
-                assert project.steps_at(seeds, batch, n) == -(-share // batch)
-    assert project.steps_at(3900, 256, 1, max_steps=5) == 5
+                assert projection_model.steps_at(seeds, batch, n) == -(-share // batch)
+    assert projection_model.steps_at(3900, 256, 1, max_steps=5) == 5
 
 
 def test_waiting_for_the_slowest_rank_is_the_expected_maximum():
-    assert project.expected_max([1.0, 2.0], 2) == pytest.approx(1.75)  # max of two draws
-    assert project.wait_factor([1.0, 2.0], 2) == pytest.approx(1.75 / 1.5 - 1)
-    assert project.wait_factor([1.0, 2.0], 1) == 0 and project.wait_factor([3.0] * 5, 16) == pytest.approx(0)
+    assert projection_model.expected_max([1.0, 2.0], 2) == pytest.approx(1.75)  # max of two draws
+    assert projection_model.wait_factor([1.0, 2.0], 2) == pytest.approx(1.75 / 1.5 - 1)
+    assert projection_model.wait_factor([1.0, 2.0], 1) == 0
+    assert projection_model.wait_factor([3.0] * 5, 16) == pytest.approx(0)
     rng = np.random.default_rng(0)
     x = rng.normal(1, 0.1, 20000)
-    assert project.wait_factor(x, 2) == pytest.approx(0.1 / math.sqrt(math.pi), rel=0.05)  # E[max of 2 N(0,1)]
+    assert projection_model.wait_factor(x, 2) == pytest.approx(0.1 / math.sqrt(math.pi), rel=0.05)  # E[max of 2 N(0,1)]
 
 
 def test_contention_grows_linearly_and_speedups_do_not_extrapolate():
-    assert project.contention(1.25, 1) == 1 and project.contention(1.25, 4) == pytest.approx(1.75)
-    assert project.contention(0.9, 8) == pytest.approx(0.9) and project.contention(math.nan, 8) == 1
-    assert project.buckets(4 * PARAMS) == 1 and project.buckets(2**20 + 25 * 2**20 + 1) == 3
+    assert projection_model.contention(1.25, 1) == 1 and projection_model.contention(1.25, 4) == pytest.approx(1.75)
+    assert projection_model.contention(0.9, 8) == pytest.approx(0.9) and projection_model.contention(math.nan, 8) == 1
+    assert projection_model.buckets(4 * PARAMS) == 1 and projection_model.buckets(2**20 + 25 * 2**20 + 1) == 3
 
 
 def test_where_it_stops():
@@ -180,7 +181,8 @@ def test_a_model_that_fails_says_so():
     v = pd.DataFrame([{"experiment": "e", "framework": "pyg", "model": "sage", "batch_size": 1, "workers": 0,
                        "devices": 2, "error": e, "inside": ok, "reason": None}
                       for e, ok in ((0.5, False), (0.4, False), (0.01, True))])
-    assert "FAILS" in project.verdict(v) and "1 of 3" in project.verdict(v) and "+50%" in project.verdict(v)
+    text = projection_report.verdict(v)
+    assert "FAILS" in text and "1 of 3" in text and "+50%" in text
 
 
 def test_a_configuration_without_a_1_device_run_is_projected_from_its_schedule_twin():
@@ -226,15 +228,15 @@ def test_the_cli_prints_both_tables(tmp_path, capsys):
 
 def test_a_micro_benchmark_from_elsewhere_is_named():
     runs = pd.DataFrame({"backend": ["nccl"], "env_hostname": ["gpu-node"], "env_cpu_cores": [2]})
-    notes = project.collectives_notes({**COLL, "backend": "gloo", "host": "laptop", "cores": 2}, runs)
+    notes = projection_measured.collectives_notes({**COLL, "backend": "gloo", "host": "laptop", "cores": 2}, runs)
     assert notes == ["the micro-benchmark's backend is gloo, the runs' nccl",
                      "the micro-benchmark's host is laptop, the runs' gpu-node"]
-    assert "no all-reduce micro-benchmark" in project.collectives_notes(None, runs)[0]
+    assert "no all-reduce micro-benchmark" in projection_measured.collectives_notes(None, runs)[0]
 
 
 def test_a_share_smaller_than_a_batch_makes_a_smaller_step():
     # 16 ranks share 4096 seeds: 256 each, one half batch per rank
-    assert project.step_seeds(SEEDS, BATCH, 16) == 256 and project.step_seeds(3900, 1024, 2) == 975
+    assert projection_model.step_seeds(SEEDS, BATCH, 16) == 256 and projection_model.step_seeds(3900, 1024, 2) == 975
     res = project.project(*world(), devices=[16], collectives=COLL, draws=10)
     g = 1 + (R - 1) * 15
     ph = PHASES["pyg"]
@@ -261,6 +263,6 @@ def test_missing_data_gives_empty_tables_not_errors():
     runs, epochs, steps = world(devices=(1,))
     res = project.project(runs, epochs, steps, devices=[4], collectives=COLL, draws=5)
     assert res["projection"].empty and res["validation"].empty  # no 1 -> 2 contention measured anywhere
-    assert "No multi-device point" in project.format_tables(res)
+    assert "No multi-device point" in projection_report.format_tables(res)
     none = project.project(runs.iloc[:0], epochs.iloc[:0], steps.iloc[:0], devices=[4], collectives=None, draws=5)
-    assert none["projection"].empty and "No multi-device point" in project.format_tables(none)
+    assert none["projection"].empty and "No multi-device point" in projection_report.format_tables(none)

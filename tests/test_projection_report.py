@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis import REPORT_PLOTS, REPORT_TABLES, aggregate, answers, project, report
+from analysis import REPORT_PLOTS, REPORT_TABLES, aggregate, answers, project, projection_report, report
 from analysis.aggregate import Aggregate
 from tests.test_project import COLL, PHASES, expected, world
 
@@ -20,12 +20,12 @@ SCHEMA_1 = Path(__file__).resolve().parent / "data" / "schema1" / "result.json"
 
 
 def res_of(frames, **kw):
-    return project.project(*frames, devices=list(project.REPORT_DEVICES), draws=kw.pop("draws", 20), **kw)
+    return project.project(*frames, devices=list(projection_report.REPORT_DEVICES), draws=kw.pop("draws", 20), **kw)
 
 
 def said(res, measured=(1, 2)) -> str:
     exp = res["projection"]["experiment"].iloc[0] if len(res["projection"]) else "e"
-    return "".join(t for t, _ in project.answer_parts(res, exp, list(measured)))
+    return "".join(t for t, _ in projection_report.answer_parts(res, exp, list(measured)))
 
 
 def test_the_sentence_quotes_the_median_configuration_the_host_and_the_check():
@@ -36,9 +36,9 @@ def test_the_sentence_quotes_the_median_configuration_the_host_and_the_check():
                          f"({s['dgl']:.1f}–{s['dgl']:.1f}) over 1 (median configuration); a 2-core host is "
                          "oversubscribed from 3 ranks; checked on the measured 2-device points: 2 of 2 inside their "
                          "intervals, median error 0 %.")
-    parts = project.answer_parts(res, res["projection"]["experiment"].iloc[0], [1, 2])
+    parts = projection_report.answer_parts(res, res["projection"]["experiment"].iloc[0], [1, 2])
     links = [h for _, h in parts if h]
-    assert project.VALIDATION_ANCHOR in links and sum(h.startswith("#projection-") for h in links) == 2
+    assert projection_report.VALIDATION_ANCHOR in links and sum(h.startswith("#projection-") for h in links) == 2
     assert len(said(res).split()) <= 50
 
 
@@ -68,10 +68,10 @@ def test_a_failed_check_is_said_first_and_plainly():
 def test_a_large_median_error_fails_the_check_even_with_every_point_inside():
     v = pd.DataFrame([{"experiment": "e", "framework": "pyg", "model": "sage", "batch_size": 1, "workers": 0,
                        "devices": 2, "error": e, "inside": True, "reason": None} for e in (0.2, -0.3, 0.25)])
-    c = project.check(v)
+    c = projection_report.check(v)
     assert c["inside"] == 3 and c["fails"] and c["median_error"] == pytest.approx(0.25)
-    assert "FAILS this check: a median error above 15%" in project.verdict(v)
-    assert not project.check(v.assign(error=0.05))["fails"]
+    assert "FAILS this check: a median error above 15%" in projection_report.verdict(v)
+    assert not projection_report.check(v.assign(error=0.05))["fails"]
 
 
 def test_nothing_projected_says_not_measured():
@@ -80,7 +80,8 @@ def test_nothing_projected_says_not_measured():
                               "devices.")
     res = res_of(world(devices=(2,)), collectives=COLL)
     assert said(res, [2]).startswith("Not measured: ok timing runs at 2 devices only")
-    assert project.answer_parts(None, None, []) == [("Not measured: no ok timing run to project from.", "#projection")]
+    assert projection_report.answer_parts(None, None, []) == [
+        ("Not measured: no ok timing run to project from.", "#projection")]
 
 
 def test_one_configuration_is_projected_but_unchecked():
