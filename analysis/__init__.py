@@ -7,6 +7,8 @@ The names below are shared by every module so labels and colours agree everywher
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from runners import record  # light: no torch or pandas
 from runners.adapters import registry  # light: no torch, PyG or DGL
 from runners.config import field_names  # light: the settings' declarations
@@ -70,46 +72,80 @@ def model_label(name) -> str:
     return MODEL_LABELS.get(str(name), str(name))
 
 
-# Every table and plot analysis.report writes beside index.html (its ASSETS), named once here,
-# in a light module, so that the workflow declares them without importing the report's
-# dependencies: name -> the section of `snakemake --report` it goes to (and, for a plot, its
-# caption's name under workflows/report/).
+# CPU use (%) by other work just before a run's launch above which its timing is suspect
+# (runners.run measures it before every launch).
+BUSY_WARN_PERCENT = 25
+
+
+# -- the report's assets ----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Asset:
+    """A table or plot analysis.report writes beside index.html (a table as NAME.csv and
+    NAME.html, a plot as NAME.png). `section`: where `snakemake --report` files it; `builder`:
+    "module:function" under analysis, imported only when the report renders, called with the
+    attributes `inputs` of the render's analysis.context.Context ("*name" unpacks one);
+    `part`: the key of this asset where the builder returns several; `caption`: its caption
+    file under workflows/report/ (default: its name); `optional`: written only when it has rows,
+    so the workflow does not declare it."""
+    section: str
+    builder: str
+    inputs: tuple = ()
+    part: str = ""
+    caption: str = ""
+    optional: bool = False
+
+
+# Declared once here, in a light module, so that the workflow declares the report's outputs
+# without importing the report's dependencies; the report builds and writes them in this order.
 REPORT_TABLES = {
-    "table2": "Timing",
-    "speed": "Timing",
-    "paper_comparison": "Timing",
-    "study_work": "Seed study explained",
-    "study_time": "Seed study explained",
-    "scaling": "Timing",
-    "speedup_gap": "Timing",
-    "projection": "Timing",
-    "projection_validation": "Timing",
-    "workers": "Timing",
-    "batch": "Timing",
-    "plan": "Timing",
-    "adaptive": "Timing",
-    "lanes": "Timing",
-    "loaders": "Timing",
-    "partitioned": "Timing",
-    "breakdown": "Timing",
-    "throughput": "Timing",
-    "accuracy": "Accuracy",
-    "deadlocks": "Hangs and failures",
-    "environment": "Setup",
-    "fairness": "Setup",
-    "runs": "Runs",
-    "invalid": "Runs",
+    "table2": Asset("Timing", "tables.paper:training_time_table", ("points",)),
+    "speed": Asset("Timing", "tables.speed:speed_table", ("speed", "perf")),
+    "paper_comparison": Asset("Timing", "tables.paper:paper_comparison", ("points", "paper")),
+    "study_work": Asset("Seed study explained", "tables.study:study_work_table", ("runs",)),
+    "study_time": Asset("Seed study explained", "tables.study:study_time_table", ("points",)),
+    "scaling": Asset("Timing", "tables.scaling:scaling_table", ("scaling",)),
+    "speedup_gap": Asset("Timing", "speedup_gap:gap_table", ("gap",)),
+    "projection": Asset("Timing", "project:report_tables", ("projection",), part="projection"),
+    "projection_validation": Asset("Timing", "project:report_tables", ("projection",),
+                                   part="projection_validation"),
+    "workers": Asset("Timing", "tables.axes:workers_table", ("points", "runs")),
+    "batch": Asset("Timing", "tables.axes:batch_table", ("points", "runs")),
+    "plan": Asset("Timing", "records:plan_table", ("plan",)),
+    "adaptive": Asset("Timing", "records:adaptive_table", ("agg.plan",)),
+    "lanes": Asset("Timing", "lanes:lanes_table", ("runs",)),
+    "loaders": Asset("Timing", "loaders:loaders_table", ("runs",)),
+    "partitioned": Asset("Timing", "partitioned:partitioned_table", ("runs",)),
+    "memory_model": Asset("Resources", "records:memory_table", ("runs",), optional=True),
+    "breakdown": Asset("Timing", "tables.steps:breakdown_table", ("points",)),
+    "throughput": Asset("Timing", "tables.steps:throughput_table", ("points",)),
+    "accuracy": Asset("Accuracy", "tables.accuracy:accuracy_table", ("points",)),
+    "deadlocks": Asset("Hangs and failures", "records:deadlocks_table", ("agg.failures",)),
+    "environment": Asset("Setup", "records:environment_table", ("runs",)),
+    "fairness": Asset("Setup", "records:fairness_table", ("runs",)),
+    "runs": Asset("Runs", "records:runs_table", ("runs",)),
+    "invalid": Asset("Runs", "records:invalid_table", ("agg.invalid",)),
 }
 REPORT_PLOTS = {
-    "summary": ("Timing", "summary"),
-    "status_map": ("Hangs and failures", "status_map"),
-    "runtime_vs_devices": ("Timing", "runtime_vs_devices"),
-    "runtime_vs_devices_all": ("Timing", "runtime_vs_devices_all"),
-    "speedup": ("Timing", "speedup"),
-    "speedup_gap": ("Timing", "speedup_gap_plot"),
-    "projection": ("Timing", "projection_plot"),
-    "breakdown": ("Timing", "breakdown_plot"),
-    "breakdown_all": ("Timing", "breakdown_all"),
-    "throughput": ("Timing", "throughput_plot"),
-    "resources": ("Resources", "resources"),
+    "summary": Asset("Timing", "plots:framework_ratios", ("main_speed",)),
+    "status_map": Asset("Hangs and failures", "plots:status_map", ("runs",)),
+    "runtime_vs_devices": Asset("Timing", "plots:runtime_vs_devices", ("drawn.runtime_vs_devices",)),
+    "runtime_vs_devices_all": Asset("Timing", "plots:runtime_vs_devices", ("drawn.runtime_vs_devices_all",)),
+    "speedup": Asset("Timing", "plots:speedup_vs_devices", ("drawn.speedup",)),
+    "speedup_gap": Asset("Timing", "plots:gap_bars", ("gap",), caption="speedup_gap_plot"),
+    "projection": Asset("Timing", "plots:projection_bands", ("*main_projection",), caption="projection_plot"),
+    "breakdown": Asset("Timing", "plots:breakdown_bars", ("drawn.breakdown",), caption="breakdown_plot"),
+    "breakdown_all": Asset("Timing", "plots:breakdown_bars", ("drawn.breakdown_all",)),
+    "throughput": Asset("Timing", "plots:throughput_vs_batch", ("drawn.throughput",), caption="throughput_plot"),
+    "resources": Asset("Resources", "plots:resources_over_time", ("runs", "agg.cpu", "agg.nvml", "resource_runs")),
 }
+
+
+def declared(assets: dict) -> dict:
+    """The assets the workflow declares as outputs: name -> Asset, optional ones left out."""
+    return {name: a for name, a in assets.items() if not a.optional}
+
+
+def caption_name(name: str, asset: Asset) -> str:
+    """The caption file's name (without .rst, under workflows/report/) of the asset `name`."""
+    return asset.caption or name

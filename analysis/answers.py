@@ -19,16 +19,19 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from analysis import FRAMEWORK_ORDER, PHASE_COLUMNS, PHASE_LABELS, framework_label, model_label
-from analysis import speedup_gap, tables
+from analysis import BUSY_WARN_PERCENT, FRAMEWORK_ORDER, PHASE_COLUMNS, PHASE_LABELS, framework_label, model_label
+from analysis import deadlocks, speedup_gap
 from analysis.comparisons import comparison_labels, framework_comparison, framework_pairs
+from analysis.context import Context, main_experiment
+from analysis.display import row_anchor
 from analysis.formatting import fmt_pct
-from analysis.grouping import add_experiment, paper_order, performance_points, performance_runs, truthy
+from analysis.grouping import paper_order, performance_runs, truthy
 from analysis.stats import NO_CLEAR, middle, over_configurations
+from analysis.tables.scaling import SUPERLINEAR_WARN, scaling_anchor
+from analysis.tables.speed import speed_anchor
 
 # The relative half-width a first-screen answer should reach (config adaptive.precision).
 DEFAULT_PRECISION = 0.10
-BUSY_WARN_PERCENT = 25  # CPU use by other work before a run's launch that makes its timing suspect
 
 
 @dataclass
@@ -54,10 +57,6 @@ class Answer:
                        for t, h in self.parts)
 
 
-def _n(count: int, word: str) -> str:
-    return f"{count} {word}{'' if count == 1 else 's'}"
-
-
 NO_INTERVAL = " (1 repeat: no interval)"
 
 
@@ -73,27 +72,10 @@ def _no_interval(rows) -> str:
     return NO_INTERVAL if any(pd.isna(r["low"]) for r in rows) else ""
 
 
-def demonstration(config: dict) -> bool:
-    """A run made to show the seed study's kind of hang: a naive (uneven) seed split, or one an
-    experiment marks as a demonstration."""
-    return bool(truthy(config.get("uneven_batches")) or truthy(config.get("demonstration")))
-
-
-def main_experiment(speed: pd.DataFrame, points: pd.DataFrame):
-    """The experiment the answers speak for: most framework comparisons, else most ok points;
-    demonstrations (uneven batches) never."""
-    for frame in (speed, points[points["n_ok"] > 0] if "n_ok" in points else points):
-        f = frame[~frame["experiment"].str.contains("uneven batches|demonstration", regex=True)] \
-            if len(frame) else frame
-        if len(f):
-            return f["experiment"].value_counts(sort=True).index[0]
-    return None
-
-
 # -- which framework is faster --------------------------------------------------------------
 
 def _model_speed(g: pd.DataFrame, pair, exp, intervals: list) -> list:
-    """The parts of one model's sentence (rows of tables.speed_data for one pair and model): the
+    """The parts of one model's sentence (rows of tables.speed.speed_data for one pair and model): the
     geometric mean ratio over the configurations with its 95% interval (stats.over_configurations),
     the verdict that interval supports ("faster" only where it excludes 1×), and the range over
     the configurations."""
@@ -102,7 +84,7 @@ def _model_speed(g: pd.DataFrame, pair, exp, intervals: list) -> list:
     c = _combined(g, "estimate")
     intervals.append({"what": f"{model} {framework_label(a)} / {framework_label(b)}", **c, "points": 2 * len(g)})
     lo_row, hi_row = g.loc[g["estimate"].idxmin()], g.loc[g["estimate"].idxmax()]
-    hrefs = ["#" + tables.speed_anchor(exp, a, b, r["model"], r["devices"], r["batch_size"], r["workers"])
+    hrefs = ["#" + speed_anchor(exp, a, b, r["model"], r["devices"], r["batch_size"], r["workers"])
              for r in (lo_row, hi_row)]
     n = len(g)
     if pd.isna(c["low"]) or c["low"] <= 1 <= c["high"]:
@@ -123,7 +105,7 @@ def _model_speed(g: pd.DataFrame, pair, exp, intervals: list) -> list:
 
 
 def speed_answer(speed: pd.DataFrame, exp) -> Answer:
-    """Which framework is faster, by how much, per model (tables.speed_data)."""
+    """Which framework is faster, by how much, per model (tables.speed.speed_data)."""
     ans = Answer("speed", "Which framework is faster?")
     d = speed[speed["experiment"] == exp] if len(speed) else speed
     if d.empty:
@@ -189,7 +171,7 @@ def scaling_answer(scaling: pd.DataFrame, gap: pd.DataFrame, exp) -> Answer:
         c = _combined(rows, "speedup")
         ans.intervals.append({"what": f"{framework_label(fw)} {base} → {n} devices", **c, "points": 2 * len(rows)})
         lo_r, hi_r = rows.loc[rows["speedup"].idxmin()], rows.loc[rows["speedup"].idxmax()]
-        hrefs = ["#" + tables.scaling_anchor(exp, r["model"], fw, r["batch_size"], r["series_workers"])
+        hrefs = ["#" + scaling_anchor(exp, r["model"], fw, r["batch_size"], r["series_workers"])
                  for r in (lo_r, hi_r)]
         settled = not pd.isna(c["low"]) and not c["low"] <= 1 <= c["high"]
         word = (" faster" if c["estimate"] >= 1 else " as fast (slower)") if settled else \
@@ -245,7 +227,7 @@ def axis_answer(data: pd.DataFrame, runs: pd.DataFrame, exp, axis: str) -> Answe
         ans.intervals.append({"what": f"{framework_label(fw)} {axis.replace('_', ' ')} {lo} → {hi}", **combined[fw],
                               "points": 2 * len(rows)})
         lo_r, hi_r = rows.loc[rows["estimate"].idxmin()], rows.loc[rows["estimate"].idxmax()]
-        hrefs = ["#" + tables.row_anchor(key, exp, *(r[k] for k in _effect_index(axis))) for r in (lo_r, hi_r)]
+        hrefs = ["#" + row_anchor(key, exp, *(r[k] for k in _effect_index(axis))) for r in (lo_r, hi_r)]
         # Each framework's own verdict, from its own interval: the lead speaks for all of them.
         word = "" if pd.isna(combined[fw]["low"]) else f" {yes}" if above[i] else f" {no}" if below[i] \
             else " not settled"
@@ -276,7 +258,7 @@ def _detail(c: dict, low: float, high: float, hrefs: list, n: int, either: bool 
 
 
 def _effect_index(axis: str) -> list:
-    """The row keys of the loader-worker and batch-size tables (tables._effect_grids)."""
+    """The row keys of the loader-worker and batch-size tables (tables.axes)."""
     return ["model", "framework", "devices", "batch_size"] if axis == "workers" else \
         ["model", "framework", "devices", "workers"]
 
@@ -310,71 +292,9 @@ def step_answer(points: pd.DataFrame, exp, runs: pd.DataFrame | None = None) -> 
 
 # -- what hangs, and why --------------------------------------------------------------------
 
-def _cause(f: dict) -> str:
-    """The diagnosed cause in a few words: its text up to the first colon."""
-    d = f["diagnosis"]
-    return (d.get("cause_text") or d.get("cause") or "unknown cause").split(":")[0]
-
-
-def _who(fs: list) -> list:
-    """'PyG and DGL GraphSAGE on 2 devices', each framework linked to its run's card."""
-    parts = []
-    for i, f in enumerate(fs):
-        sep = "" if i == 0 else (" and " if i == len(fs) - 1 else ", ")
-        parts += [(sep, None), (framework_label(f["config"].get("framework")), f"#fail-{f['run_id']}")]
-    models = ", ".join(dict.fromkeys(model_label(f["config"].get("model")) for f in fs))
-    devices = "/".join(str(d) for d in sorted({f["config"].get("devices") for f in fs}))
-    return parts + [(f" {models} on {devices} devices", None)]
-
-
-STATUS_VERBS = {"hang": "hung", "timeout": "timed out", "crashed": "crashed", "killed": "were killed",
-                "diverged": "diverged", "error": "failed", "interrupted": "were interrupted"}
-
-
-def _verb(fs: list) -> str:
-    """'hung', 'crashed or hung': what the runs' statuses say, as a verb."""
-    return " or ".join(dict.fromkeys(STATUS_VERBS.get(f["status"], f["status"]) for f in fs))
-
-
-def _demo_parts(demos: list) -> list:
-    what, not_what = (("deliberate demonstrations", "benchmark failures") if len(demos) > 1
-                      else ("a deliberate demonstration", "a benchmark failure"))
-    return _who(demos) + [(f" with uneven batches per rank {_verb(demos)} ({_cause(demos[0])}): {what} "
-                           f"of the seed study's kind of hang, not {not_what}. ", None)]
-
-
 def hang_answer(failures: list, n_runs: int) -> Answer:
-    """What hung or failed and why (failures.json records): demonstrations, injected faults and
-    real failures said apart."""
-    ans = Answer("deadlocks", "What hangs, and why?")
-    if not failures:
-        who = "The one run" if n_runs == 1 else f"All {n_runs} runs"
-        ans.parts = [(f"{who} ended ok or skipped: nothing to diagnose.", "#deadlocks")]
-        return ans
-    injected = [f for f in failures if f["config"].get("inject")]
-    demos = [f for f in failures if f not in injected and demonstration(f["config"])]
-    real = [f for f in failures if f not in injected and f not in demos]
-    if demos:
-        order = {f: i for i, f in enumerate(FRAMEWORK_ORDER)}
-        ans.parts += _demo_parts(sorted(demos, key=lambda f: order.get(f["config"].get("framework"), 99)))
-    if injected:
-        kinds = ", ".join(dict.fromkeys(str(f["config"]["inject"]) for f in injected))
-        ans.parts += [(f"{_n(len(injected), 'injected fault')} ({kinds}) ", None),
-                      (_verb(injected), f"#fail-{injected[0]['run_id']}"), (" as intended", None)]
-    if not real:
-        ans.parts.append(("; no other run failed." if injected else "No other run failed.", None))
-    for cause, fs in _by_cause(real).items():
-        ans.parts += [(f"{_n(len(fs), 'run')} ", None), (_verb(fs), f"#fail-{fs[0]['run_id']}"),
-                      (f" for real: {cause}; e.g. ", None), *_who(fs[:1]),
-                      (f", {fs[0]['config'].get('workers')} workers. ", None)]
-    return ans
-
-
-def _by_cause(fs: list) -> dict:
-    out = {}
-    for f in fs:
-        out.setdefault(_cause(f), []).append(f)
-    return out
+    """What hung or failed and why (analysis.deadlocks.hang_parts)."""
+    return Answer("deadlocks", "What hangs, and why?", deadlocks.hang_parts(failures, n_runs))
 
 
 # -- do both learn the same ----------------------------------------------------------------
@@ -443,7 +363,7 @@ def caveats(runs: pd.DataFrame, points: pd.DataFrame, scaling: pd.DataFrame, exp
     capped = int(r["stopped_by_cap"].map(lambda v: truthy(v) is True).sum()) if "stopped_by_cap" in r else 0
     if capped:
         items.append((f"{capped} runs stopped by a cap before their time was precise", "#runs"))
-    s = scaling[(scaling["experiment"] == exp) & (scaling["efficiency"] > tables.SUPERLINEAR_WARN)] \
+    s = scaling[(scaling["experiment"] == exp) & (scaling["efficiency"] > SUPERLINEAR_WARN)] \
         if len(scaling) else scaling
     if len(s):
         items.append((f"{len(s)} speed-ups beyond ideal (a disturbed base run)", "#scaling"))
@@ -530,7 +450,6 @@ def all_answers(runs, points, speed, scaling, gap, workers, batch, failures, loa
             "open": still_open, "n_runs": int((runs["experiment"] == exp).sum()) if exp is not None else 0}
 
 
-
 # -- which graph ------------------------------------------------------------------------------
 
 def graph_names(runs: pd.DataFrame, exp) -> list:
@@ -579,18 +498,17 @@ def with_graphs(top: dict, runs, points, speed, scaling, gap, workers, batch, fa
     return top
 
 
-def from_aggregate(agg, collectives=None) -> dict:
-    """all_answers of an analysis.aggregate.Aggregate with its graphs (with_graphs), its tables
-    built here (the report builds them once for the page; this is for a look at the answers alone);
-    `collectives`: the all-reduce micro-benchmark's JSON or fit for the projection (None: its fallback)."""
-    runs = add_experiment(agg.runs)
-    points = performance_points(runs)
-    tabs = tables.all_tables(runs)
-    scaling = tables.scaling_data(points, runs)
-    gap = speedup_gap.gap_data(runs, agg.epochs, agg.steps)
-    from analysis import project
-    from analysis.loaders import loader_rows
+def first_screen(ctx: Context, precision: float = DEFAULT_PRECISION) -> dict:
+    """all_answers with its graphs (with_graphs) of the render's shared context, from the frames
+    and tables it computes once for the whole page; `precision` as all_answers takes it."""
+    tabs = ctx.tables
+    args = (ctx.runs, ctx.points, ctx.speed, ctx.scaling, ctx.gap, tabs["workers"].data, tabs["batch"].data,
+            ctx.agg.failures)
+    top = all_answers(*args, tabs["loaders"].data, precision=precision, projection=ctx.projection)
+    return with_graphs(top, *args, ctx.agg.datasets, projection=ctx.projection)
 
-    args = (runs, points, tabs["speed"].data, scaling, gap, tabs["workers"].data, tabs["batch"].data, agg.failures)
-    proj = project.project(runs, agg.epochs, agg.steps, project.REPORT_DEVICES, collectives)
-    return with_graphs(all_answers(*args, loader_rows(runs), projection=proj), *args, agg.datasets, projection=proj)
+
+def from_aggregate(agg, collectives=None) -> dict:
+    """first_screen of an analysis.aggregate.Aggregate, for a look at the answers alone;
+    `collectives`: the all-reduce micro-benchmark's JSON or fit for the projection (None: its fallback)."""
+    return first_screen(Context(agg, collectives))

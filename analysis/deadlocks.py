@@ -2,7 +2,8 @@
 
 For each run that did not end "ok": its configuration, status, the runner's diagnosis (summary,
 cause, remedy, evidence, where each rank was blocked), a condensed view of the captured stacks
-(top frames per rank and loader worker) and the command that reproduces it.
+(top frames per rank and loader worker) and the command that reproduces it. hang_parts says
+the same in one sentence for the first screen ("What hangs, and why?").
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import STATUS_SEVERITY, framework_label, model_label
+from analysis import FRAMEWORK_ORDER, STATUS_SEVERITY, framework_label, model_label
+from analysis.grouping import truthy
 from runners.rundir import RunDir
 from runners.stacks import OWN_CODE, main_first, parse_stack_text
 
@@ -217,3 +219,81 @@ def render_html(failures: list) -> str:
   {_stacks_html(f['stacks'])}
 </details>""")
     return "\n".join(cards)
+
+
+# -- the first screen's answer: what hangs, and why ---------------------------------------------
+
+def demonstration(config: dict) -> bool:
+    """A run made to show the seed study's kind of hang: a naive (uneven) seed split, or one an
+    experiment marks as a demonstration."""
+    return bool(truthy(config.get("uneven_batches")) or truthy(config.get("demonstration")))
+
+
+def _n(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+def _cause(f: dict) -> str:
+    """The diagnosed cause in a few words: its text up to the first colon."""
+    d = f["diagnosis"]
+    return (d.get("cause_text") or d.get("cause") or "unknown cause").split(":")[0]
+
+
+def _who(fs: list) -> list:
+    """'PyG and DGL GraphSAGE on 2 devices', each framework linked to its run's card."""
+    parts = []
+    for i, f in enumerate(fs):
+        sep = "" if i == 0 else (" and " if i == len(fs) - 1 else ", ")
+        parts += [(sep, None), (framework_label(f["config"].get("framework")), f"#fail-{f['run_id']}")]
+    models = ", ".join(dict.fromkeys(model_label(f["config"].get("model")) for f in fs))
+    devices = "/".join(str(d) for d in sorted({f["config"].get("devices") for f in fs}))
+    return parts + [(f" {models} on {devices} devices", None)]
+
+
+STATUS_VERBS = {"hang": "hung", "timeout": "timed out", "crashed": "crashed", "killed": "were killed",
+                "diverged": "diverged", "error": "failed", "interrupted": "were interrupted"}
+
+
+def _verb(fs: list) -> str:
+    """'hung', 'crashed or hung': what the runs' statuses say, as a verb."""
+    return " or ".join(dict.fromkeys(STATUS_VERBS.get(f["status"], f["status"]) for f in fs))
+
+
+def _demo_parts(demos: list) -> list:
+    what, not_what = (("deliberate demonstrations", "benchmark failures") if len(demos) > 1
+                      else ("a deliberate demonstration", "a benchmark failure"))
+    return _who(demos) + [(f" with uneven batches per rank {_verb(demos)} ({_cause(demos[0])}): {what} "
+                           f"of the seed study's kind of hang, not {not_what}. ", None)]
+
+
+def hang_parts(failures: list, n_runs: int) -> list:
+    """What hung or failed and why (failures.json records), as the first screen's (text, href)
+    parts: demonstrations, injected faults and real failures said apart."""
+    if not failures:
+        who = "The one run" if n_runs == 1 else f"All {n_runs} runs"
+        return [(f"{who} ended ok or skipped: nothing to diagnose.", "#deadlocks")]
+    parts = []
+    injected = [f for f in failures if f["config"].get("inject")]
+    demos = [f for f in failures if f not in injected and demonstration(f["config"])]
+    real = [f for f in failures if f not in injected and f not in demos]
+    if demos:
+        order = {f: i for i, f in enumerate(FRAMEWORK_ORDER)}
+        parts += _demo_parts(sorted(demos, key=lambda f: order.get(f["config"].get("framework"), 99)))
+    if injected:
+        kinds = ", ".join(dict.fromkeys(str(f["config"]["inject"]) for f in injected))
+        parts += [(f"{_n(len(injected), 'injected fault')} ({kinds}) ", None),
+                  (_verb(injected), f"#fail-{injected[0]['run_id']}"), (" as intended", None)]
+    if not real:
+        parts.append(("; no other run failed." if injected else "No other run failed.", None))
+    for cause, fs in _by_cause(real).items():
+        parts += [(f"{_n(len(fs), 'run')} ", None), (_verb(fs), f"#fail-{fs[0]['run_id']}"),
+                  (f" for real: {cause}; e.g. ", None), *_who(fs[:1]),
+                  (f", {fs[0]['config'].get('workers')} workers. ", None)]
+    return parts
+
+
+def _by_cause(fs: list) -> dict:
+    out = {}
+    for f in fs:
+        out.setdefault(_cause(f), []).append(f)
+    return out

@@ -10,14 +10,15 @@ from collections import Counter
 
 import pandas as pd
 
-from analysis import FRAMEWORK_ORDER, GRID_KEYS, framework_label, model_label
-from analysis import planning, speedup_gap, tables
+from analysis import BUSY_WARN_PERCENT, FRAMEWORK_ORDER, GRID_KEYS, framework_label, model_label
+from analysis import planning, speedup_gap
 from analysis.comparisons import comparison_labels, framework_comparison, framework_pairs
 from analysis.formatting import config_text, fmt_pct, interval_text
 from analysis.grouping import paper_order, performance_runs, truthy
 from analysis.stats import CI_METHOD_DIFF, CI_METHOD_RATIO, NO_CLEAR
-
-BUSY_WARN_PERCENT = 25  # CPU use by other work just before a run's launch (runners.run measures it)
+from analysis.tables.scaling import EFFICIENCY_WARN, OVERSUBSCRIBED_MARK, SCALING_VALUE, SUPERLINEAR_WARN
+from analysis.tables.steps import TIMED_TO_STARTUP_WARN
+from analysis.tables.study import HARNESS_LABELS, HARNESS_ORDER
 
 
 def _comparison_items(cmp: pd.DataFrame, what: str, unit="×", scale=1.0, digits=2, limit=8) -> list:
@@ -37,13 +38,15 @@ def _pair_label(pair, sep=" / ") -> str:
     return sep.join(framework_label(f) for f in pair)
 
 
-def speed_findings(runs: pd.DataFrame) -> list:
+def speed_findings(runs: pd.DataFrame, speed: pd.DataFrame | None = None) -> list:
     """Which framework is faster, per configuration, with a 95% interval (one experiment; every
     pair of frameworks in the registry's order).
 
     The headline is the steady-state epoch time (warm-up excluded); the total training time
     follows for fixed-schedule runs only (timing runs stop after different numbers of epochs,
-    so their totals are not comparable). A ratio whose interval includes 1× is "no clear difference"."""
+    so their totals are not comparable). A ratio whose interval includes 1× is "no clear difference".
+    `speed`: this experiment's rows of tables.speed.speed_data, the epoch-time ratios the speed table
+    and the first screen state (computed here where not given)."""
     out = []
     pairs = framework_pairs(runs)
     if not pairs:
@@ -54,7 +57,7 @@ def speed_findings(runs: pd.DataFrame) -> list:
         values.append(("train_time_s", "Total training time (the seed study's metric, warm-up included)"))
     for pair in pairs:
         for value, what in values:
-            cmp = framework_comparison(runs, value, kind="ratio", pair=pair)
+            cmp = _ratios(runs, speed, value, pair)
             if cmp.empty:
                 continue
             labels = (*comparison_labels(pair), NO_CLEAR)
@@ -65,6 +68,14 @@ def speed_findings(runs: pd.DataFrame) -> list:
     if out:
         out.append(f"Intervals of these ratios: {CI_METHOD_RATIO}.")
     return out or ["No configuration has ok runs of two frameworks, so their speed cannot be compared."]
+
+
+def _ratios(runs: pd.DataFrame, speed: pd.DataFrame | None, value: str, pair) -> pd.DataFrame:
+    """Framework a over b (`pair`) of `value` per configuration; the steady-state epoch time's from
+    `speed` (speed_data's rows) where given."""
+    if value == SCALING_VALUE and speed is not None:
+        return speed[(speed["a"] == pair[0]) & (speed["b"] == pair[1])]
+    return framework_comparison(runs, value, kind="ratio", pair=pair)
 
 
 def steady_state_findings(runs: pd.DataFrame) -> list:
@@ -92,12 +103,12 @@ def steady_state_findings(runs: pd.DataFrame) -> list:
         ratio = ratio.iloc[0:0]  # timing runs' headline excludes start-up; their totals are not the point
     steps = pd.to_numeric(ok.get("steps_per_epoch"), errors="coerce")
     if ratio.notna().any():
-        short = int((ratio < tables.TIMED_TO_STARTUP_WARN).sum())
+        short = int((ratio < TIMED_TO_STARTUP_WARN).sum())
         out.append(f"Timed part / start-up: {ratio.min():.1f}× to {ratio.max():.1f}× (median {ratio.median():.1f}×); "
                    f"steps per epoch {steps.min():.0f} to {steps.max():.0f}.")
         if short:
             out.append(f"{short} run{'s' if short != 1 else ''} trained for less than "
-                       f"{tables.TIMED_TO_STARTUP_WARN:.0f}× {'its' if short == 1 else 'their'} start-up: "
+                       f"{TIMED_TO_STARTUP_WARN:.0f}× {'its' if short == 1 else 'their'} start-up: "
                        f"such totals are dominated by one-off costs.")
     return out
 
@@ -139,16 +150,16 @@ def scaling_findings(scaling: pd.DataFrame, runs: pd.DataFrame) -> list:
     over = g[g["oversubscribed"].fillna(False).astype(bool)]
     if len(over):
         out.append(f"{len(over)} of these {len(g)} multi-device configurations are oversubscribed "
-                   f"({tables.OVERSUBSCRIBED_MARK} in the tables): they run more processes than the machine has "
+                   f"({OVERSUBSCRIBED_MARK} in the tables): they run more processes than the machine has "
                    f"cores, so their speed-up measures CPU contention, not what more GPUs would give.")
-    superlinear = g[g["efficiency"] > tables.SUPERLINEAR_WARN]
+    superlinear = g[g["efficiency"] > SUPERLINEAR_WARN]
     if len(superlinear):
         out.append(f"{len(superlinear)} configuration{'s' if len(superlinear) != 1 else ''} scale better than "
                    f"ideal (efficiency up to {100 * superlinear['efficiency'].max():.0f}%): usually the run with "
                    f"fewer devices was disturbed (other load on the machine, oversubscribed CPU threads); "
                    f"rerun those alone before trusting the speed-up.")
-    low = g[g["efficiency"] < tables.EFFICIENCY_WARN]
-    warn = f"{100 * tables.EFFICIENCY_WARN:.0f}%"
+    low = g[g["efficiency"] < EFFICIENCY_WARN]
+    warn = f"{100 * EFFICIENCY_WARN:.0f}%"
     if low.empty:
         out.append(f"Parallel efficiency stays at or above {warn} in every multi-device configuration measured.")
     else:
@@ -256,7 +267,7 @@ def learning_findings(ok: pd.DataFrame) -> list:
 
 
 def axis_findings(effect: pd.DataFrame, axis: str, what: str, table: str) -> list:
-    """One finding per framework for an axis effect (tables.axis_effect): the median ratio, the
+    """One finding per framework for an axis effect (tables.axes.axis_effect): the median ratio, the
     best and worst configuration with their intervals, and the verdict counts."""
     g = effect.dropna(subset=["estimate"]) if not effect.empty else effect
     if g.empty:
@@ -275,7 +286,7 @@ def axis_findings(effect: pd.DataFrame, axis: str, what: str, table: str) -> lis
     out = [f"{what} ({axis.replace('_', ' ')} {steps}; table '{table}'): " + "; ".join(heads) + ".", *ranges]
     if over:
         out.append(f"{over} of {len(g)} of these comparisons involve oversubscribed points "
-                   f"({tables.OVERSUBSCRIBED_MARK}): more processes than cores.")
+                   f"({OVERSUBSCRIBED_MARK}): more processes than cores.")
     return out
 
 
@@ -349,8 +360,8 @@ def _study_work_findings(at_d: pd.DataFrame, passes: dict, d: int) -> list:
     seeds = _median_by(at_d, "seed_nodes_per_rank_epoch")
     split = at_d["train_split_seed_nodes"].dropna()
     split_text = f"the {split.iloc[0]:,.0f}-node training split" if len(split) else "the training split"
-    for h in tables.HARNESS_ORDER:
-        out += [f"Work per rank, {tables.HARNESS_LABELS[h]}, {d} devices: each {framework_label(f)} rank trained "
+    for h in HARNESS_ORDER:
+        out += [f"Work per rank, {HARNESS_LABELS[h]}, {d} devices: each {framework_label(f)} rank trained "
                 f"{seeds[(h, f)]:,.0f} seed nodes per epoch (all ranks: {passes[(h, f)]:.2f}× {split_text}; "
                 f"table 'Work per rank')."
                 for f in FRAMEWORK_ORDER if (h, f) in seeds and (h, f) in passes]
@@ -377,9 +388,9 @@ def _study_speed_findings(speed: dict, paper: pd.DataFrame, d: int) -> list:
             + " (below 1×: slower with 2 GPUs).")
     if speed:
         out.append(f"Here, 1 → {d} devices, median speed-up of the steady-state epoch time: " + "; ".join(
-            f"{tables.HARNESS_LABELS[h]}: " + ", ".join(
+            f"{HARNESS_LABELS[h]}: " + ", ".join(
                 f"{framework_label(f)} {speed[(h, f)]:.2f}×" for f in FRAMEWORK_ORDER if (h, f) in speed)
-            for h in tables.HARNESS_ORDER if any((h, f) in speed for f in FRAMEWORK_ORDER))
+            for h in HARNESS_ORDER if any((h, f) in speed for f in FRAMEWORK_ORDER))
             + " (table 'Time vs devices').")
     return out
 
@@ -457,9 +468,11 @@ def paper_study_speedups(paper: pd.DataFrame) -> pd.DataFrame:
     return (p[1] / p[2]).rename("speedup_1_to_2").reset_index()
 
 
-def all_findings(runs, points, scaling, comparison, invalid, workers=None, batch=None, plan=None, gap=None) -> list:
+def all_findings(runs, points, scaling, comparison, invalid, workers=None, batch=None, plan=None, gap=None,
+                 speed=None) -> list:
     """Sentences computed from the data, grouped: [{title, items}] (overall, then per experiment);
-    `gap`: speedup_gap.gap_data, where the missing speed-up of each multi-device point went."""
+    `gap`: speedup_gap.gap_data, where the missing speed-up of each multi-device point went; `speed`:
+    tables.speed.speed_data, the framework comparisons of every experiment."""
     counts = Counter(runs["status"])
     n_exp = runs["experiment"].nunique()
     overall = [f"{len(runs)} valid run{'s' if len(runs) != 1 else ''} in {n_exp} experiment{'s' if n_exp != 1 else ''}: "
@@ -485,7 +498,8 @@ def all_findings(runs, points, scaling, comparison, invalid, workers=None, batch
             groups.append({"title": exp, "items": ["No run of this experiment ended ok: nothing to compare here "
                                                    "(its failures are above and in 'What hangs, and why?')."]})
             continue
-        items = speed_findings(r) + precision_findings(r, plan[plan["experiment"] == exp]) \
+        items = speed_findings(r, None if speed is None else speed[speed["experiment"] == exp]) \
+            + precision_findings(r, plan[plan["experiment"] == exp]) \
             + steady_state_findings(r) + scaling_findings(scaling[scaling["experiment"] == exp], r) \
             + speedup_gap.gap_findings(gap[gap["experiment"] == exp]) \
             + axis_findings(workers[workers["experiment"] == exp], "workers",

@@ -1,7 +1,7 @@
 """Where the missing speed-up goes: the gap between a multi-device point's measured epoch time
 and ideal scaling, split into measured parts.
 
-The base is the fewest devices of the point's scaling series (tables.scaling_data). Over the
+The base is the fewest devices of the point's scaling series (tables.scaling.scaling_data). Over the
 steady epochs (the warm-up epochs excluded) of the slowest rank, as the suite reports epoch times,
 the base has mean epoch time T1, steps per epoch S1 and per-step phase times l1 (loader wait),
 p1 (batch preparation), c1 (copy), f1 (forward), b1 (backward with DDP's all-reduce), o1
@@ -30,7 +30,7 @@ from analysis import PHASE_COLUMNS, framework_label, model_label
 from analysis.display import frame_table, row_anchor
 from analysis.formatting import fmt_duration
 from analysis.grouping import add_experiment, performance_points, performance_runs
-from analysis.tables import scaling_data
+from analysis.tables.scaling import scaling_data
 from runners.stopping import WARMUP_EPOCHS
 
 SERIES = ("experiment", "framework", "model", "batch_size", "series_workers")
@@ -174,15 +174,20 @@ def _split_row(runs, profiles, row, base_workers) -> dict:
             "reason": None}
 
 
-def gap_data(runs: pd.DataFrame, epochs: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+def gap_data(runs: pd.DataFrame, epochs: pd.DataFrame, steps: pd.DataFrame,
+             scaling: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per multi-device point of every scaling series (ok timing runs only): the series
     keys, devices, T1, T_N, ideal, gap, each part in seconds per epoch and as a share of the gap,
     the runs counted, and `reason` where the point cannot be split (no phase times, no ok run,
-    no steady epoch). Missing data gives reasons, never an error."""
+    no steady epoch). Missing data gives reasons, never an error. `scaling`: scaling_data of all the
+    performance runs, where the caller has it (its series of the timing runs' experiments are these)."""
     runs = timing_runs(runs)
     if runs.empty:
         return pd.DataFrame(columns=COLUMNS)
-    scaling = scaling_data(performance_points(runs), runs)
+    if scaling is None:
+        scaling = scaling_data(performance_points(runs), runs)
+    else:  # the harness is an experiment setting, so the timing runs' series are whole experiments
+        scaling = scaling[scaling["experiment"].isin(set(runs["experiment"]))]
     profiles = run_profiles(epochs, steps)
     rows = []
     for _, series in scaling.groupby(list(SERIES), sort=False):

@@ -39,19 +39,30 @@ def mean_ci(values) -> tuple:
 def welch_interval(a, b) -> tuple:
     """(mean(a) - mean(b), low, high) with a 95% Welch t-interval; NaN bounds when either
     side has fewer than 2 values (no interval can be given)."""
+    return _welch(a, b)[:3]
+
+
+def _welch(a, b) -> tuple:
+    """welch_interval's (difference, low, high) and its degrees of freedom (NaN without an interval)."""
     a, b = _clean(a), _clean(b)
     if not a or not b:
-        return float("nan"), float("nan"), float("nan")
+        return (float("nan"),) * 4
     d = sum(a) / len(a) - sum(b) / len(b)
     if len(a) < 2 or len(b) < 2:
-        return d, float("nan"), float("nan")
+        return d, float("nan"), float("nan"), float("nan")
     va, vb = pd.Series(a).var(ddof=1) / len(a), pd.Series(b).var(ddof=1) / len(b)
     se = math.sqrt(va + vb)
     if se == 0:
-        return d, d, d
-    dof = (va + vb) ** 2 / ((va ** 2 / (len(a) - 1) if va else 0) + (vb ** 2 / (len(b) - 1) if vb else 0))
+        return d, d, d, float("inf")
+    dof = _satterthwaite(va, len(a) - 1, vb, len(b) - 1)
     h = t_quantile(dof) * se
-    return d, d - h, d + h
+    return d, d - h, d + h, dof
+
+
+def _satterthwaite(va: float, dof_a: float, vb: float, dof_b: float) -> float:
+    """Welch-Satterthwaite degrees of freedom of a difference whose sides' variances of the mean
+    are `va` and `vb`, estimated on `dof_a` and `dof_b` degrees of freedom."""
+    return (va + vb) ** 2 / ((va ** 2 / dof_a if va else 0) + (vb ** 2 / dof_b if vb else 0))
 
 
 def _pooled_difference(a: list, b: list, sd_a: float, dof_a: float, sd_b: float, dof_b: float) -> tuple:
@@ -62,10 +73,8 @@ def _pooled_difference(a: list, b: list, sd_a: float, dof_a: float, sd_b: float,
     va, vb = sd_a ** 2 / len(a), sd_b ** 2 / len(b)
     if va + vb == 0:
         return d, d, d, float("inf")
-    if (sd_a, dof_a) == (sd_b, dof_b):  # one pool serves both sides: one estimate, its own dof
-        dof = dof_a
-    else:
-        dof = (va + vb) ** 2 / ((va ** 2 / dof_a if va else 0) + (vb ** 2 / dof_b if vb else 0))
+    # one pool serves both sides: one estimate, its own dof
+    dof = dof_a if (sd_a, dof_a) == (sd_b, dof_b) else _satterthwaite(va, dof_a, vb, dof_b)
     h = t_quantile(dof) * math.sqrt(va + vb)
     return d, d - h, d + h, dof
 
@@ -76,21 +85,8 @@ def ratio_interval_dof(a, b, noise=None) -> tuple:
     la, lb = [math.log(v) for v in a], [math.log(v) for v in b]
     if not la or not lb:
         return (float("nan"),) * 4
-    if noise:
-        d, lo, hi, dof = _pooled_difference(la, lb, *noise)
-    else:
-        d, lo, hi = welch_interval(la, lb)
-        dof = _welch_dof(la, lb)
+    d, lo, hi, dof = _pooled_difference(la, lb, *noise) if noise else _welch(la, lb)
     return (*(math.exp(x) if not pd.isna(x) else float("nan") for x in (d, lo, hi)), dof)
-
-
-def _welch_dof(a: list, b: list) -> float:
-    if len(a) < 2 or len(b) < 2:
-        return float("nan")
-    va, vb = pd.Series(a).var(ddof=1) / len(a), pd.Series(b).var(ddof=1) / len(b)
-    if va + vb == 0:
-        return float("inf")
-    return (va + vb) ** 2 / ((va ** 2 / (len(a) - 1) if va else 0) + (vb ** 2 / (len(b) - 1) if vb else 0))
 
 
 def ratio_interval(a, b, noise=None) -> tuple:

@@ -10,8 +10,11 @@ import shutil
 import pandas as pd
 import pytest
 
-from analysis import aggregate, deadlocks, display, findings, formatting, grouping, report, stats, tables
+from analysis import aggregate, deadlocks, display, findings, formatting, grouping, records, report, stats
 from analysis.aggregate import Aggregate
+from analysis.context import Context
+from analysis.tables.accuracy import accuracy_table
+from analysis.tables.paper import load_paper, paper_comparison
 from tests import _runs
 
 
@@ -42,7 +45,7 @@ def agg(agg_dir):
 
 @pytest.fixture(scope="session")
 def all_tables(agg):
-    return tables.all_tables(grouping.add_experiment(agg.runs))
+    return Context(agg).tables
 
 
 def test_every_status_has_a_colour_a_severity_and_a_place_in_the_schema():
@@ -232,7 +235,7 @@ def test_repeats_are_averaged_with_ci(agg):
 
 
 def test_paper_table_is_the_seed_studys():
-    paper = tables.load_paper()
+    paper = load_paper()
     assert len(paper) == 36 and set(paper["framework"]) == {"pyg", "dgl"}
     cell = paper.set_index(["model", "gpus", "workers", "batch_size", "framework"])["seconds"]
     assert cell[("sage", 1, 8, 512, "pyg")] == 4758 and cell[("gat", 4, 1, 2048, "dgl")] == 2054
@@ -243,13 +246,13 @@ def test_paper_comparison_side_by_side(agg):
     # Our runs relabelled as the seed study's dataset: the layout must carry both sources.
     runs = grouping.add_experiment(agg.runs.assign(dataset="reddit"))
     points = grouping.performance_points(runs)
-    t = tables.paper_comparison(points, tables.load_paper())
+    t = paper_comparison(points, load_paper())
     assert not t.data.empty and t.grids
     text = text_of(t.html())
     assert "4,758" in text and "paper" in text
     ours = t.data.dropna(subset=["ours_s"])
     assert len(ours) == len(_runs.OK_RUNS)
-    empty = tables.paper_comparison(grouping.performance_points(grouping.add_experiment(agg.runs)), tables.load_paper())
+    empty = paper_comparison(grouping.performance_points(grouping.add_experiment(agg.runs)), load_paper())
     assert empty.data.empty and "No runs on the seed study's dataset" in empty.description
     assert "4,758" in text_of(empty.html())  # the published table is still shown
 
@@ -372,7 +375,7 @@ def test_prepare_phase_is_timed_apart_from_loader_wait(results, runs_dir):
 
 
 def test_fairness_table_records_feature_gathering_and_edge_meaning(agg):
-    fair = report.fairness_frame(grouping.add_experiment(agg.runs)).set_index("setting")
+    fair = records.fairness_frame(grouping.add_experiment(agg.runs)).set_index("setting")
     assert "prefetch_node_feats" in fair.loc["where node features are gathered", "DGL"]
     assert fair.loc["what a sampled-edge count counts", "PyG"] != fair.loc["what a sampled-edge count counts", "DGL"]
     assert "first epoch" in fair.loc["warm-up (outside the steady-state time)", "PyG"]
@@ -439,7 +442,7 @@ def test_unconverged_runs_are_labelled_not_compared(agg):
     text = " ".join(findings.accuracy_findings(runs, grouping.performance_points(runs)))
     assert "Not converged: 6 of 6" in text
     assert "parity" not in text.lower() and "PyG − DGL" not in text
-    acc = tables.accuracy_table(grouping.performance_points(runs))
+    acc = accuracy_table(grouping.performance_points(runs))
     assert "not converged" in acc.html()
     good = runs.assign(final_val_acc=[0.9, 0.91, 0.92, 0.9, 0.89, 0.91], converged=True)
     text = " ".join(findings.accuracy_findings(good, grouping.performance_points(good)))

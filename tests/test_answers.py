@@ -10,9 +10,13 @@ import re
 import pandas as pd
 import pytest
 
-from analysis import PHASE_COLUMNS, PHASE_LABELS, answers, findings, formatting, grouping, planning, report, tables
+from analysis import PHASE_COLUMNS, PHASE_LABELS, answers, findings, formatting, grouping, planning, records
 from analysis.display import frame_table
 from analysis.aggregate import Aggregate
+from analysis.tables.axes import batch_table, workers_table
+from analysis.tables.paper import load_paper, paper_comparison
+from analysis.tables.scaling import scaling_data
+from analysis.tables.speed import speed_data, speed_table
 from tests import _runs
 
 MAX_WORDS = 40  # a finding longer than this runs on
@@ -73,7 +77,8 @@ def test_framework_answer_names_the_faster_and_its_ratio(said, ok_runs):
 
 
 def test_framework_number_links_to_its_table_row(top, agg):
-    speed = tables.speed_table(grouping.add_experiment(agg.runs)).html()
+    runs = grouping.add_experiment(agg.runs)
+    speed = speed_table(speed_data(runs), grouping.performance_runs(runs)).html()
     number, href = next(p for p in top["answers"][0].parts if p[1] and p[1].startswith("#speed-"))
     row = re.search(rf"<tr id='{re.escape(href[1:])}'>(.*?)</tr>", speed).group(1)
     assert f">{number}" in row  # the number said is the number in that row
@@ -257,10 +262,9 @@ def test_no_finding_runs_on(tmp_path_factory):
 def test_findings_on_the_grid_stay_short(agg):
     runs = grouping.add_experiment(_grid_runs(agg))
     points = grouping.performance_points(runs)
-    scaling = tables.scaling_data(points, runs)
-    tabs = tables.all_tables(runs)
-    groups = findings.all_findings(runs, points, scaling, tabs["paper_comparison"].data, agg.invalid,
-                                   workers=tabs["workers"].data, batch=tabs["batch"].data,
+    scaling = scaling_data(points, runs)
+    groups = findings.all_findings(runs, points, scaling, paper_comparison(points, load_paper()).data, agg.invalid,
+                                   workers=workers_table(points, runs).data, batch=batch_table(points, runs).data,
                                    plan=planning.plan_data(runs))
     items = [t for g in groups for t in g["items"]]
     assert any("95% CI" in t for t in items) and any("workers 0 → 1" in t for t in items)
@@ -314,7 +318,7 @@ def test_memory_table_in_mib_and_gib():
                             "mem_limit_bytes": 2 * 2**30, "runs": 1, "statuses": "ok", "mem_model_bytes": 784_737_244,
                             "mem_peak_bytes": 1.5 * 2**30, "mem_cgroup_peak_bytes": None, "peak_over_model": 2.05,
                             "model_over_limit": 0.365, "oom_killed": None}])
-    row = report.memory_frame(memory).iloc[0]
+    row = records.memory_frame(memory).iloc[0]
     assert row["modelled peak"] == "748 MiB" and row["measured peak"] == "1.50 GiB" and row["limit"] == "2.00 GiB"
     assert row["model"] == "sage" and row["measured / modelled"] == "2.05×"
 
@@ -322,7 +326,7 @@ def test_memory_table_in_mib_and_gib():
 def test_plan_and_runs_tables_say_the_experiment_once(agg):
     runs = grouping.add_experiment(_grid_runs(agg).assign(until="precise", steady_epoch_mean_s=1.0,
                                                           steady_epochs=5, steady_epoch_cv=0.02, wall_time_s=9.0))
-    frame = report.plan_frame(planning.plan_data(runs))
+    frame = records.plan_frame(planning.plan_data(runs))
     table = frame_table(frame, "plan", "Plan", "", group_col="experiment")
     label = runs["experiment"].iloc[0]
     assert len(frame) > 1 and table.html().count(html.escape(label)) == 1  # its grid's caption, not every row

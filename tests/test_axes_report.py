@@ -9,8 +9,10 @@ import math
 import pandas as pd
 import pytest
 
-from analysis import findings, grouping, planning, report, tables
+from analysis import findings, grouping, planning, records, report
 from analysis.aggregate import Aggregate
+from analysis.tables.axes import batch_table, workers_table
+from analysis.tables.scaling import scaling_data
 from tests import _runs
 
 # Known effects: 2 devices 1.8x faster, 1 worker 1.25x faster, batch 512 1.5x the throughput.
@@ -46,7 +48,7 @@ def grid_runs(tmp_path_factory):
 
 def test_scaling_has_speedups_with_intervals(grid_runs):
     points = grouping.performance_points(grid_runs)
-    scaling = tables.scaling_data(points, grid_runs)
+    scaling = scaling_data(points, grid_runs)
     multi = scaling[scaling["devices"] == 2]
     assert len(multi) == 2 * 2 * 2  # frameworks x batch sizes x workers
     assert multi["speedup"].map(lambda v: math.isclose(v, SPEEDUP_DEVICES, rel_tol=1e-6)).all()
@@ -60,11 +62,11 @@ def test_scaling_has_speedups_with_intervals(grid_runs):
 
 def test_workers_and_batch_axes_have_numbers(grid_runs):
     points = grouping.performance_points(grid_runs)
-    workers = tables.workers_table(points, grid_runs)
+    workers = workers_table(points, grid_runs)
     assert len(workers.data) == 2 * 2 * 2  # frameworks x devices x batch sizes
     assert workers.data["estimate"].map(lambda v: math.isclose(v, SPEEDUP_WORKERS, rel_tol=1e-6)).all()
     assert "1.25×" in workers.html() and "‡" in workers.html()
-    batch = tables.batch_table(points, grid_runs)
+    batch = batch_table(points, grid_runs)
     assert len(batch.data) == 2 * 2 * 2
     assert batch.data["estimate"].map(lambda v: math.isclose(v, GAIN_BATCH, rel_tol=1e-6)).all()
     assert "1.50×" in batch.html()
@@ -80,7 +82,7 @@ def test_plan_and_precision_findings(grid_runs):
     assert (plan["plan_epochs"] >= 4).all() and (plan["plan_cost_s"] > 0).all()
     text = " ".join(findings.precision_findings(grid_runs, plan))
     assert "epochs per run 7 / 7 / 7" in text and "16 stopped at a cap" in text and "Plan for the next sweep" in text
-    frame = report.runs_frame(grid_runs)
+    frame = records.runs_frame(grid_runs)
     assert (frame["stopped by"] == "CAP: epochs").sum() == 16
 
 

@@ -149,7 +149,7 @@ def test_too_small_memory_cap_is_diagnosed_as_oom(tmp_path):
     assert not __import__("pathlib").Path(diag["oom"]["cgroup"]["cgroup"]).exists()
     # runs.csv and the memory table carry the model, the cgroup's peak and the killed process
     from analysis.aggregate import aggregate
-    from analysis.tables import memory_model_table
+    from analysis.tables.memory import memory_model_table
 
     agg = aggregate([out])
     row = agg.runs.iloc[0]

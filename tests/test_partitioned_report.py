@@ -15,7 +15,7 @@ import pytest
 from analysis import aggregate, report
 from analysis.formatting import fmt_bytes
 from analysis.partitioned import GLT_REASON, partitioned_rows, partitioned_table
-from analysis.tables import memory_model_table
+from analysis.tables.memory import memory_model_table
 from runners.adapters import registry
 from tests.helpers import run_config
 from tests.test_hosts import hosts  # noqa: F401  (the fixture)

@@ -12,7 +12,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis import REPORT_PLOTS, REPORT_TABLES, aggregate, answers, project, projection_report, report
+from analysis import (REPORT_PLOTS, REPORT_TABLES, aggregate, answers, caption_name, declared, project,
+                      projection_report, report)
 from analysis.aggregate import Aggregate
 from tests.test_project import COLL, PHASES, expected, world
 
@@ -156,8 +157,9 @@ def test_the_new_tables_and_plot_are_registered_and_written(rendered):
     assert {"projection", "projection_validation"} <= set(REPORT_TABLES) and "projection" in REPORT_PLOTS
     assert {"projection.csv", "projection.html", "projection_validation.csv", "projection.png"} <= set(report.ASSETS)
     assert all((assets / name).is_file() for name in report.ASSETS)
-    caption = Path(__file__).resolve().parents[1] / "workflows" / "report" / f"{REPORT_PLOTS['projection'][1]}.rst"
-    assert caption.is_file() and all((caption.parent / f"{t}.rst").is_file() for t in REPORT_TABLES)
+    captions = Path(__file__).resolve().parents[1] / "workflows" / "report"
+    caption = captions / f"{caption_name('projection', REPORT_PLOTS['projection'])}.rst"
+    assert caption.is_file() and all((caption.parent / f"{t}.rst").is_file() for t in declared(REPORT_TABLES))
     csv = pd.read_csv(assets / "projection.csv")
     assert set(csv["devices"]) == {1, 2, 4, 8} and {"speedup_low", "speedup_high"} <= set(csv.columns)
     assert len(pd.read_csv(assets / "projection_validation.csv")) == 2

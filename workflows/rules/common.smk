@@ -25,8 +25,8 @@ from runners import datasets  # noqa: E402 (numpy only: the dataset names)
 from runners import sweep  # noqa: E402 (the sweep's grammar)
 from runners.adapters import registry  # noqa: E402
 from analysis import adaptive  # noqa: E402 (sets a stale second-round plan aside)
-from analysis import REPORT_PLOTS  # noqa: E402 (the files analysis.report writes)
-from analysis import REPORT_TABLES  # noqa: E402
+from analysis import caption_name, declared  # noqa: E402
+from analysis import REPORT_PLOTS, REPORT_TABLES  # noqa: E402 (the files analysis.report writes)
 
 # Cross-field rules the schema cannot express; the user's graphs are under the working
 # directory's results/datasets, the lanes' environments beside the Snakefile.
@@ -181,19 +181,19 @@ def report_outputs():
             category="Report",
         )
     )
-    for name, category in REPORT_TABLES.items():
+    for name, asset in declared(REPORT_TABLES).items():
         out[f"{name}_csv"] = report(
             f"results/report/{name}.csv",
-            caption=f"../report/{name}.rst",
-            category=category,
+            caption=f"../report/{caption_name(name, asset)}.rst",
+            category=asset.section,
             subcategory="Tables",
         )
         out[f"{name}_html"] = f"results/report/{name}.html"
-    for name, (category, caption) in REPORT_PLOTS.items():
+    for name, asset in declared(REPORT_PLOTS).items():
         out[f"{name}_png"] = report(
             f"results/report/{name}.png",
-            caption=f"../report/{caption}.rst",
-            category=category,
+            caption=f"../report/{caption_name(name, asset)}.rst",
+            category=asset.section,
             subcategory="Plots",
         )
     return out
