@@ -29,7 +29,10 @@ from runners.rundir import RunDir
 from runners.stacks import other_threads, top_frames
 
 POLL_S = 0.5  # how often the supervisor samples heartbeats, processes and /dev/shm
-AT_LIMIT = 0.95  # a memory cgroup this full is reclaiming pages to stay under its cap
+# A share of a limit past which nothing more fits: a memory cgroup this full is reclaiming pages to stay
+# under its cap, a /dev/shm this full leaves a loader's next batch no room, a process holding this
+# share of its open-files limit has no room for the next batch's descriptors.
+FULL_SHARE = 0.95
 
 
 # -- what the run wrote ---------------------------------------------------------------------
@@ -437,14 +440,14 @@ class MemoryWatch:
     """A capped run's memory cgroup as the supervisor saw it while the run went on."""
 
     last: dict | None = None  # the cgroup's state at the last poll (`t`: seconds after launch)
-    full: dict | None = None  # its state when its usage first reached AT_LIMIT of the cap
+    full: dict | None = None  # its state when its usage first reached FULL_SHARE of the cap
     oom_seen: dict | None = None  # when its OOM-kill count first rose, and every rank's phase then
 
     def observe(self, stats: dict, t: float, phases) -> None:
         """One poll's cgroup `stats`, `t` seconds after launch; `phases()`: every rank's phase now."""
         self.last = dict(stats, t=t)
         if stats.get("usage_bytes") and stats.get("limit_bytes") and not self.full \
-                and stats["usage_bytes"] >= AT_LIMIT * stats["limit_bytes"]:
+                and stats["usage_bytes"] >= FULL_SHARE * stats["limit_bytes"]:
             self.full = self.last
         count = stats.get("oom_kill") or 0
         if not self.oom_seen and count > 0:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from runners import diagnosis as rulebook
 from runners import history, record
+from runners.diagnosis.causes import PREVIOUS, Diagnosis
 from runners.rundir import RunDir
 
 # A gloo error names the peer it lost: "Read error [10.231.7.11]:63165: Connection reset by peer".
@@ -97,18 +98,15 @@ def lost_contact(cfg, peers: list | None, network: dict | None) -> tuple:
 
 def _blame_contact(cfg, status: str, diag: dict, own, gone: list, interface, since: str) -> dict:
     """A hang whose cause is the network: no rank of this node is blamed for waiting."""
-    cause, remedy = rulebook.CAUSES["lost_contact"]
     lost = "; ".join(node_text(n) for n, _ in gone)
     why = "; ".join(sorted({w for _, w in gone}))
     if own:
         what = f"this host's link {interface} is {own}" + (f"; lost contact with {lost} ({why})" if gone else "")
     else:
         what = f"lost contact with {lost}: unreachable from node {cfg.node_rank} since about {since} ({why})"
-    return {**diag, "summary": f"{status}: {what}", "cause": "lost_contact", "cause_text": cause,
-            "remedy": remedy, "culprit_rank": None, "lost_nodes": [n for n, _ in gone],
-            "own_link": {"interface": interface, "state": own} if own else None,
-            "previous_cause": diag.get("cause"),
-            "evidence": [what] + list(diag.get("evidence") or [])}
+    return Diagnosis.superseding(diag, "lost_contact", f"{status}: {what}", [what], previous=("cause",),
+                                 culprit_rank=None, lost_nodes=[n for n, _ in gone],
+                                 own_link={"interface": interface, "state": own} if own else None)
 
 
 def last_progress(diag: dict, detected_at: float) -> str:
@@ -165,12 +163,10 @@ def lost_nodes(cfg, diag: dict, peers: list) -> list:
 
 
 def _blame_lost(cfg, status: str, diag: dict, lost: list, local_ranks: list) -> dict:
-    cause, remedy = rulebook.CAUSES["lost_node"]
     mine = f"ranks {local_ranks[0]}-{local_ranks[-1]}" if len(local_ranks) > 1 else f"rank {local_ranks[0]}"
     what = "; ".join(node_text(n) for n in lost)
-    return {**diag, "summary": f"{status}: lost {what}: this node's {mine} saw their connections to it reset",
-            "cause": "lost_node", "cause_text": cause, "remedy": remedy, "culprit_rank": None,
-            "lost_nodes": lost, "evidence": [f"lost {what}"] + list(diag.get("evidence") or [])}
+    return Diagnosis.superseding(diag, "lost_node", f"{status}: lost {what}: this node's {mine} saw their connections "
+                                 "to it reset", [f"lost {what}"], previous=(), culprit_rank=None, lost_nodes=lost)
 
 
 def _when(stamp: str | None) -> float:
@@ -196,6 +192,11 @@ def other_results(cfg, job: Path, started_at: str, wait_s: float = OTHER_RESULT_
         time.sleep(0.5)
 
 
+def _culprit_node(k: int, res: dict) -> dict:
+    """Node `k`, as the diagnosis that adopts its result's culprit names it."""
+    return {"node": k, "host": res.get("env", {}).get("hostname"), "result": str(RunDir(Path()).node(k).result)}
+
+
 def _adopt_remote_culprit(cfg, out: Path, diag: dict, started_at: str) -> dict:
     """Every rank of node 0 waited in a collective: its culprit is elsewhere. The other nodes
     write their results beside node 0's (node{K}/, one --out on a shared filesystem); the
@@ -205,12 +206,9 @@ def _adopt_remote_culprit(cfg, out: Path, diag: dict, started_at: str) -> dict:
         theirs = res.get("diagnosis") or {}
         if theirs.get("culprit_rank") is None:
             continue
-        return {**diag, "summary": f"{theirs['summary']} (node {cfg.node_rank}'s ranks waited for it in a collective)",
-                "cause": theirs.get("cause"), "cause_text": theirs.get("cause_text"), "remedy": theirs.get("remedy"),
-                "culprit_rank": theirs["culprit_rank"],
-                "culprit_node": {"node": k, "host": res.get("env", {}).get("hostname"),
-                                 "result": str(RunDir(Path()).node(k).result)},
-                "evidence": [f"node {k}'s result: {theirs['summary']}"] + list(diag.get("evidence") or [])}
+        summary = f"{theirs['summary']} (node {cfg.node_rank}'s ranks waited for it in a collective)"
+        return rulebook.adopted(diag, k, theirs, summary, culprit_rank=theirs["culprit_rank"],
+                                culprit_node=_culprit_node(k, res))
     diag["summary"] += (f" (every rank of node {cfg.node_rank} waited: the culprit is on another node; "
                         "see the other nodes' results, node{K}/result.json)")
     return diag
@@ -228,14 +226,9 @@ def adopt_lost_culprit(cfg, out: Path, outcome, started_at: str) -> None:
         theirs = res.get("diagnosis") or {}
         if k not in lost or res.get("status") != "hang" or theirs.get("culprit_rank") is None:
             continue
-        outcome.diagnosis = {
-            **diag, "summary": f"{theirs['summary']} (node {k}'s result; node 0's ranks lost node {k} when its "
-                               f"watchdog stopped it: {diag.get('summary')})",
-            "cause": theirs.get("cause"), "cause_text": theirs.get("cause_text"), "remedy": theirs.get("remedy"),
-            "culprit_rank": theirs["culprit_rank"],
-            "culprit_node": {"node": k, "host": res.get("env", {}).get("hostname"),
-                             "result": str(RunDir(Path()).node(k).result)},
-            "previous_status": outcome.status, "previous_cause": diag.get("cause"),
-            "evidence": [f"node {k}'s result: {theirs['summary']}"] + list(diag.get("evidence") or [])}
+        summary = (f"{theirs['summary']} (node {k}'s result; node 0's ranks lost node {k} when its watchdog stopped "
+                   f"it: {diag.get('summary')})")
+        outcome.diagnosis = rulebook.adopted(diag, k, theirs, summary, status=outcome.status, previous=PREVIOUS,
+                                             culprit_rank=theirs["culprit_rank"], culprit_node=_culprit_node(k, res))
         outcome.status = "hang"
         return

@@ -333,18 +333,11 @@ class Server:
             if stalled is not None:  # a crash on the peers it cost is still the hang it caused
                 outcome.status, outcome.diagnosis = "hang", stalled
             return
-        how = self.died["signal"] or f"exit code {self.died['exit_code']}"
-        summary = (f"crashed: graph server {self.cfg.node_rank} (partition {self.cfg.node_rank}, pid "
-                   f"{self.proc.pid}) on host {self.host} died ({how}) {self.died['t_s']:.1f} s after it started; "
-                   "its trainers, which sample and fetch features from it, were stopped")
-        d = dict(outcome.diagnosis or {})
-        d.update(summary=summary, cause="lost_server", culprit_rank=None, previous_status=outcome.status,
-                 cause_text="a graph server of the partitioned strategy died mid-run",
-                 remedy="see the server's log (logs/server<K>.log) and the host's kernel log (OOM killer?)",
-                 lost_server={"node": self.cfg.node_rank, "host": self.host, "pid": self.proc.pid, **self.died},
-                 evidence=[summary] + list(d.get("evidence") or []))
-        d.setdefault("ranks", [])
-        outcome.status, outcome.diagnosis = "crashed", d
+        from runners.diagnosis import lost_server
+
+        server = {"node": self.cfg.node_rank, "host": self.host, "pid": self.proc.pid}
+        outcome.diagnosis = lost_server(outcome.status, outcome.diagnosis, server, self.died)
+        outcome.status = "crashed"
 
     def adopt_remote(self, out: Path, outcome, started_at: str) -> None:
         """Node 0, whose own server lived and kept going: a server that died or stopped making
@@ -352,7 +345,7 @@ class Server:
         (node{K}/result.json beside node 0's, as runners.nodes reads them); node 0's trainers only
         lost it or waited for it. A hang no result explains, while node 0's trainers waited over
         RPC, points to another node's server (diagnosis.remote_server_stall)."""
-        from runners.diagnosis import remote_server_stall, server_stall
+        from runners.diagnosis import remote_server, remote_server_stall, server_stall
 
         if (self.cfg.node_rank != 0 or self.cfg.nodes < 2 or outcome is None or outcome.status == "ok"
                 or self.died is not None or (self.stall is not None and server_stall(self.stall) is not None)):
@@ -365,14 +358,7 @@ class Server:
             cause = theirs.get("cause")
             if cause not in ("lost_server", "stalled_server") or not (theirs.get(cause) or {}).get("host"):
                 continue
-            mine = outcome.diagnosis or {}
-            verb = "lost it" if cause == "lost_server" else "waited for it"
-            outcome.diagnosis = {
-                **mine, "summary": f"{theirs['summary']} (node {k}'s result; node 0's trainers {verb}: "
-                                   f"{mine.get('summary', outcome.status)})",
-                "cause": cause, "cause_text": theirs.get("cause_text"), "remedy": theirs.get("remedy"),
-                cause: theirs.get(cause), "culprit_rank": None, "previous_status": outcome.status,
-                "evidence": [f"node {k}'s result: {theirs['summary']}"] + list(mine.get("evidence") or [])}
+            outcome.diagnosis = remote_server(outcome.status, outcome.diagnosis, k, theirs)
             # A server lost is a crash (its trainers were victims); one that stopped is the hang it caused.
             outcome.status = "crashed" if cause == "lost_server" else outcome.status
             return

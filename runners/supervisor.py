@@ -311,7 +311,7 @@ class Supervisor:
                                      self.launch_uptime, self.memory), None
         except Exception as exc:  # evidence gathering must never lose the run's result
             oom, note = None, f"OOM evidence could not be read: {exc}"
-        return apply_oom(outcome, oom, self.memory, note)
+        return apply_oom(outcome, oom, self.memory, note)  # the first of diagnosis.OVERRIDES
 
     def _supervise(self) -> Outcome:
         while True:

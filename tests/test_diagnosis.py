@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from runners.diagnosis import EXIT_STATUS, blame, decide_exit, decide_stop
+from runners.diagnosis import CAUSES, blame, decide_exit, decide_stop
 from runners.evidence import ProcessLedger, process_states
 from runners.probes import exit_of, proc_stat
 
@@ -161,7 +161,7 @@ def test_pytorch_collective_timeout_stays_a_hang_and_names_the_rank_behind():
     ev = exit_ev(errors=[error(0, 100.0, "RuntimeError", msg)], ranks=ranks, codes={0: 1, 1: -6})
     key, culprit, why = decide_exit(ev)
     assert (key, culprit) == ("collective_timeout", 1)
-    assert EXIT_STATUS[key] == "hang"
+    assert CAUSES[key].status == "hang"
     assert "Watchdog caught collective operation timeout" in why[0] and "behind" in why[1]
 
 
@@ -410,18 +410,18 @@ def test_crash_after_descriptor_exhaustion_is_fd_limit_not_a_crash():
     ev = exit_ev(errors=[error(1, 100.0, "RuntimeError", "received 0 items of ancdata")])
     key, culprit, why = decide_exit(ev)
     assert (key, culprit) == ("fd_limit", 1) and why == ["rank 1: 'RuntimeError: received 0 items of ancdata'"]
-    assert EXIT_STATUS.get(key, "crashed") == "crashed"
+    assert CAUSES[key].status == "crashed"
 
 
 def test_fd_limit_remedy_names_ulimit_the_limit_found_and_the_need():
-    from runners.diagnosis import CAUSES, cause_label, fd_remedy
+    from runners.diagnosis import cause_label, fd_remedy
 
     remedy = fd_remedy(FD)
     assert "`ulimit -n` is 48 here and a rank needs about 72 descriptors" in remedy
     assert "`ulimit -n 1024`" in remedy and "the hard limit 48 is the ceiling" in remedy
     assert "set_sharing_strategy('file_system')" in remedy
-    assert "`ulimit -n`" in CAUSES["fd_limit"][1] and "'file_system'" in CAUSES["fd_limit"][1]
-    assert fd_remedy(None) == CAUSES["fd_limit"][1]
+    assert "`ulimit -n`" in CAUSES["fd_limit"].remedy and "'file_system'" in CAUSES["fd_limit"].remedy
+    assert fd_remedy(None) == CAUSES["fd_limit"].remedy
     assert cause_label("fd_limit", {"fd": FD}) == "too many open files (`ulimit -n` 48, a rank needs about 72)"
 
 
@@ -495,3 +495,31 @@ def test_an_idle_graph_server_is_not_a_stuck_one():
     assert "points to another node's graph server: node 1 (host h1), whose result" in pointed["summary"]
     assert remote_server_stall("hang", {}, server_ev(["sleeping"] * 3, waiters=()), []) is None
     assert remote_server_stall("hang", {}, server_ev(["stopped"] * 3), []) is None
+
+
+# -- the closed rulebook -----------------------------------------------------------------------
+def test_the_result_schema_enumerates_every_cause_and_no_other():
+    import json
+    from pathlib import Path
+
+    from runners.diagnosis import OVERRIDES
+
+    path = Path(__file__).resolve().parents[1] / "runners" / "schemas" / "result.schema.json"
+    schema = json.loads(path.read_text())
+    enum = schema["properties"]["diagnosis"]["properties"]["cause"]["enum"]
+    assert sorted(enum) == sorted(CAUSES) and len(enum) == len(set(enum))
+    assert all(c.text.startswith(c.label) and c.key == k for k, c in CAUSES.items())
+    assert all(k in CAUSES for o in OVERRIDES for k in o.causes)
+
+
+def test_a_superseding_diagnosis_keeps_the_one_before():
+    from runners.diagnosis import Diagnosis
+
+    before = Diagnosis.of("dead_rank", "crashed: rank 1", ["rank 1 raised X"], [{"rank": 1}], 1, error_excerpt="X")
+    after = Diagnosis.superseding(before, "lost_server", "crashed: server", ["server died"], status="crashed",
+                                  culprit_rank=None)
+    assert after["cause"] == "lost_server" and after["cause_text"] == CAUSES["lost_server"].text
+    assert (after["previous_status"], after["previous_cause"]) == ("crashed", "dead_rank")
+    assert after["evidence"] == ["server died", "rank 1 raised X"] and after["culprit_rank"] is None
+    assert after["error_excerpt"] == "X" and before["cause"] == "dead_rank"
+    assert "previous_status" not in Diagnosis.superseding(before, "oom", "killed", [], previous=("cause",))
