@@ -26,7 +26,8 @@ before launch: re-hashes only files changed since `<dataset>/verified.json`),
 CLI: `python -m runners.datasets {prepare,import,twin,verify,info,list}`. Only numpy is needed
 (pandas for ogbn-products and OGB imports), so importing this module is cheap and framework-free.
 
-Modules: `format` (the on-disk format, loading, verification), `generators` (synthetic
+Modules: `format` (the on-disk format, writing, loading), `verification` (the files against
+their hashes, cached in verified.json), `generators` (synthetic
 graphs), `converters` (raw files of real datasets), `importers` (a user's graph saved by
 PyG, DGL, OGB or NumPy; framework code is imported only when such a file is read), `twins`
 (a synthetic graph fitted to another one, to share in its place); this
@@ -48,6 +49,7 @@ from runners.datasets.generators import (GENERATOR, GENERATOR_VERSION, SYNTHETIC
                                          csc_from_edges, generate)
 from runners.datasets.importers import FORMATS, import_graph  # noqa: F401,E402
 from runners.datasets.twins import make_twin  # noqa: F401,E402
+from runners.datasets.verification import VERIFIED_FILE, changed_since, verify_files  # noqa: F401,E402
 
 log = logging.getLogger("gnnscale.datasets")
 
