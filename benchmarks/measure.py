@@ -50,11 +50,11 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 from analysis.stats import mean_ci
-from benchmarks.measure_runs import (LOADER_VARIANTS, PY, REPO, MeasureError, execute, launch_parts, log,
+from benchmarks.measure_runs import (LOADER_VARIANTS, PY, REPO, MeasureError, Settings, execute, launch_parts, log,
                                      run_reference, run_runner, run_torchrun, runner_argv)
 from runners import datasets, envinfo
 from runners.config import build_parser as runner_parser
@@ -84,26 +84,6 @@ TARGETS = {
 }
 STARTERS = ("spawn", "torchrun")
 FLOOR_MODULES = {"pyg": "torch_geometric", "dgl": "dgl"}
-
-
-@dataclass
-class Settings:
-    dataset: str = "small"
-    data_root: str = "results/datasets"
-    repeats: int = 5
-    epochs: int = 5
-    devices: int = 2
-    batch_size: int = 512
-    workers: int = 0
-    fanouts: str = "10,10,10"
-    models: list = field(default_factory=lambda: ["sage"])
-    memory_graph: list = field(default_factory=lambda: [200_000, 10_000_000, 256])  # nodes, edges, features
-    memory_root: str = "/tmp/gnnscale-bench/datasets"
-    with_sweep: bool = False
-    with_coverage: bool = False
-    coverage_launches: int = 10
-    out_dir: str = "results/benchmarks"
-    only: list | None = None  # row kinds (TARGETS keys) to measure; None: all
 
 
 QUICK = {"dataset": "tiny", "repeats": 2, "epochs": 2, "batch_size": 128, "fanouts": "6,5,4",

@@ -1,4 +1,4 @@
-"""Launching the runs `benchmarks.measure` times, and reading what they recorded.
+"""The settings of `benchmarks.measure`, launching the runs it times, and reading what they recorded.
 
 One helper runs any command to completion, one a runner configuration (`python -m
 runners.run`, exactly what users run), one a torchrun script (the example-style reference
@@ -14,22 +14,41 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from runners import envinfo, record
 from runners.config import build_parser as runner_parser
 from runners.config import config_from_args
 from runners.rundir import RunDir
 
-if TYPE_CHECKING:
-    from benchmarks.measure import Settings
-
 REPO = Path(__file__).resolve().parent.parent
 PY = sys.executable
 # Timed like a framework, run as a framework with another loader: label -> (framework, loader),
 # and its reference loop is benchmarks/reference_<loader>.py.
 LOADER_VARIANTS = {"dgl-graphbolt": ("dgl", "graphbolt")}
+
+
+@dataclass
+class Settings:
+    """What one invocation of benchmarks.measure measures, and on what (its command line)."""
+
+    dataset: str = "small"
+    data_root: str = "results/datasets"
+    repeats: int = 5
+    epochs: int = 5
+    devices: int = 2
+    batch_size: int = 512
+    workers: int = 0
+    fanouts: str = "10,10,10"
+    models: list = field(default_factory=lambda: ["sage"])
+    memory_graph: list = field(default_factory=lambda: [200_000, 10_000_000, 256])  # nodes, edges, features
+    memory_root: str = "/tmp/gnnscale-bench/datasets"
+    with_sweep: bool = False
+    with_coverage: bool = False
+    coverage_launches: int = 10
+    out_dir: str = "results/benchmarks"
+    only: list | None = None  # row kinds (TARGETS keys) to measure; None: all
 
 
 class MeasureError(RuntimeError):

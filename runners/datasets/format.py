@@ -1,8 +1,9 @@
-"""The canonical on-disk graph format: constants, hashing, writing and loading.
+"""The canonical on-disk graph format: constants, hashing, loading and verification.
 
 A dataset directory `<root>/<name>/` holds `meta.json` and seven `.npy` arrays (see `FILES`
 and docs/datasets.md). Writes are atomic; loads are memory-mapped and read-only, so every
-rank of a run shares one copy. Checking the bytes against meta.json: runners.datasets.verification.
+rank of a run shares one copy; `verify_files` is the cheap check a run makes before launch.
+Writing a dataset: runners.datasets.writing.
 """
 
 from __future__ import annotations
@@ -10,9 +11,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import re
-import shutil
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -20,6 +21,8 @@ from pathlib import Path
 from typing import Optional, Union
 
 import numpy as np
+
+log = logging.getLogger("gnnscale.datasets")
 
 FORMAT_VERSION = 1
 DEFAULT_ROOT = "results/datasets"
@@ -103,116 +106,6 @@ def combine_hash(files: dict) -> str:
         shape = "x".join(str(s) for s in info["shape"])
         h.update(f"{key}:{info['dtype']}:{shape}:{info['sha256']}\n".encode())
     return h.hexdigest()
-
-
-@contextlib.contextmanager
-def _lock(root: Path, name: str):
-    """Serialise concurrent writers (prepare, import) of one dataset (e.g. parallel Snakemake jobs)."""
-    try:
-        import fcntl
-    except ImportError:  # not POSIX: no locking
-        yield
-        return
-    with open(root / f".{name}.lock", "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-def _fsync_dir(path: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def write_dataset(root, name: str, arrays: dict, source: dict, stats: dict,
-                  num_classes: Optional[int] = None, symmetric: bool = True,
-                  replaced_to: Optional[Path] = None) -> Path:
-    """Write `<root>/<name>/` atomically: everything goes to a temporary sibling directory
-    that is renamed into place only when complete, so a killed writer leaves no dataset
-    that looks valid. Returns the final path. `symmetric` False records a directed graph
-    (an import with --directed); `replaced_to`: where an existing `<root>/<name>` is moved
-    (kept) instead of being deleted."""
-    root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
-    final = root / name
-    check_finite(f"dataset {name!r} ({source.get('origin') or source.get('kind') or 'source'})",
-                 arrays["features"])
-    tmp = root / f".{name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
-    try:
-        files = _save_arrays(tmp, arrays)
-        meta = _meta(name, arrays, files, source, stats, num_classes, symmetric)
-        with open(tmp / META_FILE, "w") as fh:
-            fh.write(json.dumps(meta, indent=2) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        _fsync_dir(tmp)
-        _move_into_place(root, name, tmp, replaced_to)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return final
-
-
-def _save_arrays(tmp: Path, arrays: dict) -> dict:
-    """Each array in its canonical dtype as `tmp/<key>.npy`, on disk; returns meta.json's `files`."""
-    files = {}
-    for key, dtype in FILES:
-        arr = np.ascontiguousarray(arrays[key], dtype=np.dtype(dtype))
-        path = tmp / f"{key}.npy"
-        with open(path, "wb") as fh:
-            np.save(fh, arr, allow_pickle=False)
-            fh.flush()
-            os.fsync(fh.fileno())
-        files[path.name] = {"dtype": arr.dtype.str, "shape": list(arr.shape),
-                            "bytes": path.stat().st_size, "sha256": array_sha256(arr)}
-    return files
-
-
-def _meta(name: str, arrays: dict, files: dict, source: dict, stats: dict,
-          num_classes: Optional[int], symmetric: bool) -> dict:
-    """meta.json of a dataset whose saved files are `files`."""
-    labels = np.asarray(arrays["labels"])
-    return {
-        "format_version": FORMAT_VERSION,
-        "name": name,
-        "num_nodes": len(arrays["indptr"]) - 1,
-        "num_edges": int(len(arrays["indices"])),
-        "num_features": int(np.shape(arrays["features"])[1]),
-        "num_classes": int(num_classes if num_classes is not None
-                           else (labels.max() + 1 if len(labels) else 0)),
-        "content_hash": combine_hash(files),
-        "adjacency": {"layout": "csc", "sorted": True, "symmetric": bool(symmetric),
-                      "self_loops": False, "duplicates": False},
-        "source": source,
-        "stats": stats,
-        "files": files,
-        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "tool": "gnnscale runners.datasets",
-    }
-
-
-def _move_into_place(root: Path, name: str, tmp: Path, replaced_to: Optional[Path]) -> None:
-    """Rename the complete `tmp` to `<root>/<name>`. An existing dataset there is moved to
-    `replaced_to`, or without it deleted, but only once the new one is in place."""
-    final = root / name
-    old = None
-    if final.exists() and replaced_to is not None:
-        Path(replaced_to).parent.mkdir(parents=True, exist_ok=True)
-        os.rename(final, replaced_to)
-    elif final.exists():
-        old = root / f".{name}.old-{uuid.uuid4().hex[:8]}"
-        os.rename(final, old)
-    os.rename(tmp, final)
-    _fsync_dir(root)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 @dataclass
@@ -383,10 +276,7 @@ def load(name_or_path: Union[str, Path], root=DEFAULT_ROOT, verify_hash: bool = 
     arrays = _open_arrays(path, meta, n, e, f)
     _check_arrays(path, arrays, n, e, c)
     if verify_hash:
-        # Imported here: the verification module loads datasets through this one.
-        from runners.datasets.verification import verify_contents
-
-        verify_contents(path, meta, arrays)
+        _verify_contents(path, meta, arrays)
 
     return Graph(name=str(meta["name"]), path=path, num_nodes=n, num_edges=e, num_features=f,
                  num_classes=c, content_hash=str(meta["content_hash"]), meta=meta, **arrays)
@@ -438,12 +328,159 @@ def _check_arrays(path: Path, arrays: dict, n: int, e: int, c: int) -> None:
         seen[idx] = True
 
 
+def _verify_contents(path: Path, meta: dict, arrays: dict) -> None:
+    _check_hashes(path, meta, arrays, use_cache=False)
+    n, indptr, indices = int(meta["num_nodes"]), arrays["indptr"], arrays["indices"]
+    ipath = path / "indices.npy"
+    if len(indices) == 0:
+        return
+    if indices.min() < 0 or indices.max() >= n:
+        raise DatasetError(f"{ipath}: source ids out of range 0..{n - 1}")
+    # Work in column chunks to bound memory on Reddit-sized graphs.
+    for lo, hi in _column_chunks(indptr, 1 << 24):
+        a, b = int(indptr[lo]), int(indptr[hi])
+        dst = np.repeat(np.arange(lo, hi, dtype=np.int64), np.diff(indptr[lo:hi + 1]))
+        src = np.asarray(indices[a:b])
+        if np.any(src == dst):
+            raise DatasetError(f"{ipath}: has self-loops")
+        inc = np.diff(src) > 0
+        same_col = dst[1:] == dst[:-1]
+        if np.any(same_col & ~inc):
+            raise DatasetError(f"{ipath}: sources within a column are not strictly increasing "
+                               "(unsorted or duplicate edges)")
+    if meta.get("adjacency", {}).get("symmetric") is False:  # imported with --directed
+        return
+    # Symmetric: the sorted reverse keys equal the forward keys.
+    dst = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
+    rev = np.asarray(indices) * n + dst
+    rev.sort()
+    dst *= n
+    dst += indices
+    if not np.array_equal(rev, dst):
+        raise DatasetError(f"{ipath}: adjacency is not symmetric")
+
+
+# --------------------------------------------------------------------------------------
+# Hash verification before a run, cached in <dataset>/verified.json
+# --------------------------------------------------------------------------------------
+
+VERIFIED_FILE = "verified.json"
+# A file whose mtime is this recent is not cached: a later write within the same timestamp
+# tick (1-2 s on some file systems) could leave its mtime unchanged ("racily clean").
+_RACY_S = 2.0
+
+
 def _stat_key(path: Path) -> dict:
     """What changes when a file's bytes may have changed. ctime cannot be set by users, so
     `touch -d` after an in-place write is still seen; a new inode means a replaced file."""
     st = path.stat()
     return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns,
             "ino": st.st_ino}
+
+
+def _read_record(path: Path) -> dict:
+    try:
+        rec = json.loads((path / VERIFIED_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    files = rec.get("files") if isinstance(rec, dict) else None
+    return files if isinstance(files, dict) else {}
+
+
+def _write_record(path: Path, meta: dict, files: dict) -> Optional[Path]:
+    """Write verified.json atomically (a unique temporary name, then rename: concurrent runs
+    never see half a file); None when the directory is read-only."""
+    target = path / VERIFIED_FILE
+    tmp = path / f".{VERIFIED_FILE}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    body = {"content_hash": meta["content_hash"], "files": files,
+            "written_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "note": "written by gnnscale runners.datasets.verify_files; a cache of which files "
+                    "were last seen with the sha256 meta.json records. Safe to delete."}
+    try:
+        tmp.write_text(json.dumps(body, indent=1) + "\n")
+        os.replace(tmp, target)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        log.warning("%s: cannot record the verification (%s); every run will re-hash", target, exc)
+        return None
+    return target
+
+
+def _check_hashes(path: Path, meta: dict, arrays: dict, use_cache: bool) -> dict:
+    """Compare every array file's sha256 with meta.json, re-hashing only files whose size,
+    mtime, ctime or inode differ from verified.json (all of them without use_cache).
+    Raises DatasetError naming the first file that does not match."""
+    t0 = time.perf_counter()
+    if combine_hash(meta["files"]) != meta["content_hash"]:
+        raise DatasetError(f"{path / META_FILE}: content_hash does not match its file hashes")
+    old = _read_record(path) if use_cache else {}
+    record, hashed, cached = {}, [], []
+    for key, _ in FILES:
+        fname = f"{key}.npy"
+        want = meta["files"][fname].get("sha256")
+        before = _stat_key(path / fname)
+        prev = old.get(fname)
+        # Features are checked for NaN/inf with the same read; a record from before that check
+        # (no "finite") is not trusted.
+        if (isinstance(prev, dict) and prev.get("sha256") == want
+                and {k: prev.get(k) for k in before} == before and (key != "features" or prev.get("finite"))):
+            record[fname] = prev
+            cached.append(fname)
+            continue
+        digest = array_sha256(arrays[key])
+        hashed.append(fname)
+        if digest != want:
+            kind = meta.get("source", {}).get("kind")
+            again = ("import it again (python -m runners.datasets import ... --force)" if kind == "imported"
+                     else "make the twin again (python -m runners.datasets twin ... --force)" if kind == "twin"
+                     else "prepare the dataset again (prepare --force)")
+            raise DatasetError(f"{path / fname}: hash mismatch: contents changed since they were "
+                               f"written (sha256 {digest[:16]}..., meta.json {str(want)[:16]}...); "
+                               + again)
+        if key == "features":
+            check_finite(path / fname, arrays[key])
+        after = _stat_key(path / fname)
+        if after != before:
+            raise DatasetError(f"{path / fname}: changed while it was being verified; "
+                               "is another process writing the dataset?")
+        if time.time_ns() - before["mtime_ns"] >= _RACY_S * 1e9:
+            record[fname] = {**before, "sha256": digest, **({"finite": True} if key == "features" else {})}
+    # A full verification refreshes the record too, so the next run need not re-hash.
+    written = _write_record(path, meta, record) if hashed else path / VERIFIED_FILE
+    return {"content_hash": meta["content_hash"], "hashed": hashed, "cached": cached,
+            "seconds": round(time.perf_counter() - t0, 4),
+            "record": str(written) if written else None,
+            "stats": {f"{key}.npy": _stat_key(path / f"{key}.npy") for key, _ in FILES}}
+
+
+def changed_since(path: Union[str, Path], verification: dict) -> list:
+    """Files whose size, mtime, ctime or inode differ from when `verification` (a
+    verify_files result) was made: a few stat calls, for a check after a run."""
+    changed = []
+    for fname, before in verification["stats"].items():
+        try:
+            now = _stat_key(Path(path) / fname)
+        except OSError:
+            now = None
+        if now != before:
+            changed.append(fname)
+    return changed
+
+
+def verify_files(name_or_path: Union[str, Path], root=DEFAULT_ROOT, use_cache: bool = True) -> dict:
+    """Check that the bytes a run will read have the content_hash it will record.
+
+    Every array file's sha256 is compared with meta.json; with use_cache, a file whose size,
+    mtime_ns, ctime_ns and inode equal those recorded in `<dataset>/verified.json` when it
+    last matched is not read again (unchanged datasets cost a few stat calls). Raises
+    DatasetError naming the file whose contents differ. Returns what was done:
+    {"content_hash", "hashed": [files read], "cached": [files trusted from the record],
+    "seconds", "record": path of verified.json or None, "stats": per-file stat at the end}.
+    """
+    graph = load(name_or_path, root)  # the fast checks first: headers, sizes, shapes
+    arrays = {key: getattr(graph, key) for key, _ in FILES}
+    return _check_hashes(graph.path, graph.meta, arrays, use_cache)
 
 
 def _column_chunks(indptr: np.ndarray, max_edges: int):

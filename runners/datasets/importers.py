@@ -34,9 +34,10 @@ from typing import Optional
 import numpy as np
 
 from runners.datasets.converters import _check_labels, _check_node_ids, _open_npz, _read_csv
-from runners.datasets.format import (DATASET_NAMES, DEFAULT_ROOT, NAME_RE, DatasetError, _lock, _stats,
-                                     check_finite, imported_source, load, read_meta, write_dataset)
+from runners.datasets.format import (DATASET_NAMES, DEFAULT_ROOT, NAME_RE, DatasetError, _stats, check_finite,
+                                     imported_source, load, read_meta)
 from runners.datasets.generators import csc_from_edges
+from runners.datasets.writing import _lock, write_dataset
 
 log = logging.getLogger("gnnscale.datasets")
 

@@ -32,10 +32,11 @@ from typing import Optional
 
 import numpy as np
 
-from runners.datasets.format import (DATASET_NAMES, DEFAULT_ROOT, SPLITS, DatasetError, Graph, _lock,
-                                     _stats, edge_homophily, load, read_meta, resolve, write_dataset)
+from runners.datasets.format import (DATASET_NAMES, DEFAULT_ROOT, SPLITS, DatasetError, Graph, _stats,
+                                     edge_homophily, load, read_meta, resolve)
 from runners.datasets.generators import GENERATOR, GENERATOR_VERSION, SyntheticSpec, generate, generate_graph
 from runners.datasets.importers import check_import_name
+from runners.datasets.writing import _lock, write_dataset
 
 log = logging.getLogger("gnnscale.datasets")
 
