@@ -50,21 +50,18 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 from analysis.stats import mean_ci
-from runners import datasets, envinfo, record
+from benchmarks.measure_runs import (LOADER_VARIANTS, PY, REPO, MeasureError, Settings, execute, launch_parts, log,
+                                     run_reference, run_runner, run_torchrun, runner_argv)
+from runners import datasets, envinfo
 from runners.config import build_parser as runner_parser
 from runners.config import config_from_args
 from runners.rundir import RunDir
 
-REPO = Path(__file__).resolve().parent.parent
-PY = sys.executable
 FRAMEWORKS = ("pyg", "dgl")
-# Timed like a framework, run as a framework with another loader: label -> (framework, loader),
-# and its reference loop is benchmarks/reference_<loader>.py.
-LOADER_VARIANTS = {"dgl-graphbolt": ("dgl", "graphbolt")}
 TIMED = FRAMEWORKS + tuple(LOADER_VARIANTS)  # the timing rows' "frameworks"
 VARIANTS = ("probes-on", "probes-off", "reference")
 # Second references of a framework: the example's loop with one of its choices set as the
@@ -89,169 +86,13 @@ STARTERS = ("spawn", "torchrun")
 FLOOR_MODULES = {"pyg": "torch_geometric", "dgl": "dgl"}
 
 
-@dataclass
-class Settings:
-    dataset: str = "small"
-    data_root: str = "results/datasets"
-    repeats: int = 5
-    epochs: int = 5
-    devices: int = 2
-    batch_size: int = 512
-    workers: int = 0
-    fanouts: str = "10,10,10"
-    models: list = field(default_factory=lambda: ["sage"])
-    memory_graph: list = field(default_factory=lambda: [200_000, 10_000_000, 256])  # nodes, edges, features
-    memory_root: str = "/tmp/gnnscale-bench/datasets"
-    with_sweep: bool = False
-    with_coverage: bool = False
-    coverage_launches: int = 10
-    out_dir: str = "results/benchmarks"
-    only: list | None = None  # row kinds (TARGETS keys) to measure; None: all
-
-
 QUICK = {"dataset": "tiny", "repeats": 2, "epochs": 2, "batch_size": 128, "fanouts": "6,5,4",
          "memory_graph": [50_000, 2_000_000, 128]}
-
-
-class MeasureError(RuntimeError):
-    pass
-
-
-def log(msg: str) -> None:
-    print(f"[measure] {msg}", file=sys.stderr, flush=True)
-
-
-# ---------------------------------------------------------------------------------------
-# Launching: one helper for runner configurations, one for torchrun scripts.
-# ---------------------------------------------------------------------------------------
-
-def execute(argv: list, log_path: Path, env: dict | None = None, cwd: Path = REPO) -> float:
-    """Run a command to completion, output to log_path; its wall time in seconds."""
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
-    t0 = time.perf_counter()
-    with open(log_path, "w") as fh:
-        proc = subprocess.run(argv, cwd=cwd, env=full_env, stdout=fh, stderr=subprocess.STDOUT)
-    wall = time.perf_counter() - t0
-    if proc.returncode != 0:
-        raise MeasureError(f"`{' '.join(map(str, argv[:6]))} ...` exited {proc.returncode}; see {log_path}")
-    return wall
-
-
-def runner_argv(s: Settings, framework: str, model: str, out: Path, probes: bool = True) -> list:
-    framework, loader = LOADER_VARIANTS.get(framework, (framework, None))
-    argv = ["--loader", loader] if loader else []
-    argv += ["--framework", framework, "--model", model, "--devices", str(s.devices),
-            "--batch-size", str(s.batch_size), "--workers", str(s.workers), "--dataset", s.dataset,
-            "--epochs", str(s.epochs), "--fanouts", s.fanouts, "--data-root", s.data_root, "--out", str(out)]
-    return argv + ([] if probes else ["--no-probes"])
-
-
-def run_runner(s: Settings, work: Path, framework: str, model: str, label: str, probes: bool) -> dict:
-    """One runner configuration via `python -m runners.run`; its result.json and step times."""
-    out = work / label
-    wall = execute([PY, "-m", "runners.run", *runner_argv(s, framework, model, out, probes)], work / f"{label}.log")
-    result = json.loads(RunDir(out).result.read_text())
-    if result["status"] != "ok":
-        raise MeasureError(f"{label}: runner status {result['status']}: "
-                           f"{(result.get('diagnosis') or {}).get('summary')}; see {out}")
-    steps = []
-    for r in result["ranks"]:
-        # The first epoch warms caches up; with more than one epoch it is left out.
-        steps += [float(row["step_s"]) for row in record.read_rank_rows(out, r["rank"], "steps") or []
-                  if int(row["epoch"]) > 0 or s.epochs == 1]
-    per_rank: dict = {}
-    for e in result["epochs"]:
-        per_rank.setdefault(e["rank"], []).append(e["time_s"])
-    return {"epoch_s": slowest_rank_epoch(list(per_rank.values())), "step_s": statistics.median(steps),
-            "command_s": wall, "wall_s": result["wall_time_s"], "steps_per_epoch": result["ranks"][0]["steps_per_epoch"],
-            "startup": startup_split(result, wall), "threads": result["ranks"][0]["threads"],
-            "probe_cost_s": sum((r.get("probe_cost_s") or {}).get("cpu", 0.0) for r in result["ranks"]),
-            "train_s": sum(result["summary"]["rank_train_times_s"])}
-
-
-def run_torchrun(module: str, nproc: int, args: list, log_path: Path, threads: int) -> float:
-    """`torchrun --standalone --nproc-per-node nproc -m module args` on CPU processes."""
-    argv = [PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc), "-m", module, *args]
-    return execute(argv, log_path, env={"OMP_NUM_THREADS": str(threads), "CUDA_VISIBLE_DEVICES": ""})
-
-
-def run_reference(s: Settings, work: Path, framework: str, model: str, label: str, extra: tuple = ()) -> dict:
-    """The framework's minimal DDP loop with the runner's resolved settings (`extra`: options of
-    a second reference, REFERENCE_VARIANTS)."""
-    cfg = config_from_args(runner_parser().parse_args(runner_argv(s, framework, model, work / label)),
-                           0, envinfo.cpu_cores())
-    out = work / f"{label}.json"
-    args = ["--dataset", s.dataset, "--data-root", s.data_root, "--model", model,
-            "--batch-size", str(cfg.batch_size), "--fanouts", ",".join(map(str, cfg.fanouts)),
-            "--workers", str(cfg.workers), "--epochs", str(cfg.epochs), "--hidden", str(cfg.hidden),
-            "--layers", str(cfg.layers), "--heads", str(cfg.heads), "--dropout", str(cfg.dropout),
-            "--lr", str(cfg.lr), "--weight-decay", str(cfg.weight_decay), "--seed", str(cfg.seed), "--out", str(out),
-            *extra]
-    module = f"benchmarks.reference_{LOADER_VARIANTS[framework][1] if framework in LOADER_VARIANTS else framework}"
-    wall = run_torchrun(module, s.devices, args, work / f"{label}.log", cfg.threads_per_rank)
-    report = json.loads(out.read_text())
-    return {"epoch_s": slowest_rank_epoch([r["epoch_times_s"] for r in report["ranks"]]), "command_s": wall,
-            "steps_per_epoch": report["ranks"][0]["steps_per_epoch"], "threads": report["ranks"][0]["threads"]}
 
 
 # ---------------------------------------------------------------------------------------
 # Statistics
 # ---------------------------------------------------------------------------------------
-
-def slowest_rank_epoch(per_rank: list) -> float:
-    """Median over epochs of the slowest rank's epoch time (the runner's summary rule)."""
-    return statistics.median(max(times) for times in zip(*per_rank))
-
-
-def startup_split(result: dict, command_s: float) -> dict:
-    """Seconds per start-up phase, slowest rank, from the harness's marks (since launch)."""
-    marks = ("process_started", "imports_done", "process_group_ready", "dataset_loaded", "model_ready",
-             "training_started", "first_batch")
-    at = {m: max(r["startup_detail"].get(m, 0.0) for r in result["ranks"]) for m in marks}
-    launcher = command_s - result["wall_time_s"]  # runners.run before torchrun starts (and its exit)
-    split = {"launcher (before torchrun)": launcher, "torchrun + interpreter": at["process_started"]}
-    for prev, name in zip(marks, marks[1:]):
-        split[{"imports_done": "imports", "process_group_ready": "process group",
-               "dataset_loaded": "dataset + adapter", "model_ready": "model + loader",
-               "training_started": "probes start", "first_batch": "first batch"}[name]] = at[name] - at[prev]
-    split["command to first step"] = launcher + at["first_batch"]
-    train = max(result["summary"]["rank_train_times_s"])
-    split["after training (eval, teardown)"] = result["wall_time_s"] - at["training_started"] - train
-    return split
-
-
-def launch_parts(result: dict, out: Path, command_s: float) -> dict:
-    """Seconds of each part of one run from the launcher's start to its exit (result.json's
-    `timeline` and the ranks' start-up marks, all counted from the rank starter's start; a
-    rank part is the slowest rank's); `launch` is the whole command less the training epochs."""
-    tl = result["timeline"]
-    marks = [r["startup_detail"] for r in result["ranks"]]
-    at = lambda name: max(m[name] for m in marks)  # noqa: E731  (the slowest rank reaches it last)
-    validation_s = max(sum(float(v["eval_s"]) for v in record.read_rank_rows(out, r["rank"], "validation") or [])
-                       for r in result["ranks"])
-    parts = {
-        "launcher: interpreter + imports": tl["launcher_main"] - tl["launcher_created"],
-        "launcher: checks, dataset, pre-flight": -tl["launcher_main"],
-        "rank starter, until the ranks exist": at("process_created"),
-        "rank: interpreter + harness modules": at("process_started") - at("process_created"),
-        "rank: import torch": at("torch_imported") - at("process_started"),
-        "rank: import the framework": at("framework_imported") - at("torch_imported"),
-        "rank: import torch._dynamo": at("imports_done") - at("framework_imported"),
-        "process group": at("process_group_ready") - at("imports_done"),
-        "data, model, loader": at("model_ready") - at("process_group_ready"),
-        "probes start": at("training_started") - at("model_ready"),
-        "validation": validation_s,
-        "final records": at("records_written") - at("training_done"),
-        "ranks exit, starter notices": tl["tree_exited"] - at("records_written"),
-        "result assembled": tl["result_assembled"] - tl["tree_exited"],
-        "result written, launcher exits": command_s - (tl["result_assembled"] - tl["launcher_created"]),
-    }
-    training = at("training_done") - at("training_started") - validation_s
-    parts["launch (command less training)"] = command_s - training
-    parts["training epochs"] = training
-    return {k: round(v, 4) for k, v in parts.items()}
-
 
 def ratio_median(pairs: list) -> float:
     return statistics.median(a / b for a, b in pairs)
@@ -335,6 +176,25 @@ def timing_variants(s: Settings) -> tuple:
 def measure_timing(s: Settings, work: Path, raw: dict) -> list:
     """Rows 1, 2, 4, 6: runner with probes on, off, and the reference, interleaved."""
     variants = timing_variants(s)
+    runs = timing_runs(s, work, variants)
+    raw["timing"] = {"/".join(k): v for k, v in runs.items()}
+
+    rows = probe_rows(s, runs) if wanted(s, "probe") else []
+    rows += fidelity_rows(s, work, runs, raw) if wanted(s, "fidelity") else []
+    rows += startup_rows(s, runs, variants, raw) if wanted(s, "startup") else []
+    for fw in TIMED:
+        for m in s.models if wanted(s, "cv") else ():
+            times = [r["epoch_s"] for r in runs[(fw, m, "probes-on")]]
+            c = cv(times)
+            rows.append(row(f"cv:{fw}-{m}", c, f"{c * 100:.1f}%",
+                            f"{len(times)} repeats of the runner: median epoch "
+                            + ", ".join(f"{t:.3f}" for t in times) + " s"))
+    return rows
+
+
+def timing_runs(s: Settings, work: Path, variants: tuple) -> dict:
+    """(framework, model, variant) -> its runs' records: every variant once per repeat, in an
+    order rotated by the repeat, so that drift of a shared machine hits all variants alike."""
     extra_refs = {fw: tuple(REFERENCE_VARIANTS.get(fw, {})) if "reference" in variants else () for fw in TIMED}
     runs = {(fw, m, v): [] for fw in TIMED for m in s.models for v in variants + extra_refs[fw]}
     total = len(runs) * s.repeats
@@ -354,11 +214,14 @@ def measure_timing(s: Settings, work: Path, raw: dict) -> list:
                         rec = run_runner(s, work, fw, m, label, probes=v == "probes-on")
                     log(f"    median epoch {rec['epoch_s']:.3f} s, command {rec['command_s']:.1f} s")
                     runs[(fw, m, v)].append(rec)
-    raw["timing"] = {"/".join(k): v for k, v in runs.items()}
+    return runs
 
+
+def probe_rows(s: Settings, runs: dict) -> list:
+    """Row 1: the runner's step time with probes on over probes off."""
     rows = []
     for fw in TIMED:
-        for m in s.models if wanted(s, "probe") else ():
+        for m in s.models:
             on, off = runs[(fw, m, "probes-on")], runs[(fw, m, "probes-off")]
             step = ratio_median([(a["step_s"], b["step_s"]) for a, b in zip(on, off)]) - 1
             epoch = ratio_median([(a["epoch_s"], b["epoch_s"]) for a, b in zip(on, off)]) - 1
@@ -367,8 +230,13 @@ def measure_timing(s: Settings, work: Path, raw: dict) -> list:
                             f"median step {statistics.median(r['step_s'] for r in on) * 1e3:.1f} ms on vs "
                             f"{statistics.median(r['step_s'] for r in off) * 1e3:.1f} ms off; epoch time "
                             f"{epoch * 100:+.2f}%; CPU sampler self-timed (its thread CPU time) {cost * 100:.1f}% of training"))
-    rows += fidelity_rows(s, work, runs, raw) if wanted(s, "fidelity") else []
-    for fw in TIMED if wanted(s, "startup") else ():
+    return rows
+
+
+def startup_rows(s: Settings, runs: dict, variants: tuple, raw: dict) -> list:
+    """Row 4: the runner's command to first step, split by phase (into raw["startup"])."""
+    rows = []
+    for fw in TIMED:
         recs = [r for m in s.models for v in variants if not v.startswith("reference") for r in runs[(fw, m, v)]]
         split = {k: statistics.median(r["startup"][k] for r in recs) for k in recs[0]["startup"]}
         raw.setdefault("startup", {})[fw] = split
@@ -379,13 +247,6 @@ def measure_timing(s: Settings, work: Path, raw: dict) -> list:
         rows.append(row(f"startup:{fw}", split["command to first step"], f"{split['command to first step']:.1f} s",
                         "largest: " + ", ".join(f"{k} {v:.1f} s" for v, k in top[:3])
                         + f"; whole command {run_cmd:.1f} s runner vs {ref_cmd:.1f} s reference"))
-    for fw in TIMED:
-        for m in s.models if wanted(s, "cv") else ():
-            times = [r["epoch_s"] for r in runs[(fw, m, "probes-on")]]
-            c = cv(times)
-            rows.append(row(f"cv:{fw}-{m}", c, f"{c * 100:.1f}%",
-                            f"{len(times)} repeats of the runner: median epoch "
-                            + ", ".join(f"{t:.3f}" for t in times) + " s"))
     return rows
 
 

@@ -133,7 +133,7 @@ def one_run(hosts, work: Path, strategy: str, dataset: str, args, port: int) -> 
             "final_val_acc": (result.get("summary") or {}).get("final_val_acc")}
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--dataset", default="wide")
     p.add_argument("--data-root", default=str(REPO / "results" / "datasets"))
@@ -146,40 +146,56 @@ def main(argv=None) -> int:
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--timeout", type=int, default=900)
     p.add_argument("--out", required=True)
-    args = p.parse_args(argv)
+    return p.parse_args(argv)
+
+
+def all_runs(hosts, args) -> dict:
+    """STRATEGY/DATASET -> one_run's record, for both strategies on DATASET and on tiny."""
+    runs = {}
+    with tempfile.TemporaryDirectory(prefix="gn-partmem-") as tmp:
+        port = 29700
+        for dataset in (args.dataset, "tiny"):
+            for strategy in ("replicated", "partitioned"):
+                t0 = time.time()
+                runs[f"{strategy}/{dataset}"] = r = one_run(hosts, Path(tmp), strategy, dataset, args, port)
+                r["wall_s"] = round(time.time() - t0, 1)
+                print(f"{strategy}/{dataset}: {r['status']}, host peaks "
+                      f"{[round(b / 2**20) for b in r['peak_bytes_by_host']]} MiB, graph data mapped "
+                      f"{[round(b / 2**20) for b in r['graph_mapped_peak_bytes_by_host']]} MiB ({r['wall_s']} s)",
+                      flush=True)
+                port += 2
+    return runs
+
+
+def memory_report(args, runs: dict) -> dict:
+    """Each host's graph memory (its peak on DATASET less its peak on tiny) and the partitioned
+    strategy's figures over the replicated one's."""
+    graph = {s: [a - b for a, b in zip(runs[f"{s}/{args.dataset}"]["peak_bytes_by_host"],
+                                        runs[f"{s}/tiny"]["peak_bytes_by_host"])]
+             for s in ("replicated", "partitioned")}
+    return {"dataset": args.dataset, "settings": vars(args), "runs": runs, "graph_bytes_by_host": graph,
+            "ratio_by_host": [round(p / r, 3) if r > 0 else None
+                              for p, r in zip(graph["partitioned"], graph["replicated"])],
+            "total_ratio_by_host": [round(p / r, 3) for p, r in zip(
+                runs[f"partitioned/{args.dataset}"]["peak_bytes_by_host"],
+                runs[f"replicated/{args.dataset}"]["peak_bytes_by_host"])],
+            "graph_mapped_ratio_by_host": [round(p / r, 3) for p, r in zip(
+                runs[f"partitioned/{args.dataset}"]["graph_mapped_peak_bytes_by_host"],
+                runs[f"replicated/{args.dataset}"]["graph_mapped_peak_bytes_by_host"])]}
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
     reason = netns_hosts.why_not()
     if reason:
         print(f"cannot measure: {reason}", file=sys.stderr)
         return 2
     hosts = netns_hosts.Hosts(2).start()
-    runs = {}
     try:
-        with tempfile.TemporaryDirectory(prefix="gn-partmem-") as tmp:
-            port = 29700
-            for dataset in (args.dataset, "tiny"):
-                for strategy in ("replicated", "partitioned"):
-                    t0 = time.time()
-                    runs[f"{strategy}/{dataset}"] = r = one_run(hosts, Path(tmp), strategy, dataset, args, port)
-                    r["wall_s"] = round(time.time() - t0, 1)
-                    print(f"{strategy}/{dataset}: {r['status']}, host peaks "
-                          f"{[round(b / 2**20) for b in r['peak_bytes_by_host']]} MiB, graph data mapped "
-                          f"{[round(b / 2**20) for b in r['graph_mapped_peak_bytes_by_host']]} MiB ({r['wall_s']} s)",
-                          flush=True)
-                    port += 2
+        runs = all_runs(hosts, args)
     finally:
         hosts.stop()
-    graph = {s: [a - b for a, b in zip(runs[f"{s}/{args.dataset}"]["peak_bytes_by_host"],
-                                        runs[f"{s}/tiny"]["peak_bytes_by_host"])]
-             for s in ("replicated", "partitioned")}
-    report = {"dataset": args.dataset, "settings": vars(args), "runs": runs, "graph_bytes_by_host": graph,
-              "ratio_by_host": [round(p / r, 3) if r > 0 else None
-                                for p, r in zip(graph["partitioned"], graph["replicated"])],
-              "total_ratio_by_host": [round(p / r, 3) for p, r in zip(
-                  runs[f"partitioned/{args.dataset}"]["peak_bytes_by_host"],
-                  runs[f"replicated/{args.dataset}"]["peak_bytes_by_host"])],
-              "graph_mapped_ratio_by_host": [round(p / r, 3) for p, r in zip(
-                  runs[f"partitioned/{args.dataset}"]["graph_mapped_peak_bytes_by_host"],
-                  runs[f"replicated/{args.dataset}"]["graph_mapped_peak_bytes_by_host"])]}
+    report = memory_report(args, runs)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
     print(json.dumps({k: report[k] for k in ("graph_bytes_by_host", "ratio_by_host", "total_ratio_by_host",

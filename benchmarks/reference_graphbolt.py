@@ -37,12 +37,9 @@ from benchmarks.reference_dgl import GAT, SAGE  # noqa: E402  (the same models o
 from runners import datasets  # noqa: E402
 
 
-def main(argv=None) -> None:
-    args = parse_args(argv)
-    dist.init_process_group("gloo")
-    t_ready = time.perf_counter()
-
-    data = datasets.load(args.dataset, root=args.data_root)
+def create_dataloader(args, data):
+    """The example's pipeline over the canonical dataset: seeds with their labels, sampled
+    neighbours, fetched features, copied to the device."""
     graph = gb.fused_csc_sampling_graph(torch.from_numpy(np.array(data.indptr)),
                                         torch.from_numpy(np.array(data.indices)))
     features = gb.BasicFeatureStore(
@@ -60,16 +57,12 @@ def main(argv=None) -> None:
     datapipe = datapipe.sample_neighbor(graph, fanouts)
     datapipe = datapipe.fetch_feature(features, node_feature_keys=["feat"])
     datapipe = datapipe.copy_to(device)
-    train_dataloader = gb.DataLoader(datapipe, num_workers=args.workers)
+    return gb.DataLoader(datapipe, num_workers=args.workers)
 
-    if args.model == "sage":
-        model = SAGE(data.num_features, args.hidden, data.num_classes, args.layers, args.dropout)
-    else:
-        model = GAT(data.num_features, args.hidden, data.num_classes, args.layers, args.dropout, args.heads)
-    model = DistributedDataParallel(model)
-    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
-    t_model = time.perf_counter()
 
+def train(args, model, train_dataloader, optimizer):
+    """The example's training loop inside Join, each epoch timed; returns the epoch times and
+    the steps of an epoch."""
     epoch_times, steps = [], 0
     for _ in range(args.epochs):
         model.train()
@@ -87,6 +80,26 @@ def main(argv=None) -> None:
                 steps += 1
         epoch_times.append(time.perf_counter() - t0)
         dist.barrier()
+    return epoch_times, steps
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    dist.init_process_group("gloo")
+    t_ready = time.perf_counter()
+
+    data = datasets.load(args.dataset, root=args.data_root)
+    train_dataloader = create_dataloader(args, data)
+
+    if args.model == "sage":
+        model = SAGE(data.num_features, args.hidden, data.num_classes, args.layers, args.dropout)
+    else:
+        model = GAT(data.num_features, args.hidden, data.num_classes, args.layers, args.dropout, args.heads)
+    model = DistributedDataParallel(model)
+    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+    t_model = time.perf_counter()
+
+    epoch_times, steps = train(args, model, train_dataloader, optimizer)
 
     finish("dgl-graphbolt", args, epoch_times, steps,
            {"imports_and_process_group": t_ready - T_START, "data_and_model": t_model - t_ready})

@@ -19,7 +19,6 @@ import random
 import signal
 import sys
 import time
-import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -31,58 +30,12 @@ import numpy as np  # noqa: E402
 from runners import record, stopping  # noqa: E402
 from runners.config import RunConfig  # noqa: E402
 from runners.envinfo import RECORDED_ENV_VARS, process_created  # noqa: E402
-from runners.probes import (DISK_FULL_MARK, CpuSampler, CsvAppender, Heartbeat, NvmlSampler,  # noqa: E402
-                            disk_full, start_nvml)
+from runners.probes import CpuSampler, CsvAppender, Heartbeat, NvmlSampler, start_nvml  # noqa: E402
 from runners.record import EpochRow, RowAppender, StepRow, ValidationRow  # noqa: E402
 from runners.phase_timer import StepRecorder  # noqa: E402
 from runners.rundir import RunDir  # noqa: E402
-
-
-def worker_seed(base: int, rank: int, worker_id: int) -> int:
-    """Seed of loader worker `worker_id` of `rank`: distinct per rank and worker, reproducible."""
-    return (base * 1_000_003 + rank * 10_007 + worker_id + 1) % (2**31)
-
-
-def rank_seed(base: int, rank: int) -> int:
-    """Seed of a rank's own generators (dropout, sampling in the main process)."""
-    return (base * 1_000_003 + rank * 10_007) % (2**31)
-
-
-def split_seeds(train_idx: np.ndarray, rank: int, world: int, seed: int, batch_size: int,
-                uneven: bool, epoch: int = 0) -> np.ndarray:
-    """This rank's share of the training seeds in `epoch`, in the order it trains them.
-
-    Both frameworks train exactly this share, in this order: every epoch draws a fresh
-    global permutation from (seed, epoch), as a DistributedSampler with set_epoch does, so
-    ranks see new seed sets and a new order every epoch, reproducibly.
-    Even (default): the permutation is padded by wrapping so every rank gets the same
-    number of seeds and therefore the same number of batches. Uneven (`--uneven-batches`):
-    the naive contiguous split, with the last rank one batch short, which is what leaves a
-    rank waiting forever in the all-reduce.
-    """
-    order = np.random.default_rng([seed, epoch]).permutation(len(train_idx))
-    shuffled = np.asarray(train_idx)[order]
-    if not uneven:
-        per_rank = -(-len(shuffled) // world)
-        padded = np.resize(shuffled, per_rank * world)  # np.resize repeats from the start
-        return padded[rank * per_rank:(rank + 1) * per_rank]
-    per_rank = len(shuffled) // world
-    share = shuffled[rank * per_rank:(rank + 1) * per_rank]
-    if rank == world - 1 and world > 1:
-        batches = -(-len(share) // batch_size)
-        share = share[: max(1, (batches - 1)) * batch_size]
-    return share
-
-
-SEED_SPLIT_RULE = ("harness: per epoch one global permutation from (seed, epoch), padded to an equal "
-                   "share per rank; both frameworks' loaders read the share in place, in order")
-
-
-def seed_set_digest(seeds: np.ndarray) -> str:
-    """A short fingerprint of a set of seed nodes (order-independent), for result records."""
-    import hashlib
-
-    return hashlib.sha1(np.sort(np.asarray(seeds, dtype=np.int64)).tobytes()).hexdigest()[:16]
+from runners.rank_failure import record_failure  # noqa: E402
+from runners.seeds import SEED_SPLIT_RULE, rank_seed, seed_set_digest, split_seeds, worker_seed  # noqa: E402
 
 
 class Faults:
@@ -590,46 +543,7 @@ def main(argv=None, rank_class=None) -> int:
     try:
         rank.run()
     except BaseException as exc:
-        if disk_full(exc):  # no record can be written either: one line, which the launcher acts on
-            print(f"{DISK_FULL_MARK} rank {rank.rank} could not write its records: {exc}", file=sys.stderr, flush=True)
-            return 1
-        # A dead loader worker makes PyTorch's SIGCHLD handler raise again and again; stop it
-        # so the error record gets written, and ask the loader for the worker failure itself.
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        worker_failure = None
-        try:
-            import torch
-
-            torch._C._error_if_any_worker_fails()
-        except Exception as werr:
-            worker_failure = str(werr)
-        dead = rank.worker_exits()
-        # A reaped worker ('gone') may have ended normally; only a known bad end is a failure.
-        failed = [d for d in dead if d.get("signal") or d.get("exit_code")]
-        if failed and not worker_failure:
-            worker_failure = "DataLoader worker " + ", ".join(
-                f"(pid {d['pid']}, {d.get('signal') or 'exit code %s' % d['exit_code']})" for d in failed
-            ) + " exited unexpectedly"
-        phase = getattr(rank.hb, "phase", None)
-        rank.hb.beat("failed")
-        try:
-            tb = traceback.format_exc()[-6000:]
-        except BaseException:
-            tb = repr(exc)
-        err = {"rank": rank.rank, "time": time.time(), "type": type(exc).__name__, "message": str(exc)[:2000],
-               "worker_failure": worker_failure, "dead_workers": dead, "traceback": tb,
-               "epoch": rank.hb.epoch, "step": rank.hb.step, "phase": phase}
-        try:
-            rank.run_dir.rank_error(rank.rank).write_text(json.dumps(err, indent=1))
-            rank.write_info()
-        except OSError as werr:
-            if not disk_full(werr):
-                raise
-            print(f"{DISK_FULL_MARK} rank {rank.rank} could not write its error record: {werr}", file=sys.stderr,
-                  flush=True)
-            return 1
-        print(tb, file=sys.stderr, flush=True)
-        return 1
+        return record_failure(rank, exc)
     # Everything is on disk. Skip interpreter teardown: destructors of the process group and
     # loader threads have been seen to block a finished rank forever (gloo, 2 ranks).
     sys.stdout.flush()

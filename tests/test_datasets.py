@@ -656,7 +656,7 @@ def test_verification_refuses_nan_features_naming_file_and_count(tiny_copy):
 def test_writing_or_converting_nan_features_is_refused(tmp_path):
     arrays = D.generate(D.SYNTHETIC["tiny"])
     arrays["features"][3, 2] = np.nan
-    msg = error_of(D.format.write_dataset, tmp_path, "bad", arrays, {"kind": "test"}, {})
+    msg = error_of(D.writing.write_dataset, tmp_path, "bad", arrays, {"kind": "test"}, {})
     assert "1 NaN and 0 infinite values" in msg and not (tmp_path / "bad").exists()
     _fake_reddit(tmp_path / "raw" / "reddit")
     data = dict(np.load(tmp_path / "raw" / "reddit" / "reddit_data.npz"))

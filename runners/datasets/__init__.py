@@ -26,11 +26,11 @@ before launch: re-hashes only files changed since `<dataset>/verified.json`),
 CLI: `python -m runners.datasets {prepare,import,twin,verify,info,list}`. Only numpy is needed
 (pandas for ogbn-products and OGB imports), so importing this module is cheap and framework-free.
 
-Modules: `format` (the on-disk format, loading, verification), `generators` (synthetic
-graphs), `converters` (raw files of real datasets), `importers` (a user's graph saved by
-PyG, DGL, OGB or NumPy; framework code is imported only when such a file is read), `twins`
-(a synthetic graph fitted to another one, to share in its place); this
-package adds `prepare` and re-exports their public names, so callers import
+Modules: `format` (the on-disk format, loading, verification), `writing` (atomic writes of a
+dataset), `generators` (synthetic graphs), `converters` (raw files of real datasets),
+`importers` (a user's graph saved by PyG, DGL, OGB or NumPy; framework code is imported
+only when such a file is read), `twins` (a synthetic graph fitted to another one, to share in
+its place); this package adds `prepare` and re-exports their public names, so callers import
 `runners.datasets` only.
 """
 from __future__ import annotations
@@ -43,11 +43,12 @@ from pathlib import Path
 from runners.datasets.converters import (CONVERTERS, RAW_SOURCES, convert_ogbn_products,  # noqa: F401
                                          convert_reddit, default_raw_dir, download_raw, _require_raw)
 from runners.datasets.format import *  # noqa: F401,F403  (the format is this package's API)
-from runners.datasets.format import DatasetError, _lock, _stats, read_meta, write_dataset  # noqa: F401
+from runners.datasets.format import DatasetError, _stats, read_meta  # noqa: F401
 from runners.datasets.generators import (GENERATOR, GENERATOR_VERSION, SYNTHETIC, SyntheticSpec,  # noqa: F401
                                          csc_from_edges, generate)
 from runners.datasets.importers import FORMATS, import_graph  # noqa: F401,E402
 from runners.datasets.twins import make_twin  # noqa: F401,E402
+from runners.datasets.writing import _lock, write_dataset  # noqa: F401,E402
 
 log = logging.getLogger("gnnscale.datasets")
 

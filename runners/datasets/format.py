@@ -1,8 +1,9 @@
-"""The canonical on-disk graph format: constants, hashing, writing, loading and verification.
+"""The canonical on-disk graph format: constants, hashing, loading and verification.
 
 A dataset directory `<root>/<name>/` holds `meta.json` and seven `.npy` arrays (see `FILES`
 and docs/datasets.md). Writes are atomic; loads are memory-mapped and read-only, so every
 rank of a run shares one copy; `verify_files` is the cheap check a run makes before launch.
+Writing a dataset: runners.datasets.writing.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import json
 import logging
 import os
 import re
-import shutil
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -106,98 +106,6 @@ def combine_hash(files: dict) -> str:
         shape = "x".join(str(s) for s in info["shape"])
         h.update(f"{key}:{info['dtype']}:{shape}:{info['sha256']}\n".encode())
     return h.hexdigest()
-
-
-@contextlib.contextmanager
-def _lock(root: Path, name: str):
-    """Serialise concurrent writers (prepare, import) of one dataset (e.g. parallel Snakemake jobs)."""
-    try:
-        import fcntl
-    except ImportError:  # not POSIX: no locking
-        yield
-        return
-    with open(root / f".{name}.lock", "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-def _fsync_dir(path: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def write_dataset(root, name: str, arrays: dict, source: dict, stats: dict,
-                  num_classes: Optional[int] = None, symmetric: bool = True,
-                  replaced_to: Optional[Path] = None) -> Path:
-    """Write `<root>/<name>/` atomically: everything goes to a temporary sibling directory
-    that is renamed into place only when complete, so a killed writer leaves no dataset
-    that looks valid. Returns the final path. `symmetric` False records a directed graph
-    (an import with --directed); `replaced_to`: where an existing `<root>/<name>` is moved
-    (kept) instead of being deleted."""
-    root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
-    final = root / name
-    check_finite(f"dataset {name!r} ({source.get('origin') or source.get('kind') or 'source'})",
-                 arrays["features"])
-    tmp = root / f".{name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
-    try:
-        files = {}
-        for key, dtype in FILES:
-            arr = np.ascontiguousarray(arrays[key], dtype=np.dtype(dtype))
-            path = tmp / f"{key}.npy"
-            with open(path, "wb") as fh:
-                np.save(fh, arr, allow_pickle=False)
-                fh.flush()
-                os.fsync(fh.fileno())
-            files[path.name] = {"dtype": arr.dtype.str, "shape": list(arr.shape),
-                                "bytes": path.stat().st_size, "sha256": array_sha256(arr)}
-        n = len(arrays["indptr"]) - 1
-        labels = np.asarray(arrays["labels"])
-        meta = {
-            "format_version": FORMAT_VERSION,
-            "name": name,
-            "num_nodes": n,
-            "num_edges": int(len(arrays["indices"])),
-            "num_features": int(np.shape(arrays["features"])[1]),
-            "num_classes": int(num_classes if num_classes is not None
-                               else (labels.max() + 1 if len(labels) else 0)),
-            "content_hash": combine_hash(files),
-            "adjacency": {"layout": "csc", "sorted": True, "symmetric": bool(symmetric),
-                          "self_loops": False, "duplicates": False},
-            "source": source,
-            "stats": stats,
-            "files": files,
-            "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "tool": "gnnscale runners.datasets",
-        }
-        with open(tmp / META_FILE, "w") as fh:
-            fh.write(json.dumps(meta, indent=2) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        _fsync_dir(tmp)
-        old = None
-        if final.exists() and replaced_to is not None:
-            Path(replaced_to).parent.mkdir(parents=True, exist_ok=True)
-            os.rename(final, replaced_to)
-        elif final.exists():
-            old = root / f".{name}.old-{uuid.uuid4().hex[:8]}"
-            os.rename(final, old)
-        os.rename(tmp, final)
-        _fsync_dir(root)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return final
 
 
 @dataclass
@@ -365,6 +273,17 @@ def load(name_or_path: Union[str, Path], root=DEFAULT_ROOT, verify_hash: bool = 
     meta = read_meta(path)
     n, e, f = int(meta["num_nodes"]), int(meta["num_edges"]), int(meta["num_features"])
     c = int(meta["num_classes"])
+    arrays = _open_arrays(path, meta, n, e, f)
+    _check_arrays(path, arrays, n, e, c)
+    if verify_hash:
+        _verify_contents(path, meta, arrays)
+
+    return Graph(name=str(meta["name"]), path=path, num_nodes=n, num_edges=e, num_features=f,
+                 num_classes=c, content_hash=str(meta["content_hash"]), meta=meta, **arrays)
+
+
+def _open_arrays(path: Path, meta: dict, n: int, e: int, f: int) -> dict:
+    """Every array file, checked against meta.json and against the graph's size, memory-mapped."""
     expected_shapes = {"indptr": [n + 1], "indices": [e], "features": [n, f], "labels": [n]}
     arrays = {}
     for key, dtype in FILES:
@@ -381,7 +300,11 @@ def load(name_or_path: Union[str, Path], root=DEFAULT_ROOT, verify_hash: bool = 
                                f"graph: meta.json has {what}")
         if want is None and arr.ndim != 1:
             raise DatasetError(f"{path / fname}: must be 1-D, has shape {list(arr.shape)}")
+    return arrays
 
+
+def _check_arrays(path: Path, arrays: dict, n: int, e: int, c: int) -> None:
+    """The checks of the arrays' values that cost no pass over the edges: indptr, labels, splits."""
     indptr = arrays["indptr"]
     if indptr[0] != 0 or indptr[-1] != e:
         raise DatasetError(f"{path / 'indptr.npy'}: must start at 0 and end at the edge count "
@@ -403,12 +326,6 @@ def load(name_or_path: Union[str, Path], root=DEFAULT_ROOT, verify_hash: bool = 
         if seen[idx].any():
             raise DatasetError(f"{path / (key + '.npy')}: overlaps another split")
         seen[idx] = True
-
-    if verify_hash:
-        _verify_contents(path, meta, arrays)
-
-    return Graph(name=str(meta["name"]), path=path, num_nodes=n, num_edges=e, num_features=f,
-                 num_classes=c, content_hash=str(meta["content_hash"]), meta=meta, **arrays)
 
 
 def _verify_contents(path: Path, meta: dict, arrays: dict) -> None:

@@ -34,9 +34,10 @@ from typing import Optional
 import numpy as np
 
 from runners.datasets.converters import _check_labels, _check_node_ids, _open_npz, _read_csv
-from runners.datasets.format import (DATASET_NAMES, DEFAULT_ROOT, NAME_RE, DatasetError, _lock, _stats,
-                                     check_finite, imported_source, load, read_meta, write_dataset)
+from runners.datasets.format import (DATASET_NAMES, DEFAULT_ROOT, NAME_RE, DatasetError, _stats, check_finite,
+                                     imported_source, load, read_meta)
 from runners.datasets.generators import csc_from_edges
+from runners.datasets.writing import _lock, write_dataset
 
 log = logging.getLogger("gnnscale.datasets")
 
@@ -518,29 +519,54 @@ def import_graph(path, name: str, root=DEFAULT_ROOT, fmt: Optional[str] = None, 
     path = Path(path).absolute()
     root = Path(root)
     final = check_import_name(name, root)
+    _check_import(path, final, root, fmt, force)
+    fmt = fmt or detect_format(path)
+    log.info("reading %s as %s ...", path, fmt)
+    given = READERS[fmt](path, names or {}, ogb_split=ogb_split)
+    arrays, changes, split_record = canonical(given, directed, split, seed)
+    source = _import_source(path, fmt, given, directed, split_record, changes)
+    stats = {**{k: v for k, v in changes.items() if isinstance(v, int)}, **_stats(arrays),
+             "build_seconds": round(time.perf_counter() - t0, 2)}
+    out, replaced_to = _write_import(root, name, arrays, source, stats, directed, force)
+    load(out)  # what was written passes the checks every reader makes
+    if replaced_to is not None:
+        log.warning("the dataset %s was replaced; the earlier one is kept at %s (delete it when no longer "
+                    "needed)", out, replaced_to)
+    log.info("imported %s as %s in %.1f s", path, out, time.perf_counter() - t0)
+    return out
+
+
+def _check_import(path: Path, final: Path, root: Path, fmt: Optional[str], force: bool) -> None:
+    """Refuse an import before reading anything: no input, a name taken (without force), an
+    unknown format."""
     if not path.exists():
         raise DatasetError(f"{path}: no such file or directory")
     if final.exists() and not force:
         src = imported_source(final)
         what = f"imported from {src.get('path')}" if src else "not an imported dataset"
-        raise DatasetError(f"{final}: a dataset named {name!r} exists ({what}); add --force to replace it "
+        raise DatasetError(f"{final}: a dataset named {final.name!r} exists ({what}); add --force to replace it "
                            f"(the existing one is then moved to {root.absolute() / REPLACED_DIR}/, not deleted)")
     if fmt is not None and fmt not in FORMATS:
         raise DatasetError(f"{path}: --format {fmt!r} is unknown; allowed: {', '.join(FORMATS)}")
-    fmt = fmt or detect_format(path)
-    log.info("reading %s as %s ...", path, fmt)
-    given = READERS[fmt](path, names or {}, ogb_split=ogb_split)
-    arrays, changes, split_record = canonical(given, directed, split, seed)
+
+
+def _import_source(path: Path, fmt: str, given: Given, directed: bool, split_record, changes: dict) -> dict:
+    """meta.json's `source` of an imported graph: where it came from and what the import changed."""
     base = path if path.is_dir() else path.parent
-    source = {"kind": "imported", "format": fmt, "path": str(path),
-              "files": {k: v for f in given.read for k, v in _file_record(f, base).items()},
-              "fields": {"features": given.features.where, "labels": given.labels.where,
-                         "edges": given.edges.where},
-              "edges": "directed: kept as given" if directed else "made symmetric (reverse edges added)",
-              "directed": bool(directed), "split": split_record, "changes": changes,
-              "imported_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    stats = {**{k: v for k, v in changes.items() if isinstance(v, int)}, **_stats(arrays),
-             "build_seconds": round(time.perf_counter() - t0, 2)}
+    return {"kind": "imported", "format": fmt, "path": str(path),
+            "files": {k: v for f in given.read for k, v in _file_record(f, base).items()},
+            "fields": {"features": given.features.where, "labels": given.labels.where,
+                       "edges": given.edges.where},
+            "edges": "directed: kept as given" if directed else "made symmetric (reverse edges added)",
+            "directed": bool(directed), "split": split_record, "changes": changes,
+            "imported_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+def _write_import(root: Path, name: str, arrays: dict, source: dict, stats: dict, directed: bool,
+                  force: bool) -> tuple:
+    """Write the imported dataset under the dataset's lock; an existing one (force) is moved
+    aside and recorded in `source`. Returns (its path, where the old one went or None)."""
+    final = root.absolute() / name
     root.mkdir(parents=True, exist_ok=True)
     with _lock(root, name):
         for stale in root.glob(f".{name}.tmp-*"):  # a killed writer's leftovers: never a dataset
@@ -556,9 +582,4 @@ def import_graph(path, name: str, root=DEFAULT_ROOT, fmt: Optional[str] = None, 
                 old_hash = None
             source["replaced"] = {"moved_to": str(replaced_to), "content_hash": old_hash}
         out = write_dataset(root, name, arrays, source, stats, symmetric=not directed, replaced_to=replaced_to)
-    load(out)  # what was written passes the checks every reader makes
-    if replaced_to is not None:
-        log.warning("the dataset %s was replaced; the earlier one is kept at %s (delete it when no longer "
-                    "needed)", out, replaced_to)
-    log.info("imported %s as %s in %.1f s", path, out, time.perf_counter() - t0)
-    return out
+    return out, replaced_to

@@ -32,10 +32,11 @@ from typing import Optional
 
 import numpy as np
 
-from runners.datasets.format import (DATASET_NAMES, DEFAULT_ROOT, SPLITS, DatasetError, Graph, _lock,
-                                     _stats, edge_homophily, load, read_meta, resolve, write_dataset)
+from runners.datasets.format import (DATASET_NAMES, DEFAULT_ROOT, SPLITS, DatasetError, Graph, _stats,
+                                     edge_homophily, load, read_meta, resolve)
 from runners.datasets.generators import GENERATOR, GENERATOR_VERSION, SyntheticSpec, generate, generate_graph
 from runners.datasets.importers import check_import_name
+from runners.datasets.writing import _lock, write_dataset
 
 log = logging.getLogger("gnnscale.datasets")
 
@@ -230,9 +231,8 @@ def fit(graph: Graph, seed: int = 0, rounds: int = 6, feature_snr: float = 1.0,
         raise DatasetError(f"{graph.path}: a twin needs at least 2 nodes and one edge; "
                            f"{graph.name!r} has {n} nodes and {graph.num_edges} edges")
     target = target or graph_summary(graph)
-    deg = np.diff(np.asarray(graph.indptr))
     grid = degree_grid(n)
-    want = np.quantile(deg, grid)
+    want = np.quantile(np.diff(np.asarray(graph.indptr)), grid)
     shares = np.asarray(target["class_sizes"], dtype=np.float64) / n
     chance = float((shares ** 2).sum())  # homophily of edges that ignore the classes
     # Homophily below chance cannot be made (CANNOT_MATCH): the twin then gets the least the
@@ -244,15 +244,8 @@ def fit(graph: Graph, seed: int = 0, rounds: int = 6, feature_snr: float = 1.0,
     for r in range(rounds):
         t0 = time.perf_counter()
         spec = _spec(graph, seed, feature_snr, p, grid, weights)
-        labels, indptr, indices = generate_graph(spec)
-        h = edge_homophily(indptr, indices, labels)
-        got = summary(indptr, labels, graph.num_features, graph.num_classes, h,
-                      {"train_idx": [], "val_idx": [], "test_idx": []})
-        d = np.diff(indptr)
-        del indptr, indices, labels
-        step = {"round": r, "homophily_param": spec.homophily,
-                **{k: got[k] for k in ("edges", "mean_degree", *(f"degree_p{q}" for q in QUANTILES),
-                                       "max_degree", "homophily")},
+        got, d = _generate_round(graph, spec)
+        step = {"round": r, "homophily_param": spec.homophily, **{k: got[k] for k in ROUND_STATS},
                 "loss": loss({**target, "homophily": got["homophily"]} if below_chance else target, got),
                 "seconds": round(time.perf_counter() - t0, 2)}
         history.append(step)
@@ -268,8 +261,29 @@ def fit(graph: Graph, seed: int = 0, rounds: int = 6, feature_snr: float = 1.0,
         if not below_chance:
             p = float(np.clip(p + (target["homophily"] - step["homophily"]) / max(1 - chance, 1e-9), 0, 1))
     step, spec = best
+    record = {"rounds": rounds, "rounds_run": len(history), "kept_round": step["round"], "loss": step["loss"],
+              "chance_homophily": round(chance, 4), "history": history,
+              "cannot_match": _cannot_match(graph, target, chance), "tolerances": TOLERANCES}
+    return spec, record
+
+
+# What each round of the fit records of the graph it generated.
+ROUND_STATS = ("edges", "mean_degree", *(f"degree_p{q}" for q in QUANTILES), "max_degree", "homophily")
+
+
+def _generate_round(graph: Graph, spec: SyntheticSpec) -> tuple:
+    """One round's graph, generated from `spec`: (its summary, its in-degrees)."""
+    labels, indptr, indices = generate_graph(spec)
+    h = edge_homophily(indptr, indices, labels)
+    got = summary(indptr, labels, graph.num_features, graph.num_classes, h,
+                  {"train_idx": [], "val_idx": [], "test_idx": []})
+    return got, np.diff(indptr)
+
+
+def _cannot_match(graph: Graph, target: dict, chance: float) -> list:
+    """What of the source no twin can have, in words (the fit record's `cannot_match`)."""
     cannot = []
-    if below_chance:
+    if target["homophily"] < chance:
         cannot.append(f"homophily {target['homophily']:.3f} is below the {chance:.3f} that the class sizes give "
                       "by chance: the twin gets the least the generator makes")
     if target["isolated_nodes"]:
@@ -277,10 +291,7 @@ def fit(graph: Graph, seed: int = 0, rounds: int = 6, feature_snr: float = 1.0,
     if graph.meta.get("adjacency", {}).get("symmetric") is False:
         cannot.append("the source is directed: the twin is symmetric, with the source's edge count and "
                       "in-degree distribution")
-    record = {"rounds": rounds, "rounds_run": len(history), "kept_round": step["round"], "loss": step["loss"],
-              "chance_homophily": round(chance, 4), "history": history, "cannot_match": cannot,
-              "tolerances": TOLERANCES}
-    return spec, record
+    return cannot
 
 
 def _source_of(source, root) -> Graph:
