@@ -58,7 +58,7 @@ def test_an_impossible_run_is_refused_before_launch(tmp_path, extra, why):
 
 
 def test_force_launch_goes_on_and_is_recorded(tmp_path, capsys):
-    from runners import envinfo, run
+    from runners import envinfo, preflight
     from runners.config import build_parser, config_from_args
 
     argv = ["--framework", "pyg", "--model", "sage", "--devices", "1", "--batch-size", "64", "--workers", "0",
@@ -66,9 +66,9 @@ def test_force_launch_goes_on_and_is_recorded(tmp_path, capsys):
     env = envinfo.collect()
     meta = {"num_nodes": 2000, "num_edges": 20000, "num_features": 32, "num_classes": 5, "num_train": 1300}
     cfg = config_from_args(build_parser().parse_args(argv), 0, env["cpu_cores"])
-    assert run.check_capacity(cfg, env, argv, meta) == 2
+    assert preflight.check_capacity(cfg, env, argv, meta) == 2
     cfg = config_from_args(build_parser().parse_args([*argv, "--force-launch"]), 0, env["cpu_cores"])
-    assert run.check_capacity(cfg, env, argv, meta) is None
+    assert preflight.check_capacity(cfg, env, argv, meta) is None
     assert "launching anyway (--force-launch)" in capsys.readouterr().out
     assert cfg.to_json()["force_launch"] is True and "force_launch" not in cfg.identity("h")["settings"]
 

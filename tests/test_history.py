@@ -17,7 +17,7 @@ import pytest
 from analysis import aggregate
 from runners import envinfo, history
 from runners.config import build_parser, config_from_args
-from runners.run import record_skipped
+from runners.recording import record_skipped
 from tests.helpers import REPO, live_dir, run_config, run_env, runner_argv
 
 WAIT_S = 300

@@ -8,7 +8,7 @@ import jsonschema
 import psutil
 import pytest
 
-from runners import run
+from runners import preflight
 from runners.memory import cgroup, model, peak, units
 from runners.config import ConfigError, RunConfig, build_parser, config_from_args
 from runners.evidence import MemoryWatch, oom_evidence
@@ -83,7 +83,7 @@ def test_model_counts_pyg_adjacency_copies_only_with_workers():
 
 def test_preflight_reports_the_model(capsys):
     env = {"shm_bytes": 2**34, "open_files_limit": 20000, "memory_bytes": 2**30}
-    pre = run.preflight(_cfg(workers=8, devices=4, memory_limit_bytes=2**30), env, META)
+    pre = preflight.preflight(_cfg(workers=8, devices=4, memory_limit_bytes=2**30), env, META)
     modelled = pre["memory_model"]
     assert pre["memory_model_bytes"] == modelled["total_bytes"] > 2**30
     assert pre["memory_limit_bytes"] == 2**30

@@ -185,20 +185,20 @@ def test_partitioned_memory_model_is_the_hosts_partition():
     over P before (an estimate within 2x of the files); where the graph outweighs the graph
     server (a graph of 2 million nodes x 602 features), the host's model is below the replicated
     run's, and a --memory-limit between them refuses the replicated point but not the partitioned."""
-    from runners import datasets, partitioned, partitions, run
+    from runners import datasets, partitioned, partitions, preflight, run_dataset
 
     point = ("--strategy", "partitioned", "--nnodes", "2", "--master-addr", "127.0.0.1",
              "--master-port", "29999", "--ip-config", "/dev/null")
     cfg = _config(*point, "--node-rank", "1", batch_size=128)
-    meta = run.graph_meta(datasets.load(datasets.prepare("tiny", root=DATA_ROOT)))
+    meta = run_dataset.graph_meta(datasets.load(datasets.prepare("tiny", root=DATA_ROOT)))
     where = partitions.prepare("tiny", 2, "metis", data_root=DATA_ROOT, root=DATA_ROOT.parent / "partitions")
     files = partitions.read_manifest(where)["files"]
-    model = run.memory_model(cfg, meta)
+    model = preflight.memory_model(cfg, meta)
     assert model["inputs"]["partition_source"] == f"{where}/part1 (manifest sizes)"
     assert model["terms_bytes"]["partition"] == sum(i["bytes"] for f, i in files.items() if f.startswith("part1/"))
     replicated = model["replicated"]
     assert replicated["terms_bytes"]["dataset_shared"] == meta["dataset_bytes"]
-    assert replicated["total_bytes"] == run.memory_model(_config(batch_size=128, *point[2:8]), meta)["total_bytes"]
+    assert replicated["total_bytes"] == preflight.memory_model(_config(batch_size=128, *point[2:8]), meta)["total_bytes"]
     # before the partitions exist: the estimate (a dataset hash with no partitions under it)
     estimate = partitioned.model_peak(cfg, {**meta, "dataset_hash": "0" * 64})
     assert estimate["inputs"]["partition_source"].startswith("estimate")
@@ -214,8 +214,8 @@ def test_partitioned_memory_model_is_the_hosts_partition():
     limit = (mine["total_bytes"] + mine["replicated"]["total_bytes"]) // 2
     env = {"cpu_cores": 2, "memory_bytes": None}
     capped = ("--memory-limit", str(limit))
-    assert run.impossible(_config(*point, *capped, batch_size=128), env, big) is None
-    why = run.impossible(_config(*point[2:8], *capped, batch_size=128), env, big)
+    assert preflight.impossible(_config(*point, *capped, batch_size=128), env, big) is None
+    why = preflight.impossible(_config(*point[2:8], *capped, batch_size=128), env, big)
     assert why and why.startswith("the modelled peak host memory") and "exceeds the --memory-limit cap" in why
 
 
