@@ -72,9 +72,9 @@ def model_label(name) -> str:
     return MODEL_LABELS.get(str(name), str(name))
 
 
-# CPU use (%) by other work just before a run's launch above which its timing is suspect
-# (runners.run measures it before every launch).
-BUSY_WARN_PERCENT = 25
+# CPU use (%) by other work before a run's launch above which its timing is suspect: the
+# launcher warns at it, the report counts the runs above it.
+from runners.envinfo import BUSY_WARN_PERCENT  # noqa: E402
 
 
 # -- the report's assets ----------------------------------------------------------------------

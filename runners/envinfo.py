@@ -22,6 +22,9 @@ from runners.adapters import registry  # light: no torch, PyG or DGL
 from runners.adapters.registry import package_version  # noqa: F401 (the one version reader)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+# CPU use (%) by other work just before a run's launch above which its timing is suspect: the
+# launcher warns, and the report counts such runs (analysis re-exports it).
+BUSY_WARN_PERCENT = 25
 
 # Variables that change what a run measures; each rank records their values (each framework
 # declares its own in the registry).

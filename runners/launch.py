@@ -139,7 +139,7 @@ def launch(cfg: RunConfig, out: Path, config_path: Path, network: dict | None = 
     installed; a launch that fails is recorded in the Launch's outcome. `cpu_since` (cpu_mark,
     taken when the launcher started) is the window in which other work on the machine is looked
     for; `strategy_env`: the strategy's variables for the trainers (child_environment)."""
-    from runners.diagnosis import Outcome
+    from runners.diagnosis import Diagnosis, Outcome
     from runners.interruption import Interruption
 
     child_env = child_environment(cfg, network, strategy_env)
@@ -148,7 +148,7 @@ def launch(cfg: RunConfig, out: Path, config_path: Path, network: dict | None = 
     # still remembers the previous run of a sweep, so look at what the CPUs did while this
     # launcher started (no sleep spent sampling: a sweep launches a run every few seconds).
     busy_before = other_cpu_busy_percent(cpu_since or cpu_mark())
-    if busy_before > 25:
+    if busy_before > envinfo.BUSY_WARN_PERCENT:
         say(f"warning: the CPUs were {busy_before:.0f}% busy before launch; other work on "
             "this machine will distort the timings")
     run = Launch(list(range(cfg.node_rank * cfg.devices, (cfg.node_rank + 1) * cfg.devices)), busy_before,
@@ -171,10 +171,9 @@ def launch(cfg: RunConfig, out: Path, config_path: Path, network: dict | None = 
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                     start_new_session=True, bufsize=1, preexec_fn=preexec)
     except Exception as exc:
-        run.outcome = Outcome("error", {"summary": f"could not start the ranks ({rank_starter(cfg)}): {exc}", "cause": "launch",
-                                        "ranks": [], "evidence": [str(exc)]})
+        run.outcome = Outcome("error", Diagnosis.of("launch", f"could not start the ranks ({rank_starter(cfg)}): {exc}",
+                                                    [str(exc)], []))
     return run
-
 
 
 def _pump(stream, sink, echo, failed: list, mute: threading.Event) -> None:
