@@ -18,13 +18,20 @@ excludes 1x but is wider than the precision still gets repeats, and one that is 
 none even if it straddles 1x. So the second round never depends on the estimate, and the
 estimates stay unbiased.
 
-The projection uses one spread for every point: the pooled SD of log epoch time over the first
-round (two or three repeats estimate a point's own spread poorly; two equal times would say
-zero). The budget is spent greedily: the answer whose projected interval is widest, relative to
-the precision, gets one more repeat at the point that narrows it most per second, until every
-answer is projected narrow enough, the points reach --max-repeats, or the budget is spent. Each
-comparison's row says whether it is settled on its own (interval within the precision) and, if
-not, what settling it would cost at the pooled spread (runs and minutes).
+The projection uses the report's launch noise (analysis.noise): per experiment (a loader is
+one), log epoch time fitted as configuration + block (repeat x model), and the noise left within
+the blocks, on its degrees of freedom; never a point's own spread (two or three repeats estimate
+it poorly; two equal times would say zero). A comparison across experiments (a loader over the
+framework's first) takes each side's noise, with Welch-Satterthwaite degrees of freedom, as the
+report does.
+
+The budget buys settled answers: of the answers still open, the one that is cheapest to settle
+(in seconds, projected) gets one more repeat at the point that narrows it most per second, and
+the costs are projected again, until every answer is projected narrow enough, or none that is
+still open can be settled within what is left of the budget and --max-repeats. An answer no budget
+left could settle gets nothing: repeats that narrow it without settling it would lengthen the
+sweep and leave the page saying the same. Each comparison's row says whether it is settled on its
+own (interval within the precision) and, if not, what settling it would cost (runs and minutes).
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from analysis import FRAMEWORK_ORDER, framework_label
+from analysis.stats import satterthwaite
 from runners.adapters import registry
 from runners.result import read as read_result
 from runners import sweep
@@ -74,6 +82,7 @@ class Point:
     kept: list = field(default_factory=list)  # repeats of an earlier second round, already run
     result_dir: Path | None = None  # results/runs/DATASET
     first_ok: int = 0  # ok runs of the first round
+    repeats: list = field(default_factory=list)  # the repeat of each time (its block), where known
 
     @property
     def n(self) -> int:
@@ -83,6 +92,13 @@ class Point:
     def log_sd(self) -> float:
         logs = [math.log(t) for t in self.times]
         return statistics.stdev(logs) if len(logs) > 1 else float("nan")
+
+    def blocks(self) -> list:
+        """The block of each time (repeat x model, as analysis.noise fits them); one block for all
+        where the repeats are not known, which leaves the plain pooled spread."""
+        if len(self.repeats) != len(self.times):
+            return [("all",)] * len(self.times)
+        return [(str(r), str(self.key[1])) for r in self.repeats]
 
     @property
     def cost_s(self) -> float:
@@ -125,11 +141,18 @@ def half_width(sd: float, dof: float, n_a: int, n_b: int) -> float:
 
 def answer_half_width(sd: float, dof: float, pairs: list) -> float:
     """Half-width of the geometric mean over configurations (stats.combined_ratio) of comparisons
-    with repeats (n_a, n_b) each: their log variances add, over the count squared."""
-    if not pairs or not dof > 0:
+    with repeats (n_a, n_b) each, all at one spread: their log variances add, over the count squared."""
+    return combined_half_width([(sd * sd * (1 / a + 1 / b), dof) for a, b in pairs])
+
+
+def combined_half_width(parts: list) -> float:
+    """Half-width of the geometric mean over configurations of comparisons whose log ratios have
+    (variance, dof) each: the variances add, over the count squared, and the smallest dof is kept
+    (stats.combined_ratio)."""
+    if not parts or not all(dof > 0 for _, dof in parts):
         return float("inf")
-    se = sd * math.sqrt(sum(1 / a + 1 / b for a, b in pairs)) / len(pairs)
-    return math.exp(t_quantile(dof) * se) - 1
+    se = math.sqrt(sum(v for v, _ in parts)) / len(parts)
+    return math.exp(t_quantile(min(dof for _, dof in parts)) * se) - 1
 
 
 def comparisons(points: dict) -> list:
@@ -151,11 +174,12 @@ class Plan:
     precision: float
     budget_s: float
     max_repeats: int
-    pooled_sd: float
+    pooled_sd: float  # the main experiment's (the framework's first loader), for the plan's file
     pooled_dof: int = 0
     spent_s: float = 0.0
     comparisons: list = field(default_factory=list)  # rows for the report
     answers: list = field(default_factory=list)  # rows for the report
+    noise: dict = field(default_factory=dict)  # loader -> (SD, dof): each experiment's launch noise
 
     def to_json(self, points: dict, first_round: int) -> dict:
         runs = []
@@ -164,34 +188,67 @@ class Plan:
             runs += [{**p.run, "repeat": first_round + len(p.kept) + k} for k in range(p.added)]
         return {"precision": self.precision, "budget_s": self.budget_s, "max_repeats": self.max_repeats,
                 "first_round": first_round, "pooled_log_sd": self.pooled_sd, "pooled_dof": self.pooled_dof,
+                "noise": {loader: {"log_sd": sd, "dof": dof} for loader, (sd, dof) in self.noise.items()},
                 "planned_s": round(self.spent_s, 1),
                 "points": [{"point": p.label(), "first_round": p.first_ok,
                             "kept": len(p.kept), "added": p.added, "why": p.why}
                            for p in points.values() if p.added or p.kept],
                 "answers": self.answers, "comparisons": self.comparisons, "runs": runs}
 
+    def sides(self, c) -> tuple:
+        """(sd_a, dof_a, sd_b, dof_b) of a comparison: each side's experiment's noise."""
+        fallback = (self.pooled_sd, self.pooled_dof)
+        return (*self.noise.get(c.num.key[-1], fallback), *self.noise.get(c.den.key[-1], fallback))
+
+    def part(self, c, n_a: int, n_b: int) -> tuple:
+        """(variance, dof) of a comparison's log ratio with n_a and n_b repeats a side."""
+        sd_a, dof_a, sd_b, dof_b = self.sides(c)
+        va, vb = sd_a * sd_a / n_a, sd_b * sd_b / n_b
+        same = (sd_a, dof_a) == (sd_b, dof_b)
+        return va + vb, (dof_a if same or not va + vb else satterthwaite(va, dof_a, vb, dof_b))
+
     def answer_width(self, cs: list, extra=None) -> float:
         """An answer's projected half-width at the repeats planned so far (one more at `extra`)."""
-        return answer_half_width(self.pooled_sd, self.pooled_dof,
-                                 [(c.num.n + (c.num is extra), c.den.n + (c.den is extra)) for c in cs])
+        return combined_half_width([self.part(c, c.num.n + (c.num is extra), c.den.n + (c.den is extra))
+                                    for c in cs])
+
+    def best_point(self, cs: list):
+        """The point whose one more repeat narrows the answer `cs` most per second (None at the cap)."""
+        now = self.answer_width(cs)
+        candidates = {id(p): p for c in cs for p in (c.num, c.den) if p.n < self.max_repeats}.values()
+        return max(candidates, key=lambda p: (now - self.answer_width(cs, p)) / p.cost_s, default=None)
+
+    def cost_to_settle(self, cs: list, left_s: float) -> float:
+        """Seconds of repeats that would bring the answer `cs` within the precision, spent as
+        `spend` would; inf where `left_s` or the cap cannot."""
+        added, cost = [], 0.0
+        try:
+            while self.answer_width(cs) > self.precision:
+                p = self.best_point(cs)
+                if p is None or cost + p.cost_s > left_s:
+                    return float("inf")
+                p.added += 1
+                added.append(p)
+                cost += p.cost_s
+            return cost
+        finally:
+            for p in added:
+                p.added -= 1
 
     def spend(self, answers: dict, measured: dict) -> None:
-        """Greedily: one more repeat for the widest open answer, at the point that narrows it most
-        per second, until every answer is narrow enough, at --max-repeats or over the budget."""
+        """One more repeat at a time, for the open answer cheapest to settle, at the point that
+        narrows it most per second; until every answer is narrow enough or none still open can be
+        settled with what is left of the budget (within --max-repeats)."""
         open_ = [name for name in answers if measured[name] > self.precision]
         while True:
-            wanting = [a for a in open_ if self.answer_width(answers[a]) > self.precision
-                       and any(p.n < self.max_repeats for c in answers[a] for p in (c.num, c.den))]
-            if not wanting:
+            left = self.budget_s - self.spent_s
+            costs = {a: self.cost_to_settle(answers[a], left) for a in open_
+                     if self.answer_width(answers[a]) > self.precision}
+            affordable = [a for a, cost in costs.items() if cost < float("inf")]
+            if not affordable:
                 break
-            name = max(wanting, key=lambda a: self.answer_width(answers[a]) / self.precision)
-            cs = answers[name]
-            now = self.answer_width(cs)
-            candidates = {id(p): p for c in cs for p in (c.num, c.den) if p.n < self.max_repeats}.values()
-            p = max(candidates, key=lambda p: (now - self.answer_width(cs, p)) / p.cost_s)
-            if self.spent_s + p.cost_s > self.budget_s:
-                open_.remove(name)  # the budget cannot pay for this one; the others may still fit
-                continue
+            name = min(affordable, key=lambda a: (costs[a], a))
+            p = self.best_point(answers[name])
             p.added += 1
             self.spent_s += p.cost_s
             if name not in p.why:
@@ -210,10 +267,10 @@ class Plan:
 
     def comparison_row(self, c) -> dict:
         """The report's row of one comparison, with what settling it on its own would cost."""
-        sd, dof, precision = self.pooled_sd, self.pooled_dof, self.precision
-        before = half_width(sd, dof, len(c.num.times), len(c.den.times))
-        after = half_width(sd, dof, c.num.n, c.den.n)
-        extra = repeats_to_settle(sd, dof, c.num.n, c.den.n, precision)
+        precision = self.precision
+        before = self.width(c, len(c.num.times), len(c.den.times))
+        after = self.width(c, c.num.n, c.den.n)
+        extra = self.repeats_to_settle(c)
         cost = extra * (c.num.cost_s + c.den.cost_s) / 2 if extra > 0 else 0.0
         return {
             "comparison": c.label(), "answer": c.answer(), "runs": f"{len(c.num.times)}+{len(c.den.times)}",
@@ -223,6 +280,39 @@ class Plan:
             "status": ("settled" if after <= precision
                        else f"open: {extra} more runs (about {cost / 60:.1f} min) would settle it" if extra > 0
                        else "open: more than 200 runs would be needed")}
+
+    def width(self, c, n_a: int, n_b: int) -> float:
+        """Relative half-width of one comparison's 95% interval with n_a and n_b repeats a side."""
+        return combined_half_width([self.part(c, n_a, n_b)])
+
+    def repeats_to_settle(self, c) -> int:
+        """Runs to add to one comparison (split between the sides, the smaller first) until its
+        interval is within the precision; -1 if 200 would not do."""
+        n_a, n_b = c.num.n, c.den.n
+        for extra in range(0, 201):
+            a = n_a + (extra + (n_a <= n_b)) // 2
+            if self.width(c, a, n_b + extra - (a - n_a)) <= self.precision:
+                return extra
+        return -1
+
+
+def launch_noise(points: dict) -> dict:
+    """{loader: (SD, dof)}: each experiment's launch noise as the report computes it
+    (analysis.noise.fit_blocks: log epoch time = configuration + block, the noise within the
+    blocks). An experiment whose fit leaves no degrees of freedom gets none (its comparisons
+    take the plan's fallback, the points' plain pooled spread)."""
+    from analysis.noise import fit_blocks
+
+    cells: dict = {}
+    for p in points.values():
+        if p.times:
+            cells.setdefault(p.key[-1], {})[p.key] = ([math.log(t) for t in p.times], p.blocks())
+    out = {}
+    for loader, runs in cells.items():
+        fit = fit_blocks(runs)
+        if fit is not None and fit.dof > 0:
+            out[loader] = (fit.sd, fit.dof)
+    return out
 
 
 def pooled_spread(points: dict) -> tuple:
@@ -235,7 +325,7 @@ def pooled_spread(points: dict) -> tuple:
 
 def repeats_to_settle(sd: float, dof: float, n_a: int, n_b: int, precision: float) -> int:
     """Runs to add (split between the sides, the smaller first) until the interval is within
-    the precision at the pooled spread; -1 if 200 would not do."""
+    the precision at one spread `sd`; -1 if 200 would not do."""
     for extra in range(0, 201):
         a = n_a + (extra + (n_a <= n_b)) // 2
         b = n_b + extra - (a - n_a)
@@ -246,8 +336,9 @@ def repeats_to_settle(sd: float, dof: float, n_a: int, n_b: int, precision: floa
 
 def plan(points: dict, precision: float, budget_s: float, max_repeats: int) -> Plan:
     """Add repeats to `points` (their `added` and `why`) for the open answers."""
-    sd, dof = pooled_spread(points)
-    result = Plan(precision, budget_s, max_repeats, sd, dof)
+    noise = launch_noise(points)
+    sd, dof = noise.get(DEFAULT_LOADER) or pooled_spread(points)
+    result = Plan(precision, budget_s, max_repeats, sd, dof, noise=noise)
     comps = [c for c in comparisons(points) if c.num.times and c.den.times]
     answers: dict = {}
     for c in comps:
@@ -278,6 +369,7 @@ def first_round_points(result_paths: list) -> tuple:
         run_dir = Path(path).parent
         p = points.setdefault(key, Point(key, [], [], run_wildcards(run_dir)))
         p.times.append(float(t))
+        p.repeats.append(int(cfg.get("repeat") or 0))
         p.walls.append(float(data.get("wall_time_s") or 0.0))
         p.result_dir = run_dir.parent
     for p in points.values():
@@ -307,6 +399,7 @@ def keep_earlier_second_round(p: Point, first_round: int) -> None:
         p.kept.append(rep)
         if data.get("status") == "ok" and t and t > 0:
             p.times.append(float(t))
+            p.repeats.append(rep)
             p.walls.append(float(data.get("wall_time_s") or 0.0))
         rep += 1
 

@@ -54,12 +54,12 @@ def _welch(a, b) -> tuple:
     se = math.sqrt(va + vb)
     if se == 0:
         return d, d, d, float("inf")
-    dof = _satterthwaite(va, len(a) - 1, vb, len(b) - 1)
+    dof = satterthwaite(va, len(a) - 1, vb, len(b) - 1)
     h = t_quantile(dof) * se
     return d, d - h, d + h, dof
 
 
-def _satterthwaite(va: float, dof_a: float, vb: float, dof_b: float) -> float:
+def satterthwaite(va: float, dof_a: float, vb: float, dof_b: float) -> float:
     """Welch-Satterthwaite degrees of freedom of a difference whose sides' variances of the mean
     are `va` and `vb`, estimated on `dof_a` and `dof_b` degrees of freedom."""
     return (va + vb) ** 2 / ((va ** 2 / dof_a if va else 0) + (vb ** 2 / dof_b if vb else 0))
@@ -74,7 +74,7 @@ def _pooled_difference(a: list, b: list, sd_a: float, dof_a: float, sd_b: float,
     if va + vb == 0:
         return d, d, d, float("inf")
     # one pool serves both sides: one estimate, its own dof
-    dof = dof_a if (sd_a, dof_a) == (sd_b, dof_b) else _satterthwaite(va, dof_a, vb, dof_b)
+    dof = dof_a if (sd_a, dof_a) == (sd_b, dof_b) else satterthwaite(va, dof_a, vb, dof_b)
     h = t_quantile(dof) * math.sqrt(va + vb)
     return d, d - h, d + h, dof
 
