@@ -323,17 +323,6 @@ def pooled_spread(points: dict) -> tuple:
     return (math.sqrt(var) if dof else 0.0), dof
 
 
-def repeats_to_settle(sd: float, dof: float, n_a: int, n_b: int, precision: float) -> int:
-    """Runs to add (split between the sides, the smaller first) until the interval is within
-    the precision at one spread `sd`; -1 if 200 would not do."""
-    for extra in range(0, 201):
-        a = n_a + (extra + (n_a <= n_b)) // 2
-        b = n_b + extra - (a - n_a)
-        if half_width(sd, dof, a, b) <= precision:
-            return extra
-    return -1
-
-
 def plan(points: dict, precision: float, budget_s: float, max_repeats: int) -> Plan:
     """Add repeats to `points` (their `added` and `why`) for the open answers."""
     noise = launch_noise(points)
