@@ -25,13 +25,14 @@ it poorly; two equal times would say zero). A comparison across experiments (a l
 framework's first) takes each side's noise, with Welch-Satterthwaite degrees of freedom, as the
 report does.
 
-The budget buys settled answers: of the answers still open, the one that is cheapest to settle
-(in seconds, projected) gets one more repeat at the point that narrows it most per second, and
-the costs are projected again, until every answer is projected narrow enough, or none that is
-still open can be settled within what is left of the budget and --max-repeats. An answer no budget
-left could settle gets nothing: repeats that narrow it without settling it would lengthen the
-sweep and leave the page saying the same. Each comparison's row says whether it is settled on its
-own (interval within the precision) and, if not, what settling it would cost (runs and minutes).
+The budget buys settled answers first: of the answers still open, the one that is cheapest to
+settle (in seconds, projected) gets one more repeat at the point that narrows it most per second,
+and the costs are projected again. Once no open answer can be settled within what is left of the
+budget and --max-repeats, what is left narrows the widest open answer, a repeat at a time, until
+the budget or the cap stops it. (Widest-first from the start spends a small budget on an answer
+it cannot settle, and leaves open one that a few runs would have settled.) Each comparison's row
+says whether it is settled on its own (interval within the precision) and, if not, what settling
+it would cost (runs and minutes).
 """
 
 from __future__ import annotations
@@ -126,9 +127,17 @@ class Comparison:
 
     def answer(self) -> str:
         """The first-screen answer this comparison is part of: per model for the framework and
-        loader questions, per framework for the others."""
-        fw, model = self.den.key[:2]
-        return f"{AXES[self.axis][3]}, " + (model if AXES[self.axis][0] in ("framework", "loader") else fw)
+        loader questions, per framework for the others; a comparison within another loader's
+        runs (GraphBolt at 2 devices over 1) is an answer of that loader's, not on the first screen."""
+        fw, model, loader = self.den.key[0], self.den.key[1], self.den.key[-1]
+        if AXES[self.axis][0] in ("framework", "loader"):
+            return f"{AXES[self.axis][3]}, {model}"
+        return f"{AXES[self.axis][3]}, {fw}" + ("" if loader == DEFAULT_LOADER else f" {loader}")
+
+    def on_first_screen(self) -> bool:
+        """Whether the report's first screen states this comparison's answer (its main experiment:
+        the frameworks' first loaders, and a loader over the first)."""
+        return AXES[self.axis][0] == "loader" or self.den.key[-1] == DEFAULT_LOADER
 
 
 def half_width(sd: float, dof: float, n_a: int, n_b: int) -> float:
@@ -236,18 +245,23 @@ class Plan:
                 p.added -= 1
 
     def spend(self, answers: dict, measured: dict) -> None:
-        """One more repeat at a time, for the open answer cheapest to settle, at the point that
-        narrows it most per second; until every answer is narrow enough or none still open can be
-        settled with what is left of the budget (within --max-repeats)."""
+        """One more repeat at a time: for the open answer cheapest to settle, at the point that
+        narrows it most per second; once no open answer can be settled with what is left of the
+        budget (within --max-repeats), for the widest one, until the budget or the cap stops it."""
         open_ = [name for name in answers if measured[name] > self.precision]
         while True:
             left = self.budget_s - self.spent_s
-            costs = {a: self.cost_to_settle(answers[a], left) for a in open_
-                     if self.answer_width(answers[a]) > self.precision}
-            affordable = [a for a, cost in costs.items() if cost < float("inf")]
-            if not affordable:
-                break
-            name = min(affordable, key=lambda a: (costs[a], a))
+            wanting = [a for a in open_ if self.answer_width(answers[a]) > self.precision]
+            costs = {a: self.cost_to_settle(answers[a], left) for a in wanting}
+            settle = [a for a in wanting if costs[a] < float("inf")]
+            if settle:
+                name = min(settle, key=lambda a: (costs[a], a))
+            else:
+                fits = [a for a in wanting
+                        if (p := self.best_point(answers[a])) is not None and p.cost_s <= left]
+                if not fits:
+                    break
+                name = max(fits, key=lambda a: (self.answer_width(answers[a]), a))
             p = self.best_point(answers[name])
             p.added += 1
             self.spent_s += p.cost_s
@@ -263,7 +277,8 @@ class Plan:
             "projected_half_width": round(after, 4),
             "status": ("settled after round 1" if measured <= self.precision
                        else "settled by the repeats added" if after <= self.precision
-                       else "open: over the budget or at --max-repeats")}
+                       else "open: over the budget or at --max-repeats" if cs[0].on_first_screen()
+                       else "open: not a first-screen answer, so no repeats of its own")}
 
     def comparison_row(self, c) -> dict:
         """The report's row of one comparison, with what settling it on its own would cost."""
@@ -333,7 +348,7 @@ def plan(points: dict, precision: float, budget_s: float, max_repeats: int) -> P
     for c in comps:
         answers.setdefault(c.answer(), []).append(c)
     measured = {name: result.answer_width(cs) for name, cs in answers.items()}
-    result.spend(answers, measured)
+    result.spend({name: cs for name, cs in answers.items() if cs[0].on_first_screen()}, measured)
     result.answers += [result.answer_row(name, cs, measured[name]) for name, cs in answers.items()]
     result.comparisons += [result.comparison_row(c) for c in comps]
     return result
