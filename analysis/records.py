@@ -225,7 +225,8 @@ def adaptive_findings(plan: dict) -> list:
     what the open ones would cost."""
     if not plan or "answers" not in plan:
         return []
-    answers, comps = plan["answers"], plan["comparisons"]
+    answers = [a for a in plan["answers"] if "not a first-screen answer" not in a["status"]]
+    comps = plan["comparisons"]
     wide = [a for a in answers if a["measured_half_width"] > plan["precision"]]
     added = sum(p["added"] for p in plan["points"])
     left = [a for a in answers if a["projected_half_width"] > plan["precision"]]

@@ -262,3 +262,9 @@ def test_another_loaders_own_comparisons_get_no_repeats_of_their_own():
     assert rows["2 devices over 1, dgl graphbolt"]["status"] == "open: not a first-screen answer, so no repeats of its own"
     assert "2 devices over 1, dgl graphbolt" not in {w for p in pts.values() for w in p.why}
     assert rows["2 devices over 1, dgl"]["measured_half_width"] < rows["2 devices over 1, dgl graphbolt"]["measured_half_width"]
+    # the report's sentence counts the first-screen answers only
+    from analysis.records import adaptive_findings
+
+    text = adaptive_findings(plan.to_json(pts, 3))[0]
+    first_screen = [a for a in plan.answers if "not a first-screen" not in a["status"]]
+    assert f"of {len(first_screen)} answers were wider" in text and len(first_screen) < len(plan.answers)
