@@ -175,8 +175,9 @@ def _when(stamp: str | None) -> float:
 
 def other_results(cfg, job: Path, started_at: str) -> dict:
     """node k -> its result.json of this run, for the other nodes whose result appears within
-    `cfg.other_result_wait_s` (--other-result-wait; one check every 0.5 s). A result is this run's when it finished after this node
-    started and started within the start-up timeout of it (an earlier run of the point ended before)."""
+    `cfg.other_result_wait_s` (--other-result-wait; one check every 0.5 s). A result is this
+    run's when it finished after this node started and started within the start-up timeout of
+    it (an earlier run of the point ended before)."""
     t0, found = _when(started_at), {}
     deadline = time.time() + cfg.other_result_wait_s
     while True:
