@@ -365,7 +365,8 @@ def measure_launch(s: Settings, work: Path, raw: dict) -> list:
     """Row 7: each rank starter's run, and the import floors, interleaved."""
     variants = (*STARTERS, "floor", "floor+dynamo")
     recs = {(fw, v): [] for fw in FRAMEWORKS for v in variants}
-    for i in range(s.repeats):
+    repeats = s.launch_repeats or s.repeats
+    for i in range(repeats):
         order = variants[i % len(variants):] + variants[:i % len(variants)]
         for fw in FRAMEWORKS:
             for v in order:
@@ -380,7 +381,7 @@ def measure_launch(s: Settings, work: Path, raw: dict) -> list:
                 if result["status"] != "ok":
                     raise MeasureError(f"{label}: runner status {result['status']}; see {out}")
                 recs[(fw, v)].append(launch_parts(result, out, wall))
-            log(f"launch repeat {i + 1}/{s.repeats} {fw}: " + ", ".join(
+            log(f"launch repeat {i + 1}/{repeats} {fw}: " + ", ".join(
                 f"{v} {recs[(fw, v)][-1].get('launch (command less training)', recs[(fw, v)][-1].get('command_s')):.2f} s"
                 for v in variants))
     rows = []
@@ -456,7 +457,8 @@ def render(rows: list, raw: dict, s: Settings) -> str:
         lines += [f"| floor: {floor_names} | " + " | ".join(
             " / ".join(f"{x:.2f}" for x in raw["launch"][fw]["floor"].values()) for fw, _ in cols) + " |"]
     lines += ["", f"Settings: dataset {s.dataset}, {s.devices} processes, batch {s.batch_size}, fan-outs "
-              f"{s.fanouts}, workers {s.workers}, {s.epochs} epochs, {s.repeats} repeats, models "
+              f"{s.fanouts}, workers {s.workers}, {s.epochs} epochs, {s.repeats} repeats"
+              + (f" ({s.launch_repeats} of the launch row)" if s.launch_repeats else "") + ", models "
               f"{','.join(s.models)}; memory graph {s.memory_graph[0]} nodes, {s.memory_graph[1]} edges, "
               f"{s.memory_graph[2]} features."]
     return "\n".join(lines) + "\n"
@@ -481,6 +483,7 @@ def parse_args(argv=None) -> Settings:
     p.add_argument("--with-coverage", action="store_true",
                    help="also check the intervals' coverage on many launches (benchmarks/coverage.py; minutes)")
     p.add_argument("--coverage-launches", type=int, help="launches per cell of the coverage row (default 10)")
+    p.add_argument("--launch-repeats", type=int, help="repeats of the launch row (default: --repeats)")
     p.add_argument("--out-dir")
     p.add_argument("--only", type=lambda t: t.split(","),
                    help=f"comma-separated row kinds to measure ({', '.join(TARGETS)}); default all")
@@ -489,6 +492,8 @@ def parse_args(argv=None) -> Settings:
     s = Settings(**values)
     if s.repeats < 2:
         p.error("--repeats must be at least 2 (variation needs two runs)")
+    if s.launch_repeats is not None and s.launch_repeats < 1:
+        p.error("--launch-repeats must be at least 1")
     if s.only and set(s.only) - set(TARGETS):
         p.error(f"--only: unknown row kinds {sorted(set(s.only) - set(TARGETS))}; known: {', '.join(TARGETS)}")
     return s

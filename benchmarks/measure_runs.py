@@ -47,6 +47,7 @@ class Settings:
     with_sweep: bool = False
     with_coverage: bool = False
     coverage_launches: int = 10
+    launch_repeats: int | None = None  # repeats of the launch row (None: `repeats`)
     out_dir: str = "results/benchmarks"
     only: list | None = None  # row kinds (TARGETS keys) to measure; None: all
 

@@ -19,9 +19,6 @@ from runners.rundir import RunDir
 
 # A gloo error names the peer it lost: "Read error [10.231.7.11]:63165: Connection reset by peer".
 PEER_ADDRESS = re.compile(r"\[([0-9a-fA-F.:]+)\]:\d+")
-# How long node 0 waits for another node's result to name the culprit of a hang (that node's
-# watchdog fires at about the same moment, then dumps stacks and stops its tree).
-OTHER_RESULT_WAIT_S = 30.0
 # How long a hung node waits for another host to answer a TCP connection (an answer, even a
 # refusal, says the host is there; a host behind a link that is down never answers).
 CONTACT_TIMEOUT_S = 3.0
@@ -176,12 +173,13 @@ def _when(stamp: str | None) -> float:
         return 0.0
 
 
-def other_results(cfg, job: Path, started_at: str, wait_s: float = OTHER_RESULT_WAIT_S) -> dict:
+def other_results(cfg, job: Path, started_at: str) -> dict:
     """node k -> its result.json of this run, for the other nodes whose result appears within
-    `wait_s` (one check every 0.5 s). A result is this run's when it finished after this node
-    started and started within the start-up timeout of it (an earlier run of the point ended before)."""
+    `cfg.other_result_wait_s` (--other-result-wait; one check every 0.5 s). A result is this
+    run's when it finished after this node started and started within the start-up timeout of
+    it (an earlier run of the point ended before)."""
     t0, found = _when(started_at), {}
-    deadline = time.time() + wait_s
+    deadline = time.time() + cfg.other_result_wait_s
     while True:
         for k in range(1, cfg.nodes):
             res = record.read_json(RunDir(job).node(k).result) if k not in found else None

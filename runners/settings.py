@@ -342,6 +342,11 @@ class RunSettings:
     rank_starter: str = setting("auto", column=False, choices=RANK_STARTERS, group=_MULTI_NODE,
         help="what starts the ranks: spawn (runners.spawn, plain Python, one node only), torchrun (its "
         "agent imports torch first, about 1.5 s per run), auto: spawn on one node, torchrun on several")
+    # Another node's watchdog fires at about the same moment as this one's, then dumps stacks
+    # and stops its tree; a node that died writes nothing, and node 0 waits the whole time.
+    other_result_wait_s: float = setting(30.0, column=False, flag="--other-result-wait", check=at_least(0),
+        group=_MULTI_NODE, help="node 0 of a failed multi-node run: seconds to wait for another node's "
+        "result (node{K}/result.json beside its own) to name the culprit on that node")
 
 
 # Options with no field of their own, each placed after the field named by `after` (the

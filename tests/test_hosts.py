@@ -232,7 +232,9 @@ def test_killed_host_is_named_and_nothing_is_left(hosts, tmp_path):
     """Host 1 dies mid-run (every process in it killed at once): node 0's run ends with a result
     that names the lost node and its host, and nothing of the run is left on host 0."""
     out = tmp_path / "job"
-    procs = start_job(hosts, out, "dgl", epochs=40, extra=["--stall-floor", "5"])
+    # Host 1's result can never come (every process of it is killed): node 0 waits for it the
+    # whole --other-result-wait, 5 s here instead of 30.
+    procs = start_job(hosts, out, "dgl", epochs=40, extra=["--stall-floor", "5", "--other-result-wait", "5"])
     h0, h1 = hosts.hosts
     assert first_epoch_done(out), logs(out)
     assert hosts.kill_all(h1) and not hosts.pids(h1)

@@ -103,6 +103,11 @@ def job_state(slurm, job_id):
     return slurm.run("squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T", check=False).stdout.strip()
 
 
+# squeue's states of a job that has ended (job_state's "" too: squeue no longer lists it).
+JOB_ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",
+             "DEADLINE", "PREEMPTED")
+
+
 def wait_until(what, predicate, timeout=240):
     deadline = time.time() + timeout
     while not predicate():
@@ -172,7 +177,10 @@ def test_slurm_two_task_job_is_one_two_node_run(slurm, tmp_path):
     argv = runner_argv(out, framework="dgl", devices=1, epochs=2,
                        extra=["--max-steps-per-epoch", "3", "--nnodes", "2", "--master-port", str(free_port())])
     job = submit(slurm, tmp_path, "twonode", ["srun", str(ROOT / "scripts" / "slurm_node.sh")] + argv,
-                 "-n2", "-c1", "--time=10", "--wait")
+                 "-n2", "-c1", "--time=10")
+    # Polled here rather than with `sbatch --wait`, whose checks come 2, 10 and 42 s after the
+    # submission (its sleep grows 2, 8, 32 s): a job of about 20 s was seen to end at 42 s.
+    wait_until("the two-task job to end", lambda: job_state(slurm, job) in ("",) + JOB_ENDED)
     log = (tmp_path / "twonode.out").read_text()
     r0 = json.loads((out / "result.json").read_text())
     r1 = json.loads((out / "node1" / "result.json").read_text())
