@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from analysis import FRAMEWORK_ORDER, framework_label
-from analysis.stats import satterthwaite
+from analysis.stats import noise_dof
 from runners.adapters import registry
 from runners.result import read as read_result
 from runners import sweep
@@ -143,9 +143,7 @@ class Comparison:
 def half_width(sd: float, dof: float, n_a: int, n_b: int) -> float:
     """Relative half-width of the 95% interval of a ratio of geometric means with pooled launch
     noise `sd` (log scale) on `dof` degrees of freedom: exp(t * sd * sqrt(1/n_a + 1/n_b)) - 1."""
-    if sd <= 0 or not dof > 0:
-        return 0.0 if sd <= 0 else float("inf")
-    return math.exp(t_quantile(dof) * sd * math.sqrt(1 / n_a + 1 / n_b)) - 1
+    return 0.0 if sd <= 0 else answer_half_width(sd, dof, [(n_a, n_b)])
 
 
 def answer_half_width(sd: float, dof: float, pairs: list) -> float:
@@ -213,8 +211,7 @@ class Plan:
         """(variance, dof) of a comparison's log ratio with n_a and n_b repeats a side."""
         sd_a, dof_a, sd_b, dof_b = self.sides(c)
         va, vb = sd_a * sd_a / n_a, sd_b * sd_b / n_b
-        same = (sd_a, dof_a) == (sd_b, dof_b)
-        return va + vb, (dof_a if same or not va + vb else satterthwaite(va, dof_a, vb, dof_b))
+        return va + vb, noise_dof(sd_a, dof_a, va, sd_b, dof_b, vb)
 
     def answer_width(self, cs: list, extra=None) -> float:
         """An answer's projected half-width at the repeats planned so far (one more at `extra`)."""
@@ -274,7 +271,7 @@ class Plan:
         return {
             "answer": name, "comparisons": len(cs), "measured_half_width": round(measured, 4),
             "added": sum(c.num.added + c.den.added for c in cs),
-            "projected_half_width": round(after, 4),
+            "projected_half_width": round(after, 4), "first_screen": cs[0].on_first_screen(),
             "status": ("settled after round 1" if measured <= self.precision
                        else "settled by the repeats added" if after <= self.precision
                        else "open: over the budget or at --max-repeats" if cs[0].on_first_screen()

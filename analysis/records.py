@@ -225,7 +225,7 @@ def adaptive_findings(plan: dict) -> list:
     what the open ones would cost."""
     if not plan or "answers" not in plan:
         return []
-    answers = [a for a in plan["answers"] if "not a first-screen answer" not in a["status"]]
+    answers = [a for a in plan["answers"] if a.get("first_screen", True)]
     comps = plan["comparisons"]
     wide = [a for a in answers if a["measured_half_width"] > plan["precision"]]
     added = sum(p["added"] for p in plan["points"])

@@ -54,15 +54,24 @@ def _welch(a, b) -> tuple:
     se = math.sqrt(va + vb)
     if se == 0:
         return d, d, d, float("inf")
-    dof = satterthwaite(va, len(a) - 1, vb, len(b) - 1)
+    dof = _satterthwaite(va, len(a) - 1, vb, len(b) - 1)
     h = t_quantile(dof) * se
     return d, d - h, d + h, dof
 
 
-def satterthwaite(va: float, dof_a: float, vb: float, dof_b: float) -> float:
+def _satterthwaite(va: float, dof_a: float, vb: float, dof_b: float) -> float:
     """Welch-Satterthwaite degrees of freedom of a difference whose sides' variances of the mean
     are `va` and `vb`, estimated on `dof_a` and `dof_b` degrees of freedom."""
     return (va + vb) ** 2 / ((va ** 2 / dof_a if va else 0) + (vb ** 2 / dof_b if vb else 0))
+
+
+def noise_dof(sd_a: float, dof_a: float, va: float, sd_b: float, dof_b: float, vb: float) -> float:
+    """Degrees of freedom of a difference whose sides take pooled launch noise (SD, dof) each, with
+    variances of the mean `va` and `vb`: one pool serving both sides is one estimate with its own
+    dof; two pools combine by Welch-Satterthwaite."""
+    if (sd_a, dof_a) == (sd_b, dof_b) or not va + vb:
+        return dof_a
+    return _satterthwaite(va, dof_a, vb, dof_b)
 
 
 def _pooled_difference(a: list, b: list, sd_a: float, dof_a: float, sd_b: float, dof_b: float) -> tuple:
@@ -73,8 +82,7 @@ def _pooled_difference(a: list, b: list, sd_a: float, dof_a: float, sd_b: float,
     va, vb = sd_a ** 2 / len(a), sd_b ** 2 / len(b)
     if va + vb == 0:
         return d, d, d, float("inf")
-    # one pool serves both sides: one estimate, its own dof
-    dof = dof_a if (sd_a, dof_a) == (sd_b, dof_b) else satterthwaite(va, dof_a, vb, dof_b)
+    dof = noise_dof(sd_a, dof_a, va, sd_b, dof_b, vb)
     h = t_quantile(dof) * math.sqrt(va + vb)
     return d, d - h, d + h, dof
 
