@@ -26,13 +26,17 @@ framework's first) takes each side's noise, with Welch-Satterthwaite degrees of 
 report does.
 
 The budget buys settled answers first: of the answers still open, the one that is cheapest to
-settle (in seconds, projected) gets one more repeat at the point that narrows it most per second,
-and the costs are projected again. Once no open answer can be settled within what is left of the
-budget and --max-repeats, what is left narrows the widest open answer, a repeat at a time, until
-the budget or the cap stops it. (Widest-first from the start spends a small budget on an answer
-it cannot settle, and leaves open one that a few runs would have settled.) Each comparison's row
-says whether it is settled on its own (interval within the precision) and, if not, what settling
-it would cost (runs and minutes).
+settle (in seconds, projected) gets one more repeat block, and the costs are projected again. A
+block is one more run at every point of the answer (those at its fewest repeats), all with the same
+repeat number: the report fits log epoch time as configuration + block (repeat x model), so a
+second-round run that lands in a block without the other points of its comparisons tells the
+report nothing, however much a projection per run promised. The projected degrees of freedom grow
+with the blocks (k - 1 for a block of k runs). Once no open answer can be settled within what is
+left of the budget and --max-repeats, what is left narrows the widest open answer, a block at a
+time, until the budget or the cap stops it. (Widest-first from the start spends a small budget on
+an answer it cannot settle, and leaves open one that a few runs would have settled.) Each
+comparison's row says whether it is settled on its own (interval within the precision) and, if not,
+what it would cost (runs and minutes).
 """
 
 from __future__ import annotations
@@ -67,6 +71,7 @@ AXES = {
 } | {name: ("loader", name, DEFAULT_LOADER, f"{name} over the framework's first loader")
      for name in registry.OTHER_LOADERS}
 POINT_KEYS = ("framework", "model", "devices", "batch_size", "workers", "loader")
+SETTLE_CAP = 40  # repeats a point at most in the report's cost of settling an open answer
 JOB_OVERHEAD_S = 1.0  # a Snakemake job around each run, beside the run's own wall time
 
 
@@ -134,6 +139,12 @@ class Comparison:
             return f"{AXES[self.axis][3]}, {model}"
         return f"{AXES[self.axis][3]}, {fw}" + ("" if loader == DEFAULT_LOADER else f" {loader}")
 
+    def answer_key(self) -> tuple:
+        """(axis, model or framework): the first-screen answer this comparison is part of, as the
+        report's answers key their intervals (analysis.answers)."""
+        fw, model = self.den.key[0], self.den.key[1]
+        return (self.axis, model if AXES[self.axis][0] in ("framework", "loader") else fw)
+
     def on_first_screen(self) -> bool:
         """Whether the report's first screen states this comparison's answer (its main experiment:
         the frameworks' first loaders, and a loader over the first)."""
@@ -187,6 +198,7 @@ class Plan:
     comparisons: list = field(default_factory=list)  # rows for the report
     answers: list = field(default_factory=list)  # rows for the report
     noise: dict = field(default_factory=dict)  # loader -> (SD, dof): each experiment's launch noise
+    points: list = field(default_factory=list)  # the plan's points (their `added`: the repeats planned)
 
     def to_json(self, points: dict, first_round: int) -> dict:
         runs = []
@@ -203,9 +215,21 @@ class Plan:
                 "answers": self.answers, "comparisons": self.comparisons, "runs": runs}
 
     def sides(self, c) -> tuple:
-        """(sd_a, dof_a, sd_b, dof_b) of a comparison: each side's experiment's noise."""
+        """(sd_a, dof_a, sd_b, dof_b) of a comparison: each side's experiment's noise, its dof
+        grown by the repeats planned so far (dof_growth)."""
         fallback = (self.pooled_sd, self.pooled_dof)
-        return (*self.noise.get(c.num.key[-1], fallback), *self.noise.get(c.den.key[-1], fallback))
+        (sd_a, dof_a), (sd_b, dof_b) = (self.noise.get(p.key[-1], fallback) for p in (c.num, c.den))
+        return sd_a, dof_a + self.dof_growth(c.num.key[-1]), sd_b, dof_b + self.dof_growth(c.den.key[-1])
+
+    def dof_growth(self, loader: str) -> int:
+        """Degrees of freedom the planned repeats add to an experiment's noise fit: each new block
+        (repeat x model) of k runs adds k - 1."""
+        blocks: dict = {}
+        for p in self.points:
+            if p.key[-1] == loader:
+                for k in range(p.added):
+                    blocks[(len(p.times) + k, p.key[1])] = blocks.get((len(p.times) + k, p.key[1]), 0) + 1
+        return sum(k - 1 for k in blocks.values())
 
     def part(self, c, n_a: int, n_b: int) -> tuple:
         """(variance, dof) of a comparison's log ratio with n_a and n_b repeats a side."""
@@ -213,38 +237,43 @@ class Plan:
         va, vb = sd_a * sd_a / n_a, sd_b * sd_b / n_b
         return va + vb, noise_dof(sd_a, dof_a, va, sd_b, dof_b, vb)
 
-    def answer_width(self, cs: list, extra=None) -> float:
-        """An answer's projected half-width at the repeats planned so far (one more at `extra`)."""
-        return combined_half_width([self.part(c, c.num.n + (c.num is extra), c.den.n + (c.den is extra))
-                                    for c in cs])
+    def answer_width(self, cs: list) -> float:
+        """An answer's projected half-width at the repeats planned so far."""
+        return combined_half_width([self.part(c, c.num.n, c.den.n) for c in cs])
 
-    def best_point(self, cs: list):
-        """The point whose one more repeat narrows the answer `cs` most per second (None at the cap)."""
-        now = self.answer_width(cs)
-        candidates = {id(p): p for c in cs for p in (c.num, c.den) if p.n < self.max_repeats}.values()
-        return max(candidates, key=lambda p: (now - self.answer_width(cs, p)) / p.cost_s, default=None)
+    def next_block(self, cs: list) -> list:
+        """The points one more repeat of the answer `cs` runs: those of its points at the fewest
+        repeats, so that every point of the answer has a run in the new block (repeat x model);
+        [] at --max-repeats. The report fits log epoch time as configuration + block, so a run
+        alone in its block tells it nothing, and one beside only some of its comparison's points
+        tells it little: a repeat buys a whole block."""
+        pts = list({id(p): p for c in cs for p in (c.num, c.den)}.values())
+        level = min(p.n for p in pts)
+        return [p for p in pts if p.n == level] if level < self.max_repeats else []
 
     def cost_to_settle(self, cs: list, left_s: float) -> float:
-        """Seconds of repeats that would bring the answer `cs` within the precision, spent as
-        `spend` would; inf where `left_s` or the cap cannot."""
+        """Seconds of repeats that would bring the answer `cs` within the precision, a block at a
+        time as `spend` buys them; inf where `left_s` or the cap cannot."""
         added, cost = [], 0.0
         try:
             while self.answer_width(cs) > self.precision:
-                p = self.best_point(cs)
-                if p is None or cost + p.cost_s > left_s:
+                block = self.next_block(cs)
+                block_s = sum(p.cost_s for p in block)
+                if not block or cost + block_s > left_s:
                     return float("inf")
-                p.added += 1
-                added.append(p)
-                cost += p.cost_s
+                for p in block:
+                    p.added += 1
+                added += block
+                cost += block_s
             return cost
         finally:
             for p in added:
                 p.added -= 1
 
     def spend(self, answers: dict, measured: dict) -> None:
-        """One more repeat at a time: for the open answer cheapest to settle, at the point that
-        narrows it most per second; once no open answer can be settled with what is left of the
-        budget (within --max-repeats), for the widest one, until the budget or the cap stops it."""
+        """One more repeat block at a time: for the open answer cheapest to settle; once no open
+        answer can be settled with what is left of the budget (within --max-repeats), for the
+        widest one, until the budget or the cap stops it."""
         open_ = [name for name in answers if measured[name] > self.precision]
         while True:
             left = self.budget_s - self.spent_s
@@ -255,15 +284,15 @@ class Plan:
                 name = min(settle, key=lambda a: (costs[a], a))
             else:
                 fits = [a for a in wanting
-                        if (p := self.best_point(answers[a])) is not None and p.cost_s <= left]
+                        if (b := self.next_block(answers[a])) and sum(p.cost_s for p in b) <= left]
                 if not fits:
                     break
                 name = max(fits, key=lambda a: (self.answer_width(answers[a]), a))
-            p = self.best_point(answers[name])
-            p.added += 1
-            self.spent_s += p.cost_s
-            if name not in p.why:
-                p.why.append(name)
+            for p in self.next_block(answers[name]):
+                p.added += 1
+                self.spent_s += p.cost_s
+                if name not in p.why:
+                    p.why.append(name)
 
     def answer_row(self, name: str, cs: list, measured: float) -> dict:
         """The report's row of one answer: its interval's half-width before and after the repeats."""
@@ -335,20 +364,63 @@ def pooled_spread(points: dict) -> tuple:
     return (math.sqrt(var) if dof else 0.0), dof
 
 
-def plan(points: dict, precision: float, budget_s: float, max_repeats: int) -> Plan:
-    """Add repeats to `points` (their `added` and `why`) for the open answers."""
+def _answers(points: dict, precision: float, budget_s: float, max_repeats: int) -> tuple:
+    """(Plan with no repeats yet, its comparisons, {answer: comparisons}, {answer: half-width now})."""
     noise = launch_noise(points)
     sd, dof = noise.get(DEFAULT_LOADER) or pooled_spread(points)
-    result = Plan(precision, budget_s, max_repeats, sd, dof, noise=noise)
+    result = Plan(precision, budget_s, max_repeats, sd, dof, noise=noise, points=list(points.values()))
     comps = [c for c in comparisons(points) if c.num.times and c.den.times]
     answers: dict = {}
     for c in comps:
         answers.setdefault(c.answer(), []).append(c)
-    measured = {name: result.answer_width(cs) for name, cs in answers.items()}
+    return result, comps, answers, {name: result.answer_width(cs) for name, cs in answers.items()}
+
+
+def plan(points: dict, precision: float, budget_s: float, max_repeats: int) -> Plan:
+    """Add repeats to `points` (their `added` and `why`) for the open answers."""
+    result, comps, answers, measured = _answers(points, precision, budget_s, max_repeats)
     result.spend({name: cs for name, cs in answers.items() if cs[0].on_first_screen()}, measured)
     result.answers += [result.answer_row(name, cs, measured[name]) for name, cs in answers.items()]
     result.comparisons += [result.comparison_row(c) for c in comps]
     return result
+
+
+def settling_cost(points: dict, precision: float, keys: list, max_repeats: int = SETTLE_CAP) -> dict:
+    """What would settle the first-screen answers `keys` (Comparison.answer_key) that are still
+    wider than `precision` on `points` (all the runs so far): the repeats the planner would add
+    with no time budget, spent as `spend` spends them (cheapest answer first, a whole repeat block
+    at a time), a point's repeats capped at `max_repeats`.
+    {"runs", "seconds", "settled": whether the cap allows it, "answers": keys still open}."""
+    result, _, answers, measured = _answers(points, precision, float("inf"), max_repeats)
+    wanted = {name: cs for name, cs in answers.items()
+              if cs[0].on_first_screen() and cs[0].answer_key() in set(keys) and measured[name] > precision}
+    result.spend(wanted, measured)
+    cost = {"runs": sum(p.added for p in points.values()), "seconds": result.spent_s,
+            "settled": all(result.answer_width(cs) <= precision for cs in wanted.values()),
+            "answers": [cs[0].answer_key() for cs in wanted.values()]}
+    for p in points.values():
+        p.added, p.why = 0, []
+    return cost
+
+
+def points_from_runs(runs) -> dict:
+    """The plan's points from the aggregate's runs frame (both rounds; pandas), for the report:
+    the ok timing runs of the fair harness, a run's time the report's (steady_epoch_mean_s).
+    The caller picks the experiment (its main one and its other loaders' runs)."""
+    points: dict = {}
+    for r in runs.to_dict("records"):
+        t = r.get("steady_epoch_mean_s")
+        if r.get("status") != "ok" or r.get("until") != "precise" or not t or not t == t or t <= 0:
+            continue
+        variant = r.get("loader_variant")
+        key = tuple(r[k] for k in POINT_KEYS[:-1]) + (variant if isinstance(variant, str) else DEFAULT_LOADER,)
+        key = (str(key[0]), str(key[1]), int(key[2]), int(key[3]), int(key[4]), key[5])
+        p = points.setdefault(key, Point(key, [], [], {}))
+        p.times.append(float(t))
+        p.repeats.append(int(r.get("repeat") or 0))
+        wall = r.get("wall_time_s")
+        p.walls.append(float(wall) if wall == wall and wall else 0.0)
+    return points
 
 
 def first_round_points(result_paths: list) -> tuple:

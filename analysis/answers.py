@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from analysis import BUSY_WARN_PERCENT, FRAMEWORK_ORDER, PHASE_COLUMNS, PHASE_LABELS, framework_label, model_label
-from analysis import deadlocks, speedup_gap
+from analysis import adaptive, deadlocks, speedup_gap
 from analysis.comparisons import comparison_labels, framework_comparison, framework_pairs
 from analysis.context import Context, main_experiment
 from analysis.display import row_anchor
@@ -82,7 +82,8 @@ def _model_speed(g: pd.DataFrame, pair, exp, intervals: list) -> list:
     a, b = pair
     model = model_label(g["model"].iloc[0])
     c = _combined(g, "estimate")
-    intervals.append({"what": f"{model} {framework_label(a)} / {framework_label(b)}", **c, "points": 2 * len(g)})
+    intervals.append({"what": f"{model} {framework_label(a)} / {framework_label(b)}", **c, "points": 2 * len(g),
+                      "answer": ("framework", g["model"].iloc[0]) if (a, b) == tuple(FRAMEWORK_ORDER[:2]) else None})
     lo_row, hi_row = g.loc[g["estimate"].idxmin()], g.loc[g["estimate"].idxmax()]
     hrefs = ["#" + speed_anchor(exp, a, b, r["model"], r["devices"], r["batch_size"], r["workers"])
              for r in (lo_row, hi_row)]
@@ -169,7 +170,8 @@ def scaling_answer(scaling: pd.DataFrame, gap: pd.DataFrame, exp) -> Answer:
     for i, fw in enumerate(fws):
         rows = top[top["framework"] == fw]
         c = _combined(rows, "speedup")
-        ans.intervals.append({"what": f"{framework_label(fw)} {base} → {n} devices", **c, "points": 2 * len(rows)})
+        ans.intervals.append({"what": f"{framework_label(fw)} {base} → {n} devices", **c, "points": 2 * len(rows),
+                              "answer": ("devices", fw) if (base, n) == (1, 2) else None})
         lo_r, hi_r = rows.loc[rows["speedup"].idxmin()], rows.loc[rows["speedup"].idxmax()]
         hrefs = ["#" + scaling_anchor(exp, r["model"], fw, r["batch_size"], r["series_workers"])
                  for r in (lo_r, hi_r)]
@@ -187,6 +189,8 @@ def scaling_answer(scaling: pd.DataFrame, gap: pd.DataFrame, exp) -> Answer:
 
 # -- loader workers and batch size ----------------------------------------------------------
 
+# The ratios the second round's planner plans for (analysis.adaptive.AXES): axis -> (from, to).
+PLANNED = {axis: (adaptive.AXES[axis][2], adaptive.AXES[axis][1]) for axis in ("workers", "batch_size")}
 AXES = {  # axis -> section, question, what the ratio is, verdict words, leads for yes / no / neither
     "workers": ("workers", "Do loader workers help?", "epoch speed-up", "faster", "slower",
                 ("Yes", "No, they slow it down", "Not clearly")),
@@ -225,7 +229,7 @@ def axis_answer(data: pd.DataFrame, runs: pd.DataFrame, exp, axis: str) -> Answe
     for i, fw in enumerate(fws):
         rows = d[(d["framework"] == fw) & (d[axis] == hi)]
         ans.intervals.append({"what": f"{framework_label(fw)} {axis.replace('_', ' ')} {lo} → {hi}", **combined[fw],
-                              "points": 2 * len(rows)})
+                              "points": 2 * len(rows), "answer": (axis, fw) if (lo, hi) == PLANNED[axis] else None})
         lo_r, hi_r = rows.loc[rows["estimate"].idxmin()], rows.loc[rows["estimate"].idxmax()]
         hrefs = ["#" + row_anchor(key, exp, *(r[k] for k in _effect_index(axis))) for r in (lo_r, hi_r)]
         # Each framework's own verdict, from its own interval: the lead speaks for all of them.
@@ -409,16 +413,42 @@ def open_answers(answers: list, precision: float, repeats: float, run_s: float) 
             if half <= target:
                 continue
             more = math.ceil(repeats * ((half / target) ** 2 - 1)) * i["points"]
-            out.append({"what": i["what"], "half": math.expm1(half), "runs": more,
+            out.append({"what": i["what"], "half": math.expm1(half), "runs": more, "answer": i.get("answer"),
                         "minutes": more * run_s / 60 if run_s == run_s else float("nan")})
     return out
 
 
-def _open_caveat(rows: list, precision: float) -> list:
-    """The caveat naming the answers still wider than the precision and what would settle them."""
+def planned_cost(rows: list, runs: pd.DataFrame, exp, precision: float) -> dict | None:
+    """What the second round's planner (analysis.adaptive.settling_cost) projects would settle the
+    open answers `rows` (open_answers), from the experiment's timing runs and its other loaders':
+    {"runs", "minutes", "settled"}; None where an open answer is not one the planner knows (another
+    pair of device counts, say) or the planner already finds it within the precision."""
+    keys = [r.get("answer") for r in rows]
+    if not rows or None in keys or runs.empty or "loader_variant" not in runs:
+        return None
+    main = runs[runs["experiment"] == exp]
+    same = [c for c in ("dataset", "device_type", "lane") if c in runs]
+    other = runs[(runs["loader_variant"] != adaptive.DEFAULT_LOADER)
+                 & runs[same].isin({c: set(main[c]) for c in same}).all(axis=1)]
+    cost = adaptive.settling_cost(adaptive.points_from_runs(pd.concat([main, other])), precision, keys)
+    if sorted(cost["answers"]) != sorted(keys) or not cost["runs"]:
+        return None
+    return {"runs": cost["runs"], "minutes": cost["seconds"] / 60, "settled": cost["settled"]}
+
+
+def _open_caveat(rows: list, precision: float, planned: dict | None = None) -> list:
+    """The caveat naming the answers still wider than the precision and what would settle them:
+    the planner's projection where there is one (`planned`: planned_cost), else open_answers'."""
     if not rows:
         return []
     runs, minutes = sum(r["runs"] for r in rows), sum(r["minutes"] for r in rows)
+    if planned is not None:
+        runs, minutes = planned["runs"], planned["minutes"]
+        if not planned["settled"]:
+            return [(f"not settled to ±{100 * precision:.0f} %: "
+                     + ", ".join(f"{r['what']} (±{100 * r['half']:.0f} %)" for r in rows)
+                     + f"; even {runs} more runs ({minutes:.0f} min) would not settle "
+                     + ("it" if len(rows) == 1 else "them all"), "#plan")]
     named = ", ".join(f"{r['what']} (±{100 * r['half']:.0f} %)" for r in rows)
     cost = f"about {runs} more runs" + (f" ({minutes:.0f} min)" if minutes == minutes else "")
     return [(f"not settled to ±{100 * precision:.0f} %: {named}; {cost} would settle "
@@ -445,8 +475,9 @@ def all_answers(runs, points, speed, scaling, gap, workers, batch, failures, loa
     repeats = float(p["n_ok"].median()) if len(p) else float("nan")
     run_s = float(pd.to_numeric(e.get("wall_time_s"), errors="coerce").median()) if len(e) else float("nan")
     still_open = open_answers(answers, precision, repeats, run_s) if repeats == repeats else []
+    planned = planned_cost(still_open, timing_only(perf), exp, precision)
     return {"experiment": exp, "answers": answers,
-            "caveats": _open_caveat(still_open, precision) + caveats(runs, points, scaling, exp),
+            "caveats": _open_caveat(still_open, precision, planned) + caveats(runs, points, scaling, exp),
             "open": still_open, "n_runs": int((runs["experiment"] == exp).sum()) if exp is not None else 0}
 
 

@@ -106,7 +106,8 @@ def loader_answer_parts(data: pd.DataFrame, intervals: list | None = None) -> li
                                                                                                     name=None))
         if intervals is not None:
             intervals.append({"what": f"{model_label(model)} {name} / {first}", "estimate": 1 / est if est else est,
-                              "low": 1 / hi if hi else hi, "high": 1 / lo if lo else lo, "points": 2 * len(g)})
+                              "low": 1 / hi if hi else hi, "high": 1 / lo if lo else lo, "points": 2 * len(g),
+                              "answer": (name, model)})
         where = "in its one configuration" if len(g) == 1 else (
             f"(geometric mean of {len(g)} configurations: {g['over'].iloc[0]:.2f}×–{g['over'].iloc[-1]:.2f}×)")
         parts += [(f"{model_label(model)}: {fw}'s epoch time with {name} is ", None),

@@ -268,3 +268,72 @@ def test_another_loaders_own_comparisons_get_no_repeats_of_their_own():
     text = adaptive_findings(plan.to_json(pts, 3))[0]
     first_screen = [a for a in plan.answers if "not a first-screen" not in a["status"]]
     assert f"of {len(first_screen)} answers were wider" in text and len(first_screen) < len(plan.answers)
+
+
+def test_a_second_round_repeat_is_a_whole_block_the_reports_fit_can_use():
+    """The report fits log epoch time as configuration + block (repeat x model): a run alone in
+    its block tells it nothing. So a repeat buys one more run at every point of the answer, all
+    with the same repeat number, and with those runs the fit's standard error of each comparison
+    is what the plan projected (sd x sqrt(1/n_a + 1/n_b)). (Per point, the planner put the runs
+    where one run narrowed the projection most: at one point, alone in a new block.)"""
+    import numpy as np
+
+    from analysis.noise import fit_blocks
+
+    pts = {}
+    noise = iter(np.exp(np.random.default_rng(1).normal(0, 0.1, size=24)))
+    for model in ("sage", "gat"):
+        for d in (1, 2):
+            for w in (0, 1):
+                key, p = point("pyg", [1.0 / d * (1.2 if w else 1.0) * next(noise) for _ in range(3)],
+                               model=model, devices=d, batch=1024, workers=w)
+                p.repeats = [0, 1, 2]
+                pts[key] = p
+    cost = 10.0 + adaptive.JOB_OVERHEAD_S
+    plan = adaptive.plan(pts, precision=0.02, budget_s=9 * cost, max_repeats=10)
+    assert [p.added for p in pts.values()] == [1] * 8 and plan.spent_s == pytest.approx(8 * cost)
+    doc = plan.to_json(pts, 3)
+    assert {r["repeat"] for r in doc["runs"]} == {3} and len(doc["runs"]) == 8
+    # the design the report will fit once the block has run: every comparison's error is the projection's
+    rng = np.random.default_rng(0)
+    cells = {k: ([float(v) for v in rng.normal(size=4)], [(str(r), k[1]) for r in (0, 1, 2, 3)]) for k in pts}
+    fit = fit_blocks(cells)
+    for c in adaptive.comparisons(pts):
+        _, se, _ = fit.contrast(c.num.key, c.den.key)
+        assert se / fit.sd == pytest.approx(math.sqrt(1 / c.num.n + 1 / c.den.n), rel=1e-9)
+    # the projected degrees of freedom grow as the fit's: two blocks (one per model) of 4 runs
+    first = fit_blocks({k: (v[:3], b[:3]) for k, (v, b) in cells.items()})
+    assert plan.dof_growth("default") == fit.dof - first.dof == 6
+
+
+def test_what_settling_costs_is_the_planners_projection_from_all_runs():
+    """The report's "would settle them" is the planner's: whole blocks, with no budget, from every
+    run so far; the runs it names settle the answer and a block fewer would not."""
+    import pandas as pd
+
+    import numpy as np
+
+    noise = iter(np.exp(np.random.default_rng(2).normal(0, 0.1, size=12)))
+    rows = []
+    for fw, base in (("pyg", 1.0), ("dgl", 0.5)):
+        for d in (1, 2):
+            for r in range(3):
+                rows.append({"framework": fw, "model": "sage", "devices": d, "batch_size": 256, "workers": 0,
+                             "loader_variant": "default", "repeat": r, "status": "ok", "until": "precise",
+                             "steady_epoch_mean_s": base / d * next(noise), "wall_time_s": 10.0})
+    runs = pd.DataFrame(rows)
+    cost = adaptive.settling_cost(adaptive.points_from_runs(runs), 0.08, [("framework", "sage")])
+    assert cost["settled"] and cost["answers"] == [("framework", "sage")]
+    assert cost["runs"] > 0 and cost["runs"] % 4 == 0  # blocks of the answer's 4 points
+    assert cost["seconds"] == pytest.approx(cost["runs"] * (10.0 + adaptive.JOB_OVERHEAD_S))
+    pts = adaptive.points_from_runs(runs)
+    plan, _, answers, _ = adaptive._answers(pts, 0.08, 0, 40)
+    cs = answers["PyG over DGL, sage"]
+    for p in pts.values():
+        p.added = cost["runs"] // 4
+    assert plan.answer_width(cs) <= 0.08
+    for p in pts.values():
+        p.added -= 1
+    assert plan.answer_width(cs) > 0.08
+    # an answer that is already within the precision costs nothing
+    assert adaptive.settling_cost(adaptive.points_from_runs(runs), 0.5, [("framework", "sage")])["runs"] == 0

@@ -347,3 +347,28 @@ def test_an_answer_wider_than_the_precision_is_named_with_what_would_settle_it()
     assert text == "not settled to ±10 %: GAT PyG / DGL (±15 %); about 24 more runs (2 min) would settle it"
     assert href == "#plan"
     assert answers.open_answers([narrow], 0.10, 2, 6.0) == [] and answers._open_caveat([], 0.10) == []
+
+
+def test_the_cost_of_an_open_answer_is_the_planners_from_the_runs():
+    """Where the runs are there, the first screen quotes the second round's planner (whole repeat
+    blocks, analysis.adaptive.settling_cost), not the per-answer scaling of open_answers; where the
+    planner cannot say (an answer it does not plan for), the scaling stays."""
+    import numpy as np
+
+    noise = iter(np.exp(np.random.default_rng(3).normal(0, 0.12, size=24)))
+    runs = pd.DataFrame([{"experiment": "e", "dataset": "small", "device_type": "cpu", "lane": "pair",
+                          "framework": fw, "model": "gat", "devices": d, "batch_size": b, "workers": 0,
+                          "loader_variant": "default", "repeat": r, "status": "ok", "until": "precise",
+                          "steady_epoch_mean_s": base / d * next(noise), "wall_time_s": 8.0}
+                         for fw, base in (("pyg", 2.0), ("dgl", 1.0)) for d in (1, 2) for b in (256, 1024)
+                         for r in range(3)])
+    wide = answers.Answer("speed", "q", intervals=[{"what": "GAT PyG / DGL", "estimate": 2.0, "low": 2 / 1.15,
+                                                    "high": 2 * 1.15, "points": 8, "answer": ("framework", "gat")}])
+    rows = answers.open_answers([wide], 0.05, 3, 9.0)
+    planned = answers.planned_cost(rows, runs, "e", 0.05)
+    assert planned["settled"] and planned["runs"] % 8 == 0 and planned["runs"] != rows[0]["runs"]
+    (text, _), = answers._open_caveat(rows, 0.05, planned)
+    assert text == (f"not settled to ±5 %: GAT PyG / DGL (±15 %); about {planned['runs']} more runs "
+                    f"({planned['minutes']:.0f} min) would settle it")
+    rows[0]["answer"] = None  # e.g. 1 → 4 devices, which the planner does not plan for
+    assert answers.planned_cost(rows, runs, "e", 0.05) is None
