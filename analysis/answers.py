@@ -89,7 +89,10 @@ def _model_speed(g: pd.DataFrame, pair, exp, intervals: list) -> list:
              for r in (lo_row, hi_row)]
     n = len(g)
     if pd.isna(c["low"]) or c["low"] <= 1 <= c["high"]:
-        return [(f"{model}: not settled; {framework_label(a)} / {framework_label(b)} epoch time ", None),
+        # "not settled" is the first screen's word for an interval wider than the precision; an
+        # interval that holds 1x says that neither framework is clearly faster.
+        lead = "not settled" if pd.isna(c["low"]) else "neither is clearly faster"
+        return [(f"{model}: {lead}; {framework_label(a)} / {framework_label(b)} epoch time ", None),
                 (f"{c['estimate']:.2f}×", "#speed"),
                 *_detail(c, lo_row["estimate"], hi_row["estimate"], hrefs, n, either=True), (". ", None)]
     win, lose = (b, a) if c["estimate"] > 1 else (a, b)
@@ -177,7 +180,7 @@ def scaling_answer(scaling: pd.DataFrame, gap: pd.DataFrame, exp) -> Answer:
                  for r in (lo_r, hi_r)]
         settled = not pd.isna(c["low"]) and not c["low"] <= 1 <= c["high"]
         word = (" faster" if c["estimate"] >= 1 else " as fast (slower)") if settled else \
-            "" if pd.isna(c["low"]) else ", not settled,"
+            "" if pd.isna(c["low"]) else ", no clear speed-up,"
         ans.parts += [(("; " if i else "") + f"{framework_label(fw)} runs ", None),
                       (f"{c['estimate']:.2f}×", "#scaling"), (word, None),
                       *_detail(c, lo_r["speedup"], hi_r["speedup"], hrefs, len(rows), either=not settled)]
@@ -234,7 +237,7 @@ def axis_answer(data: pd.DataFrame, runs: pd.DataFrame, exp, axis: str) -> Answe
         hrefs = ["#" + row_anchor(key, exp, *(r[k] for k in _effect_index(axis))) for r in (lo_r, hi_r)]
         # Each framework's own verdict, from its own interval: the lead speaks for all of them.
         word = "" if pd.isna(combined[fw]["low"]) else f" {yes}" if above[i] else f" {no}" if below[i] \
-            else " not settled"
+            else " no clear effect"
         ans.parts += [(("; " if i else "") + f"{framework_label(fw)}{word} ", None),
                       (f"{combined[fw]['estimate']:.2f}×", f"#{key}"),
                       *_detail(combined[fw], lo_r["estimate"], hi_r["estimate"], hrefs, len(rows),
