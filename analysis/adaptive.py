@@ -22,8 +22,9 @@ The projection uses the report's launch noise (analysis.noise): per experiment (
 one), log epoch time fitted as configuration + block (repeat x model), and the noise left within
 the blocks, on its degrees of freedom; never a point's own spread (two or three repeats estimate
 it poorly; two equal times would say zero). A comparison across experiments (a loader over the
-framework's first) takes each side's noise, with Welch-Satterthwaite degrees of freedom, as the
-report does.
+framework's first) takes the noise of both loaders' timing runs fitted together, as the report's
+loaders table pools them (analysis.variants; it splits that pool only where Bartlett's test finds
+the spreads unequal, which the plan does not follow).
 
 The budget buys settled answers first: of the answers still open, the one that is cheapest to
 settle (in seconds, projected) gets one more repeat block, and the costs are projected again. A
@@ -63,6 +64,7 @@ from runners.stopping import t_quantile
 # says it). A point's loader is "default" for its framework's first (aggregate's loader_variant).
 _FIRST, _SECOND = FRAMEWORK_ORDER[:2]  # the report's order: the first framework's time over the second's
 DEFAULT_LOADER = "default"
+ACROSS = "across loaders"  # launch_noise's key of the loaders' runs fitted together
 AXES = {
     "framework": ("framework", _FIRST, _SECOND, f"{framework_label(_FIRST)} over {framework_label(_SECOND)}"),
     "devices": ("devices", 2, 1, "2 devices over 1"),
@@ -215,18 +217,22 @@ class Plan:
                 "answers": self.answers, "comparisons": self.comparisons, "runs": runs}
 
     def sides(self, c) -> tuple:
-        """(sd_a, dof_a, sd_b, dof_b) of a comparison: each side's experiment's noise, its dof
-        grown by the repeats planned so far (dof_growth)."""
+        """(sd_a, dof_a, sd_b, dof_b) of a comparison: its experiment's noise, or for a loader over
+        another the loaders' runs fitted together (ACROSS), its dof grown by the repeats planned
+        so far (dof_growth)."""
         fallback = (self.pooled_sd, self.pooled_dof)
+        if c.num.key[-1] != c.den.key[-1] and ACROSS in self.noise:
+            sd, dof = self.noise[ACROSS]
+            return sd, dof + self.dof_growth(None), sd, dof + self.dof_growth(None)
         (sd_a, dof_a), (sd_b, dof_b) = (self.noise.get(p.key[-1], fallback) for p in (c.num, c.den))
         return sd_a, dof_a + self.dof_growth(c.num.key[-1]), sd_b, dof_b + self.dof_growth(c.den.key[-1])
 
-    def dof_growth(self, loader: str) -> int:
-        """Degrees of freedom the planned repeats add to an experiment's noise fit: each new block
-        (repeat x model) of k runs adds k - 1."""
+    def dof_growth(self, loader: str | None) -> int:
+        """Degrees of freedom the planned repeats add to an experiment's noise fit (None: the
+        loaders' fit together): each new block (repeat x model) of k runs adds k - 1."""
         blocks: dict = {}
         for p in self.points:
-            if p.key[-1] == loader:
+            if loader is None or p.key[-1] == loader:
                 for k in range(p.added):
                     blocks[(len(p.times) + k, p.key[1])] = blocks.get((len(p.times) + k, p.key[1]), 0) + 1
         return sum(k - 1 for k in blocks.values())
@@ -340,14 +346,16 @@ class Plan:
 def launch_noise(points: dict) -> dict:
     """{loader: (SD, dof)}: each experiment's launch noise as the report computes it
     (analysis.noise.fit_blocks: log epoch time = configuration + block, the noise within the
-    blocks). An experiment whose fit leaves no degrees of freedom gets none (its comparisons
-    take the plan's fallback, the points' plain pooled spread)."""
+    blocks), and under ACROSS the loaders' runs fitted together, as the report's loaders table
+    pools them (analysis.variants). An experiment whose fit leaves no degrees of freedom gets none
+    (its comparisons take the plan's fallback, the points' plain pooled spread)."""
     from analysis.noise import fit_blocks
 
     cells: dict = {}
     for p in points.values():
         if p.times:
             cells.setdefault(p.key[-1], {})[p.key] = ([math.log(t) for t in p.times], p.blocks())
+    cells[ACROSS] = {k: v for runs in list(cells.values()) for k, v in runs.items()}
     out = {}
     for loader, runs in cells.items():
         fit = fit_blocks(runs)

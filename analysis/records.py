@@ -232,7 +232,8 @@ def adaptive_findings(plan: dict) -> list:
     left = [a for a in answers if a["projected_half_width"] > plan["precision"]]
     text = (f"Second round: {len(wide)} of {len(answers)} answers were wider than ±{100 * plan['precision']:g}% "
             f"after {plan['first_round']} repeats (launch noise SD {plan['pooled_log_sd']:.3f} on "
-            f"{plan['pooled_dof']} dof), so {added} more runs went to {len(plan['points'])} points "
+            f"{plan['pooled_dof']} dof), so {added} more runs went to {len(plan['points'])} points, a whole repeat "
+            f"block of an answer at a time "
             f"(about {plan['planned_s'] / 60:.1f} of a {plan['budget_s'] / 60:g} min budget, at most "
             f"{plan['max_repeats']} runs a point).")
     if left:

@@ -67,8 +67,13 @@ def variant_rows(runs: pd.DataFrame, axis: Axis) -> pd.DataFrame:
     keys = list(POINT_KEYS + LIKE_KEYS)
     # Launch noise pooled over every point of both the base and the variants (split by the
     # variant, or another axis, where Bartlett's test finds the spreads unequal).
+    # Only runs that stop as the variants' do (timing runs): a fixed-schedule run at a grid point
+    # (a convergence run) measures its epochs another way and is not launch noise of these.
     cell_keys = ("experiment", axis.column, "framework", *POINT_KEYS)
-    noise = pooled_noise(r.assign(experiment="variants"), "steady_epoch_mean_s", cell_keys, (axis.column, *SPLIT_AXES))
+    like = r[list(LIKE_KEYS)].astype(str).apply(tuple, axis=1)
+    alike = r[like.isin(set(like[r[axis.column].isin(others)]))]
+    noise = pooled_noise(alike.assign(experiment="variants"), "steady_epoch_mean_s", cell_keys,
+                         (axis.column, *SPLIT_AXES))
 
     def cell(fw, variant, key):
         return {"experiment": "variants", axis.column: variant, "framework": fw, **dict(zip(POINT_KEYS, key))}
