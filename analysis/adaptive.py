@@ -31,8 +31,9 @@ settle (in seconds, projected) gets one more repeat block, and the costs are pro
 block is one more run at every point of the answer (those at its fewest repeats), all with the same
 repeat number: the report fits log epoch time as configuration + block (repeat x model), so a
 second-round run that lands in a block without the other points of its comparisons tells the
-report nothing, however much a projection per run promised. The projected degrees of freedom grow
-with the blocks (k - 1 for a block of k runs). Once no open answer can be settled within what is
+report nothing, however much a projection per run promised. So the projection is the block fit's
+own: the fitted SD times c'(X'X)^+c of the design with the planned runs in their blocks, on that
+design's degrees of freedom. Once no open answer can be settled within what is
 left of the budget and --max-repeats, what is left narrows the widest open answer, a block at a
 time, until the budget or the cap stops it. (Widest-first from the start spends a small budget on
 an answer it cannot settle, and leaves open one that a few runs would have settled.) Each
@@ -73,7 +74,7 @@ AXES = {
 } | {name: ("loader", name, DEFAULT_LOADER, f"{name} over the framework's first loader")
      for name in registry.OTHER_LOADERS}
 POINT_KEYS = ("framework", "model", "devices", "batch_size", "workers", "loader")
-SETTLE_CAP = 40  # repeats a point at most in the report's cost of settling an open answer
+SETTLE_CAP = 10  # repeats a point at most in the report's cost of settling an open answer (each a block fit: 0.1-2.4 s)
 JOB_OVERHEAD_S = 1.0  # a Snakemake job around each run, beside the run's own wall time
 
 
@@ -201,6 +202,7 @@ class Plan:
     answers: list = field(default_factory=list)  # rows for the report
     noise: dict = field(default_factory=dict)  # loader -> (SD, dof): each experiment's launch noise
     points: list = field(default_factory=list)  # the plan's points (their `added`: the repeats planned)
+    _designs: dict = field(default_factory=dict, repr=False)  # contrast_factor's designs, by planned repeats
 
     def to_json(self, points: dict, first_round: int) -> dict:
         runs = []
@@ -245,7 +247,52 @@ class Plan:
 
     def answer_width(self, cs: list) -> float:
         """An answer's projected half-width at the repeats planned so far."""
-        return combined_half_width([self.part(c, c.num.n, c.den.n) for c in cs])
+        return combined_half_width([self.projected_part(c) for c in cs])
+
+    def projected_part(self, c) -> tuple:
+        """(variance, dof) of a comparison's log ratio as the report's block fit will give it once
+        the planned repeats have run: the fitted SD squared times c'(X'X)^+c of the design with
+        the planned runs in their blocks, on that design's dof. A run whose block holds no other
+        point of its comparison's chain narrows nothing here, as in the report (the per-run
+        formula, `part`, counted it). `part` where the pool has no fit."""
+        pool = c.num.key[-1] if c.num.key[-1] == c.den.key[-1] else ACROSS
+        got = self.contrast_factor(pool, c.num.key, c.den.key) if pool in self.noise else None
+        if got is None:
+            return self.part(c, c.num.n, c.den.n)
+        sd, (factor, dof) = self.noise[pool][0], got
+        return sd * sd * factor, dof
+
+    def contrast_factor(self, pool: str, a: tuple, b: tuple):
+        """(c'(X'X)^+c, dof) of cells a - b in the block design (configuration + repeat x model) of
+        the pool's runs, done and planned (a planned run's repeat follows its point's last); None
+        where the design cannot tell the two apart."""
+        import numpy as np
+
+        state = (pool, tuple(p.added for p in self.points))
+        if state not in self._designs:
+            rows = []
+            for p in self.points:
+                if pool != ACROSS and p.key[-1] != pool:
+                    continue
+                blocks = p.blocks()
+                last = max((int(b[0]) for b in blocks if str(b[0]).isdigit()), default=len(p.times) - 1)
+                rows += [(p.key, b) for b in blocks]
+                rows += [(p.key, (str(last + 1 + k), str(p.key[1]))) for k in range(p.added)]
+            cells = sorted({r[0] for r in rows}, key=str)
+            blocks = sorted({r[1] for r in rows}, key=str)
+            X = np.zeros((len(rows), len(cells) + len(blocks)))
+            for i, (cell, block) in enumerate(rows):
+                X[i, cells.index(cell)] = X[i, len(cells) + blocks.index(block)] = 1.0
+            xtx = X.T @ X
+            self._designs[state] = (cells, np.linalg.pinv(xtx), xtx, len(rows) - int(np.linalg.matrix_rank(X)))
+        cells, inv, xtx, dof = self._designs[state]
+        if a not in cells or b not in cells or dof <= 0:
+            return None
+        c = np.zeros(len(inv))
+        c[cells.index(a)], c[cells.index(b)] = 1.0, -1.0
+        if not np.allclose(xtx @ inv @ c, c, atol=1e-8):
+            return None
+        return float(c @ inv @ c), dof
 
     def next_block(self, cs: list) -> list:
         """The points one more repeat of the answer `cs` runs: those of its points at the fewest

@@ -350,3 +350,28 @@ def test_what_settling_costs_is_the_planners_projection_from_all_runs():
     assert plan.answer_width(cs) > 0.08
     # an answer that is already within the precision costs nothing
     assert adaptive.settling_cost(adaptive.points_from_runs(runs), 0.5, [("framework", "sage")])["runs"] == 0
+
+
+def test_the_projection_counts_a_run_as_the_block_fit_will():
+    """A planned run narrows a comparison only as far as the report's block fit lets it: DGL's two
+    points in a new block without PyG tell PyG over DGL little (less than one run more a side
+    would), and with PyG's point in that block too, the comparison is a balanced one of 4 + 4."""
+    import numpy as np
+
+    noise = iter(np.exp(np.random.default_rng(5).normal(0, 0.1, size=9)))
+    pts = {}
+    for fw, d in (("pyg", 2), ("dgl", 2), ("dgl", 1)):
+        key, p = point(fw, [(2.0 if fw == "pyg" else 1.0) / d * next(noise) for _ in range(3)], devices=d)
+        p.repeats = [0, 1, 2]
+        pts[key] = p
+    plan = adaptive.plan(pts, precision=0.5, budget_s=0, max_repeats=10)
+    pyg, dgl2, dgl1 = pts.values()
+    (c,) = [c for c in adaptive.comparisons(pts) if c.axis == "framework"]
+    before = plan.projected_part(c)[0]
+    dgl2.added = dgl1.added = 1
+    aside = plan.projected_part(c)[0]
+    per_run = plan.part(c, pyg.n, dgl2.n)[0]
+    assert per_run < aside <= before
+    pyg.added = 1
+    sd = plan.noise["default"][0]
+    assert plan.projected_part(c)[0] == pytest.approx(sd * sd * (1 / 4 + 1 / 4), rel=1e-9)

@@ -363,7 +363,7 @@ def test_the_cost_of_an_open_answer_is_the_planners_from_the_runs():
     planner cannot say (an answer it does not plan for), the scaling stays."""
     import numpy as np
 
-    noise = iter(np.exp(np.random.default_rng(3).normal(0, 0.12, size=24)))
+    noise = iter(np.exp(np.random.default_rng(3).normal(0, 0.06, size=24)))
     runs = pd.DataFrame([{"experiment": "e", "dataset": "small", "device_type": "cpu", "lane": "pair",
                           "framework": fw, "model": "gat", "devices": d, "batch_size": b, "workers": 0,
                           "loader_variant": "default", "repeat": r, "status": "ok", "until": "precise",
