@@ -375,3 +375,15 @@ def test_the_projection_counts_a_run_as_the_block_fit_will():
     pyg.added = 1
     sd = plan.noise["default"][0]
     assert plan.projected_part(c)[0] == pytest.approx(sd * sd * (1 / 4 + 1 / 4), rel=1e-9)
+
+
+def test_the_plan_reads_a_runs_time_as_the_report_does(tmp_path):
+    """The report compares the mean of a run's steady epochs (summary.precision, which the
+    aggregate carries), not the summary's steady-state median; a result without it keeps that."""
+    path = write_result(tmp_path, "pyg", 0, 1.0)
+    data = json.loads(open(path).read())
+    data["summary"]["precision"] = {"steady_epoch_mean_s": 1.2}
+    open(path, "w").write(json.dumps(data))
+    older = write_result(tmp_path, "dgl", 0, 0.5)
+    points, _ = adaptive.first_round_points([path, older])
+    assert sorted(p.times[0] for p in points.values()) == [0.5, 1.2]
