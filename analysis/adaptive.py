@@ -472,7 +472,8 @@ def points_from_runs(runs) -> dict:
         key = (str(key[0]), str(key[1]), int(key[2]), int(key[3]), int(key[4]), key[5])
         p = points.setdefault(key, Point(key, [], [], {}))
         p.times.append(float(t))
-        p.repeats.append(int(r.get("repeat") or 0))
+        rep = r.get("repeat")
+        p.repeats.append(int(rep) if rep == rep and rep is not None else 0)  # NaN: a result from before repeats
         wall = r.get("wall_time_s")
         p.walls.append(float(wall) if wall == wall and wall else 0.0)
     return points
