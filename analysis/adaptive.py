@@ -460,11 +460,11 @@ def settling_cost(points: dict, precision: float, keys: list, max_repeats: int =
 
 def points_from_runs(runs) -> dict:
     """The plan's points from the aggregate's runs frame (both rounds; pandas), for the report:
-    the ok timing runs of the fair harness, a run's time the report's (steady_epoch_mean_s).
+    the ok timing runs of the fair harness, a run's time the report's (steady_epoch_time_s).
     The caller picks the experiment (its main one and its other loaders' runs)."""
     points: dict = {}
     for r in runs.to_dict("records"):
-        t = r.get("steady_epoch_mean_s")
+        t = r.get("steady_epoch_time_s")
         if r.get("status") != "ok" or r.get("until") != "precise" or not t or not t == t or t <= 0:
             continue
         variant = r.get("loader_variant")
@@ -479,13 +479,6 @@ def points_from_runs(runs) -> dict:
     return points
 
 
-def report_time(summary: dict):
-    """A timing run's epoch time as the report reads it: the mean of its steady epochs (the stop
-    rule's, summary.precision.steady_epoch_mean_s, which the aggregate carries), else the
-    summary's steady-state time (a result from before the stop rule recorded it)."""
-    return (summary.get("precision") or {}).get("steady_epoch_mean_s") or summary.get("steady_epoch_time_s")
-
-
 def first_round_points(result_paths: list) -> tuple:
     """(points, first_round): the ok timing runs of the first round, by configuration."""
     points: dict = {}
@@ -498,7 +491,7 @@ def first_round_points(result_paths: list) -> tuple:
             continue  # the aggregate lists a malformed result as invalid; here it is no evidence
         cfg, summary = data["config"], data.get("summary") or {}
         repeats = max(repeats, int(cfg.get("repeat") or 0) + 1)
-        t = report_time(summary)
+        t = summary.get("steady_epoch_time_s")
         if data["status"] != "ok" or not t or t <= 0:
             continue
         key = tuple(cfg[k] for k in POINT_KEYS[:-1]) + (loader_variant(cfg),)
@@ -531,7 +524,7 @@ def keep_earlier_second_round(p: Point, first_round: int) -> None:
             data = read_result(path)
         except (OSError, ValueError):
             return
-        t = report_time(data.get("summary") or {})
+        t = (data.get("summary") or {}).get("steady_epoch_time_s")
         p.kept.append(rep)
         if data.get("status") == "ok" and t and t > 0:
             p.times.append(float(t))

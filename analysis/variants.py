@@ -21,6 +21,8 @@ from analysis.formatting import fmt_num
 from analysis.grouping import performance_runs
 from analysis.noise import SPLIT_AXES, pooled_noise
 from analysis.stats import mean_ci, verdict
+# The run's epoch time every time comparison of the report reads (speed, scaling, axes, variants).
+from analysis.tables.scaling import SCALING_VALUE
 
 POINT_KEYS = ("model", "devices", "batch_size", "workers")
 # Compared only with runs that stop alike: a variant's timing runs against the base's timing runs.
@@ -54,7 +56,7 @@ def fair_runs(runs: pd.DataFrame, axis: Axis) -> pd.DataFrame:
 
 def _times(g: pd.DataFrame) -> pd.Series:
     ok = g[g["status"] == "ok"]
-    return pd.to_numeric(ok["steady_epoch_mean_s"], errors="coerce").dropna()
+    return pd.to_numeric(ok[SCALING_VALUE], errors="coerce").dropna()
 
 
 def variant_rows(runs: pd.DataFrame, axis: Axis) -> pd.DataFrame:
@@ -72,7 +74,7 @@ def variant_rows(runs: pd.DataFrame, axis: Axis) -> pd.DataFrame:
     cell_keys = ("experiment", axis.column, "framework", *POINT_KEYS)
     like = r[list(LIKE_KEYS)].astype(str).apply(tuple, axis=1)
     alike = r[like.isin(set(like[r[axis.column].isin(others)]))]
-    noise = pooled_noise(alike.assign(experiment="variants"), "steady_epoch_mean_s", cell_keys,
+    noise = pooled_noise(alike.assign(experiment="variants"), SCALING_VALUE, cell_keys,
                          (axis.column, *SPLIT_AXES))
 
     def cell(fw, variant, key):

@@ -250,9 +250,9 @@ def test_a_comparison_across_loaders_is_the_loaders_tables_interval():
                 rows += [{"framework": "dgl", "model": model, "devices": d, "batch_size": 1024, "workers": 0,
                           "loader_variant": loader, "loader": "classic" if loader == "default" else loader,
                           "repeat": r, "status": "ok", "harness": "fair", "until": "precise", "epochs": 4,
-                          "steady_epoch_mean_s": t} for r, t in enumerate(times)]
+                          "steady_epoch_time_s": t} for r, t in enumerate(times)]
     # a convergence run at a point of the grid, far off: the table leaves it out of the noise
-    rows.append({**rows[0], "until": "epochs", "epochs": 40, "repeat": 0, "steady_epoch_mean_s": 5.0})
+    rows.append({**rows[0], "until": "epochs", "epochs": 40, "repeat": 0, "steady_epoch_time_s": 5.0})
     table = loader_rows(pd.DataFrame(rows)).set_index(["model", "devices", "loader_variant"])
     plan = adaptive.plan(pts, precision=0.05, budget_s=0, max_repeats=5)
     for c in adaptive.comparisons(pts):
@@ -333,7 +333,7 @@ def test_what_settling_costs_is_the_planners_projection_from_all_runs():
             for r in range(3):
                 rows.append({"framework": fw, "model": "sage", "devices": d, "batch_size": 256, "workers": 0,
                              "loader_variant": "default", "repeat": r, "status": "ok", "until": "precise",
-                             "steady_epoch_mean_s": base / d * next(noise), "wall_time_s": 10.0})
+                             "steady_epoch_time_s": base / d * next(noise), "wall_time_s": 10.0})
     runs = pd.DataFrame(rows)
     cost = adaptive.settling_cost(adaptive.points_from_runs(runs), 0.08, [("framework", "sage")])
     assert cost["settled"] and cost["answers"] == [("framework", "sage")]
@@ -375,15 +375,3 @@ def test_the_projection_counts_a_run_as_the_block_fit_will():
     pyg.added = 1
     sd = plan.noise["default"][0]
     assert plan.projected_part(c)[0] == pytest.approx(sd * sd * (1 / 4 + 1 / 4), rel=1e-9)
-
-
-def test_the_plan_reads_a_runs_time_as_the_report_does(tmp_path):
-    """The report compares the mean of a run's steady epochs (summary.precision, which the
-    aggregate carries), not the summary's steady-state median; a result without it keeps that."""
-    path = write_result(tmp_path, "pyg", 0, 1.0)
-    data = json.loads(open(path).read())
-    data["summary"]["precision"] = {"steady_epoch_mean_s": 1.2}
-    open(path, "w").write(json.dumps(data))
-    older = write_result(tmp_path, "dgl", 0, 0.5)
-    points, _ = adaptive.first_round_points([path, older])
-    assert sorted(p.times[0] for p in points.values()) == [0.5, 1.2]

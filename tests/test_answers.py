@@ -367,7 +367,7 @@ def test_the_cost_of_an_open_answer_is_the_planners_from_the_runs():
     runs = pd.DataFrame([{"experiment": "e", "dataset": "small", "device_type": "cpu", "lane": "pair",
                           "framework": fw, "model": "gat", "devices": d, "batch_size": b, "workers": 0,
                           "loader_variant": "default", "repeat": r, "status": "ok", "until": "precise",
-                          "steady_epoch_mean_s": base / d * next(noise), "wall_time_s": 8.0}
+                          "steady_epoch_time_s": base / d * next(noise), "wall_time_s": 8.0}
                          for fw, base in (("pyg", 2.0), ("dgl", 1.0)) for d in (1, 2) for b in (256, 1024)
                          for r in range(3)])
     wide = answers.Answer("speed", "q", intervals=[{"what": "GAT PyG / DGL", "estimate": 2.0, "low": 2 / 1.15,
@@ -380,3 +380,35 @@ def test_the_cost_of_an_open_answer_is_the_planners_from_the_runs():
                     f"({planned['minutes']:.0f} min) would settle it")
     rows[0]["answer"] = None  # e.g. 1 → 4 devices, which the planner does not plan for
     assert answers.planned_cost(rows, runs, "e", 0.05) is None
+
+
+def test_the_planners_widths_are_the_first_screens(agg):
+    """The second round's planner and the first screen measure an answer alike (the same run time,
+    noise pool and block fit): on one grid, every answer the planner plans for has the half-width
+    the page states, so "settled" means the same to both."""
+    import numpy as np
+
+    from analysis import adaptive
+
+    rng = np.random.default_rng(6)
+    base = {fw: agg.runs[(agg.runs["status"] == "ok") & (agg.runs["framework"] == fw)].iloc[0] for fw in ("pyg", "dgl")}
+    rows = []
+    for fw, d, b, w in itertools.product(base, (1, 2), (256, 1024), (0, 1)):
+        for rep in range(3):
+            t = (2.0 if fw == "pyg" else 1.0) / d / (1.2 if w else 1) * math.exp(rng.normal(0, 0.1))
+            rows.append({**base[fw].to_dict(), "devices": d, "batch_size": b, "workers": w, "repeat": rep,
+                         "run_id": f"{fw}-d{d}-b{b}-w{w}-r{rep}", "until": "precise", "steady_epoch_time_s": t,
+                         "steady_seed_nodes_per_s": b * d / t, "wall_time_s": 9.0, "oversubscribed": d * (1 + w) > 2,
+                         "cpu_busy_before": 0.0})
+    runs = pd.DataFrame(rows)
+    empty = {k: pd.DataFrame(columns=c) for k, c in Aggregate.FILES.items() if k != "runs"}
+    grid = Aggregate(runs=runs, **empty)
+    grid.failures = []
+    top = answers.from_aggregate(grid)
+    page = {i["answer"]: math.sqrt(i["high"] / i["low"]) - 1 for a in top["answers"] for i in a.intervals
+            if i.get("answer")}
+    _, _, planned, measured = adaptive._answers(adaptive.points_from_runs(runs), 0.1, 0, 5)
+    keys = {cs[0].answer_key(): name for name, cs in planned.items()}
+    assert {("framework", "sage"), ("devices", "pyg"), ("workers", "dgl")} <= set(keys) & set(page)
+    for key in set(keys) & set(page):
+        assert measured[keys[key]] == pytest.approx(page[key], rel=1e-6), key
