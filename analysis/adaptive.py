@@ -266,33 +266,20 @@ class Plan:
         """(c'(X'X)^+c, dof) of cells a - b in the block design (configuration + repeat x model) of
         the pool's runs, done and planned (a planned run's repeat follows its point's last); None
         where the design cannot tell the two apart."""
-        import numpy as np
+        from analysis.noise import design_fit
 
         state = (pool, tuple(p.added for p in self.points))
         if state not in self._designs:
-            rows = []
+            cell_blocks = {}
             for p in self.points:
-                if pool != ACROSS and p.key[-1] != pool:
-                    continue
-                blocks = p.blocks()
-                last = max((int(b[0]) for b in blocks if str(b[0]).isdigit()), default=len(p.times) - 1)
-                rows += [(p.key, b) for b in blocks]
-                rows += [(p.key, (str(last + 1 + k), str(p.key[1]))) for k in range(p.added)]
-            cells = sorted({r[0] for r in rows}, key=str)
-            blocks = sorted({r[1] for r in rows}, key=str)
-            X = np.zeros((len(rows), len(cells) + len(blocks)))
-            for i, (cell, block) in enumerate(rows):
-                X[i, cells.index(cell)] = X[i, len(cells) + blocks.index(block)] = 1.0
-            xtx = X.T @ X
-            self._designs[state] = (cells, np.linalg.pinv(xtx), xtx, len(rows) - int(np.linalg.matrix_rank(X)))
-        cells, inv, xtx, dof = self._designs[state]
-        if a not in cells or b not in cells or dof <= 0:
-            return None
-        c = np.zeros(len(inv))
-        c[cells.index(a)], c[cells.index(b)] = 1.0, -1.0
-        if not np.allclose(xtx @ inv @ c, c, atol=1e-8):
-            return None
-        return float(c @ inv @ c), dof
+                if pool == ACROSS or p.key[-1] == pool:
+                    blocks = p.blocks()
+                    last = max((int(b[0]) for b in blocks if str(b[0]).isdigit()), default=len(p.times) - 1)
+                    cell_blocks[p.key] = blocks + [(str(last + 1 + k), str(p.key[1])) for k in range(p.added)]
+            self._designs[state] = design_fit(cell_blocks)
+        design = self._designs[state]
+        got = design.contrast(a, b) if design is not None else None
+        return None if got is None else (got[1] ** 2, got[2])
 
     def next_block(self, cs: list) -> list:
         """The points one more repeat of the answer `cs` runs: those of its points at the fewest
@@ -468,8 +455,8 @@ def points_from_runs(runs) -> dict:
         if r.get("status") != "ok" or r.get("until") != "precise" or not t or not t == t or t <= 0:
             continue
         variant = r.get("loader_variant")
-        key = tuple(r[k] for k in POINT_KEYS[:-1]) + (variant if isinstance(variant, str) else DEFAULT_LOADER,)
-        key = (str(key[0]), str(key[1]), int(key[2]), int(key[3]), int(key[4]), key[5])
+        key = (str(r["framework"]), str(r["model"]), int(r["devices"]), int(r["batch_size"]), int(r["workers"]),
+               variant if isinstance(variant, str) else DEFAULT_LOADER)
         p = points.setdefault(key, Point(key, [], [], {}))
         p.times.append(float(t))
         rep = r.get("repeat")

@@ -445,14 +445,12 @@ def _open_caveat(rows: list, precision: float, planned: dict | None = None) -> l
     if not rows:
         return []
     runs, minutes = sum(r["runs"] for r in rows), sum(r["minutes"] for r in rows)
+    named = ", ".join(f"{r['what']} (±{100 * r['half']:.0f} %)" for r in rows)
     if planned is not None:
         runs, minutes = planned["runs"], planned["minutes"]
         if not planned["settled"]:
-            return [(f"not settled to ±{100 * precision:.0f} %: "
-                     + ", ".join(f"{r['what']} (±{100 * r['half']:.0f} %)" for r in rows)
-                     + f"; even {runs} more runs ({minutes:.0f} min) would not settle "
-                     + ("it" if len(rows) == 1 else "them all"), "#plan")]
-    named = ", ".join(f"{r['what']} (±{100 * r['half']:.0f} %)" for r in rows)
+            return [(f"not settled to ±{100 * precision:.0f} %: {named}; even {runs} more runs ({minutes:.0f} min) "
+                     "would not settle " + ("it" if len(rows) == 1 else "them all"), "#plan")]
     cost = f"about {runs} more runs" + (f" ({minutes:.0f} min)" if minutes == minutes else "")
     return [(f"not settled to ±{100 * precision:.0f} %: {named}; {cost} would settle "
              + ("it" if len(rows) == 1 else "them"), "#plan")]

@@ -107,20 +107,38 @@ class BlockFit:
         return float(c @ self.coef), float(self.sd * math.sqrt(max(c @ self.xtx_pinv @ c, 0.0))), self.dof
 
 
-def fit_blocks(cell_runs: dict):
-    """BlockFit of {cell: (logs, blocks)}, or None where it leaves no degrees of freedom."""
-    cells = list(cell_runs)
-    blocks = sorted({b for _, bs in cell_runs.values() for b in bs})
-    rows, y = [], []
-    for i, (logs, bs) in enumerate(cell_runs.values()):
-        for v, b in zip(logs, bs):
+def _design(cell_blocks: dict) -> tuple:
+    """(cells, X) of {cell: [block of each run]}: one row per run, a column per cell and per block."""
+    cells = list(cell_blocks)
+    blocks = sorted({b for bs in cell_blocks.values() for b in bs})
+    rows = []
+    for i, bs in enumerate(cell_blocks.values()):
+        for b in bs:
             x = np.zeros(len(cells) + len(blocks))
             x[i], x[len(cells) + blocks.index(b)] = 1.0, 1.0
             rows.append(x)
-            y.append(v)
-    if not rows:
+    return cells, np.array(rows)
+
+
+def design_fit(cell_blocks: dict):
+    """The block design of {cell: [block of each run]} without values: a BlockFit whose `sd` is 1,
+    so contrast() gives a comparison's standard error in units of the noise SD (analysis.adaptive
+    projects a planned design with it); None where it leaves no degrees of freedom."""
+    cells, X = _design(cell_blocks)
+    if not len(X):
         return None
-    X, y = np.array(rows), np.array(y)
+    dof = len(X) - int(np.linalg.matrix_rank(X))
+    if dof <= 0:
+        return None
+    return BlockFit(cells, np.zeros(X.shape[1]), np.linalg.pinv(X.T @ X), np.linalg.pinv(X) @ X, 1.0, dof)
+
+
+def fit_blocks(cell_runs: dict):
+    """BlockFit of {cell: (logs, blocks)}, or None where it leaves no degrees of freedom."""
+    cells, X = _design({cell: bs for cell, (_, bs) in cell_runs.items()})
+    if not len(X):
+        return None
+    y = np.array([v for logs, _ in cell_runs.values() for v in logs])
     rank = int(np.linalg.matrix_rank(X))
     dof = len(y) - rank
     if dof <= 0:

@@ -68,9 +68,8 @@ def variant_rows(runs: pd.DataFrame, axis: Axis) -> pd.DataFrame:
     rows = []
     keys = list(POINT_KEYS + LIKE_KEYS)
     # Launch noise pooled over every point of both the base and the variants (split by the
-    # variant, or another axis, where Bartlett's test finds the spreads unequal).
-    # Only runs that stop as the variants' do (timing runs): a fixed-schedule run at a grid point
-    # (a convergence run) measures its epochs another way and is not launch noise of these.
+    # variant, or another axis, where Bartlett's test finds the spreads unequal), of the runs that
+    # stop as the variants' do: a fixed-schedule (convergence) run at a grid point is not theirs.
     cell_keys = ("experiment", axis.column, "framework", *POINT_KEYS)
     like = r[list(LIKE_KEYS)].astype(str).apply(tuple, axis=1)
     alike = r[like.isin(set(like[r[axis.column].isin(others)]))]
