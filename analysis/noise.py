@@ -120,33 +120,35 @@ def _design(cell_blocks: dict) -> tuple:
     return cells, np.array(rows)
 
 
-def design_fit(cell_blocks: dict):
-    """The block design of {cell: [block of each run]} without values: a BlockFit whose `sd` is 1,
-    so contrast() gives a comparison's standard error in units of the noise SD (analysis.adaptive
-    projects a planned design with it); None where it leaves no degrees of freedom."""
+def _fit(cell_blocks: dict, y=None):
+    """BlockFit of the design {cell: [block of each run]} with values `y` in the same order (None:
+    no values, `sd` 1); None where the design leaves no degrees of freedom."""
     cells, X = _design(cell_blocks)
     if not len(X):
         return None
     dof = len(X) - int(np.linalg.matrix_rank(X))
     if dof <= 0:
         return None
-    return BlockFit(cells, np.zeros(X.shape[1]), np.linalg.pinv(X.T @ X), np.linalg.pinv(X) @ X, 1.0, dof)
+    pinv = np.linalg.pinv(X)
+    if y is None:
+        coef, sd = np.zeros(X.shape[1]), 1.0
+    else:
+        coef = pinv @ y
+        sd = math.sqrt(float(((y - X @ coef) ** 2).sum()) / dof)
+    return BlockFit(cells, coef, np.linalg.pinv(X.T @ X), pinv @ X, sd, dof)
+
+
+def design_fit(cell_blocks: dict):
+    """The block design of {cell: [block of each run]} without values: a BlockFit whose `sd` is 1,
+    so contrast() gives a comparison's standard error in units of the noise SD (analysis.adaptive
+    projects a planned design with it); None where it leaves no degrees of freedom."""
+    return _fit(cell_blocks)
 
 
 def fit_blocks(cell_runs: dict):
     """BlockFit of {cell: (logs, blocks)}, or None where it leaves no degrees of freedom."""
-    cells, X = _design({cell: bs for cell, (_, bs) in cell_runs.items()})
-    if not len(X):
-        return None
-    y = np.array([v for logs, _ in cell_runs.values() for v in logs])
-    rank = int(np.linalg.matrix_rank(X))
-    dof = len(y) - rank
-    if dof <= 0:
-        return None
-    pinv = np.linalg.pinv(X)
-    coef = pinv @ y
-    rss = float(((y - X @ coef) ** 2).sum())
-    return BlockFit(cells, coef, np.linalg.pinv(X.T @ X), pinv @ X, math.sqrt(rss / dof), dof)
+    return _fit({cell: bs for cell, (_, bs) in cell_runs.items()},
+                np.array([v for logs, _ in cell_runs.values() for v in logs]))
 
 
 def pooled_variance(samples: list) -> tuple:
