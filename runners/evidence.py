@@ -78,7 +78,8 @@ def fd_facts(out: Path) -> dict:
     return {"soft_limit": soft, "hard_limit": hard, "needed_per_process": need}
 
 
-SIGNAL_RE = re.compile(r"rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", re.S)
+# The global rank: torchrun's "[ERROR] failed (exitcode: -6) local_rank: 0" names the local one.
+SIGNAL_RE = re.compile(r"(?<!local_)rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", re.S)
 
 
 def torchrun_exit_codes(log_text: str) -> dict:

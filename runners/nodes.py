@@ -173,19 +173,36 @@ def _when(stamp: str | None) -> float:
         return 0.0
 
 
-def other_results(cfg, job: Path, started_at: str) -> dict:
-    """node k -> its result.json of this run, for the other nodes whose result appears within
-    `cfg.other_result_wait_s` (--other-result-wait; one check every 0.5 s). A result is this
-    run's when it finished after this node started and started within the start-up timeout of
-    it (an earlier run of the point ended before)."""
+def result_of_node(cfg, out: Path, k: int) -> Path:
+    """Where node `k` writes its result, seen from this node's run directory `out` (its staging
+    directory or its point): node 0's is the job's point, node k > 0's node{k}/ inside it."""
+    point = history.point_dir(out)
+    job = point.parent if cfg.node_rank > 0 else point
+    return RunDir(job).node(k).result if k > 0 else RunDir(job).result
+
+
+# Node 0 waits the whole of --other-result-wait for the others' results; any other node waits this
+# share of it for node 0's, so that two nodes that both wait never wait each other out: the other
+# node's result is written while node 0 still waits.
+FOLLOWER_WAIT_SHARE = 1 / 3
+
+
+def other_results(cfg, out: Path, started_at: str) -> dict:
+    """node k -> its result.json of this run, for the other nodes (node 0 included, seen from
+    node k > 0) whose result appears within `cfg.other_result_wait_s` (--other-result-wait; on a
+    node other than 0, FOLLOWER_WAIT_SHARE of it; one check every 0.5 s). A result is this run's
+    when it finished after this node started and started within the start-up timeout of it (an
+    earlier run of the point ended before)."""
     t0, found = _when(started_at), {}
-    deadline = time.time() + cfg.other_result_wait_s
+    others = [k for k in range(cfg.nodes) if k != cfg.node_rank]
+    wait = cfg.other_result_wait_s * (1.0 if cfg.node_rank == 0 else FOLLOWER_WAIT_SHARE)
+    deadline = time.time() + wait
     while True:
-        for k in range(1, cfg.nodes):
-            res = record.read_json(RunDir(job).node(k).result) if k not in found else None
+        for k in others:
+            res = record.read_json(result_of_node(cfg, out, k)) if k not in found else None
             if res and _when(res.get("finished_at")) >= t0 and abs(_when(res.get("started_at")) - t0) <= cfg.startup_timeout_s:
                 found[k] = res
-        if len(found) == cfg.nodes - 1 or time.time() > deadline:
+        if len(found) == len(others) or time.time() > deadline:
             return found
         time.sleep(0.5)
 
@@ -199,8 +216,7 @@ def _adopt_remote_culprit(cfg, out: Path, diag: dict, started_at: str) -> dict:
     """Every rank of node 0 waited in a collective: its culprit is elsewhere. The other nodes
     write their results beside node 0's (node{K}/, one --out on a shared filesystem); the
     first that names a culprit gives the run's diagnosis."""
-    job = history.point_dir(out)
-    for k, res in sorted(other_results(cfg, job, started_at).items()):
+    for k, res in sorted(other_results(cfg, out, started_at).items()):
         theirs = res.get("diagnosis") or {}
         if theirs.get("culprit_rank") is None:
             continue
@@ -220,7 +236,7 @@ def adopt_lost_culprit(cfg, out: Path, outcome, started_at: str) -> None:
     if cfg.node_rank != 0 or cfg.nodes < 2 or outcome.status != "crashed" or diag.get("cause") != "lost_node":
         return
     lost = {n["node"] for n in diag.get("lost_nodes") or []}
-    for k, res in sorted(other_results(cfg, history.point_dir(out), started_at).items()):
+    for k, res in sorted(other_results(cfg, out, started_at).items()):
         theirs = res.get("diagnosis") or {}
         if k not in lost or res.get("status") != "hang" or theirs.get("culprit_rank") is None:
             continue

@@ -340,32 +340,34 @@ class Server:
         outcome.status = "crashed"
 
     def adopt_remote(self, out: Path, outcome, started_at: str) -> None:
-        """Node 0, whose own server lived and kept going: a server that died or stopped making
-        progress on another node is the run's cause when that node's result says so
-        (node{K}/result.json beside node 0's, as runners.nodes reads them); node 0's trainers only
-        lost it or waited for it. A hang no result explains, while node 0's trainers waited over
-        RPC, points to another node's server (diagnosis.remote_server_stall)."""
+        """Any node whose own server lived and kept going: a server that died or stopped making
+        progress on another node is the run's cause when that node's result says so (node 0's
+        beside the job, node{K}/result.json for the others, as runners.nodes reads them); this
+        node's trainers only lost it or waited for it. A hang no result explains, while this
+        node's trainers waited over RPC, points to another node's server
+        (diagnosis.remote_server_stall). How long each node waits for the others' results:
+        runners.nodes.other_results."""
         from runners.diagnosis import remote_server, remote_server_stall, server_stall
 
-        if (self.cfg.node_rank != 0 or self.cfg.nodes < 2 or outcome is None or outcome.status == "ok"
-                or self.died is not None or (self.stall is not None and server_stall(self.stall) is not None)):
+        if (self.cfg.nodes < 2 or outcome is None or outcome.status == "ok" or self.died is not None
+                or (self.stall is not None and server_stall(self.stall) is not None)):
             return
-        from runners import history, nodes
+        from runners import nodes
 
-        results = nodes.other_results(self.cfg, history.point_dir(out), started_at)
+        results = nodes.other_results(self.cfg, out, started_at)
         for k, res in sorted(results.items()):
             theirs = res.get("diagnosis") or {}
             cause = theirs.get("cause")
             if cause not in ("lost_server", "stalled_server") or not (theirs.get(cause) or {}).get("host"):
                 continue
-            outcome.diagnosis = remote_server(outcome.status, outcome.diagnosis, k, theirs)
+            outcome.diagnosis = remote_server(outcome.status, outcome.diagnosis, k, theirs, self.cfg.node_rank)
             # A server lost is a crash (its trainers were victims); one that stopped is the hang it caused.
             outcome.status = "crashed" if cause == "lost_server" else outcome.status
             return
         if (outcome.diagnosis or {}).get("culprit_node") or (outcome.diagnosis or {}).get("cause") == "lost_node":
             return  # another node's result or a lost connection already names where it stopped
         others = [{"node": k, "host": (results.get(k) or {}).get("env", {}).get("hostname")
-                   or self.host_of(k)} for k in range(1, self.cfg.nodes)]
+                   or self.host_of(k)} for k in range(self.cfg.nodes) if k != self.cfg.node_rank]
         pointed = remote_server_stall(outcome.status, outcome.diagnosis, self.stall, others)
         if pointed is not None:
             outcome.diagnosis = pointed

@@ -345,8 +345,9 @@ class RunSettings:
     # Another node's watchdog fires at about the same moment as this one's, then dumps stacks
     # and stops its tree; a node that died writes nothing, and node 0 waits the whole time.
     other_result_wait_s: float = setting(30.0, column=False, flag="--other-result-wait", check=at_least(0),
-        group=_MULTI_NODE, help="node 0 of a failed multi-node run: seconds to wait for another node's "
-        "result (node{K}/result.json beside its own) to name the culprit on that node")
+        group=_MULTI_NODE, help="a failed multi-node run: seconds node 0 waits for another node's result "
+        "(node{K}/result.json beside its own) to name the culprit on that node (a partitioned run's other "
+        "nodes wait a third of it for node 0's)")
 
 
 # Options with no field of their own, each placed after the field named by `after` (the

@@ -26,9 +26,10 @@ from pathlib import Path
 
 import psutil
 
-from runners.diagnosis import Outcome, apply_oom, classify_exit, diagnose_interruption, diagnose_stop
-from runners.evidence import (POLL_S, MemoryWatch, ProcessLedger, capture_stacks, interruption_evidence, is_alive,
-                              oom_evidence, process_roles, process_states, shm_usage)
+from runners.diagnosis import (Outcome, apply_oom, classify_exit, crash_before_hang, diagnose_interruption,
+                                diagnose_stop)
+from runners.evidence import (POLL_S, MemoryWatch, ProcessLedger, capture_stacks, exit_evidence, interruption_evidence,
+                              is_alive, oom_evidence, process_roles, process_states, shm_usage)
 from runners.probes import STARTUP_PHASES, read_heartbeat
 from runners.rundir import RunDir
 
@@ -311,7 +312,7 @@ class Supervisor:
                                      self.launch_uptime, self.memory), None
         except Exception as exc:  # evidence gathering must never lose the run's result
             oom, note = None, f"OOM evidence could not be read: {exc}"
-        return apply_oom(outcome, oom, self.memory, note)  # the first of diagnosis.OVERRIDES
+        return apply_oom(outcome, oom, self.memory, note)  # the second of diagnosis.OVERRIDES
 
     def _supervise(self) -> Outcome:
         while True:
@@ -402,6 +403,11 @@ class Supervisor:
         diagnosis["detected_after_s"] = round(detected_after, 2)
         if status == "hang" and self.limit_used is not None:
             self._explain_startup(diagnosis)
+        # A rank that raised before the detection, still unreaped, is the cause (the first of diagnosis.OVERRIDES).
+        crashed = crash_before_hang(status, diagnosis, exit_evidence(self.out, rc, sorted(self.watch), self.shm_peak),
+                                    now)
+        if crashed is not None:
+            status, diagnosis = crashed
         return Outcome(status, diagnosis, detected_after_s=detected_after, returncode=rc,
                        killed_by_watchdog=True, survivors=survivors)
 
@@ -439,14 +445,22 @@ def hang_candidate(ranks: list, now: float, launch_t: float, limit: float, start
     held to its start-up phase's limit (`startup_limits`: phase -> seconds in that phase) and
     to the start-up timeout from launch, not to the stall limit: start-up time differs per rank,
     and a rank that has not yet beaten its first step while another has is slow, not stalled.
-    Only detection: the culprit is decided later from process evidence (see `blame`). This
+    A rank that failed (raised) counts once it stays past the stall limit: its rank starter
+    should have ended the run at once. Only detection: the culprit is decided later from process
+    evidence (see `blame`) and the ranks' error records (diagnosis.crash_before_hang). This
     returns a rank outside collectives (loading, forward, ...) if there is one, else the one
     idle longest.
     """
-    idle = []
+    idle, failed = [], []
     over = False
     for rank, last_change, phase in ranks:
-        if phase in ("done", "failed"):
+        if phase == "done":
+            continue
+        if phase == "failed":
+            # A rank that raised ends the run at once (its starter stops the others): one still
+            # there past the limit was never reaped, and nothing else would end the run.
+            failed.append((rank, now - last_change, phase))
+            over = over or now - last_change > limit
             continue
         idle.append((rank, now - last_change, phase))
         if phase in STARTUP_PHASES:
@@ -457,6 +471,6 @@ def hang_candidate(ranks: list, now: float, launch_t: float, limit: float, start
     if not over:
         return None
     outside = [x for x in idle if x[2] not in COLLECTIVE_PHASES]
-    rank, t, _ = max(outside or idle, key=lambda x: x[1])
+    rank, t, _ = max(outside or idle or failed, key=lambda x: x[1])
     return rank, t
 

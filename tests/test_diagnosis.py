@@ -7,6 +7,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from runners.diagnosis import CAUSES, blame, decide_exit, decide_stop
 from runners.evidence import ProcessLedger, process_states
 from runners.probes import exit_of, proc_stat
@@ -64,9 +66,13 @@ def test_nccl_spinning_ranks_at_the_same_point_name_nobody():
     assert decide_stop(stop_ev(ranks))[:2] == ("collective_mismatch", None)
 
 
+def healthy_worker(r, pid=50):
+    return {"role": f"rank{r}-worker0", "pid": pid, "status": "sleeping", "status_before": "sleeping"}
+
+
 def test_rank_behind_waiting_for_its_loader_blames_the_worker():
     ranks = [rank(0, 0, 2, "backward"), rank(1, 0, 2, "loading")]
-    assert decide_stop(stop_ev(ranks))[:2] == ("stalled_worker", 1)
+    assert decide_stop(stop_ev(ranks, [healthy_worker(1)]))[:2] == ("stalled_worker", 1)
     worker = {"role": "rank0-worker0", "pid": 42, "status": "stopped", "status_before": "stopped"}
     ranks = [rank(0, 0, 2, "loading"), rank(1, 0, 2, "backward")]
     key, culprit, why = decide_stop(stop_ev(ranks, [worker]))
@@ -85,7 +91,17 @@ def test_rank_frozen_while_it_waits_for_its_loader_is_the_culprit_not_its_worker
     ranks = [rank(0, 0, 3, "backward"), rank(1, 0, 3, "loading", state="disk-sleep", cpu=0.0)]
     assert decide_stop(stop_ev(ranks))[:2] == ("stalled_rank", 1)
     ranks = [rank(0, 0, 3, "backward"), rank(1, 0, 3, "loading", state="disk-sleep", cpu=0.9)]
-    assert decide_stop(stop_ev(ranks))[:2] == ("stalled_worker", 1)
+    assert decide_stop(stop_ev(ranks, [healthy_worker(1)]))[:2] == ("stalled_worker", 1)
+
+
+def test_a_rank_without_loader_workers_waiting_in_its_loader_is_the_culprit_itself():
+    # --workers 0 (or DistDGL's trainer waiting on a graph server over RPC): no worker to blame.
+    ranks = [rank(0, 0, 2, "backward"), rank(1, 0, 2, "loading")]
+    key, culprit, why = decide_stop(stop_ev(ranks))
+    assert (key, culprit) == ("stalled_rank", 1)
+    assert "rank 1 has no loader workers" in why[-1]
+    # Another rank's workers are not this rank's.
+    assert decide_stop(stop_ev(ranks, [healthy_worker(0)]))[:2] == ("stalled_rank", 1)
 
 
 def test_rank_frozen_during_startup_is_named_rather_than_a_startup_hang():
@@ -192,6 +208,64 @@ def test_pytorch_shared_memory_errors_are_shm_exhaustion():
         key, culprit, why = decide_exit(ev)
         assert (key, culprit) == ("shm_exhausted", 0), message
         assert why[0].startswith("rank 0: '")
+
+
+SHM_BUS = ("DataLoader worker (pid 13003) is killed by signal: Bus error. It is possible that dataloader's "
+           "workers are out of shared memory. Please try to raise your shared memory limit.")
+HANG = {"summary": "hang: rank 1 made no progress in phase 'failed' while rank 0 waited in 'loading'; cause: a "
+                   "loader worker stopped making progress", "cause": "stalled_worker", "culprit_rank": 1,
+        "evidence": ["loader worker rank1-worker0 (pid 13003) is gone"], "ranks": [{"rank": 0}, {"rank": 1}],
+        "threshold_s": 10.0}
+
+
+def test_a_failed_rank_left_unreaped_past_the_limit_is_a_stop():
+    """A rank that raised ends the run at once; one still there past the stall limit (its rank
+    starter never reaped it) must not leave the watchdog waiting for the time limit."""
+    from runners.supervisor import hang_candidate
+
+    both_failed = [(0, 2.0, "failed"), (1, 1.0, "failed")]
+    assert hang_candidate(both_failed, now=9.0, launch_t=0.0, limit=8.0, startup_timeout=600.0) is None
+    assert hang_candidate(both_failed, now=10.5, launch_t=0.0, limit=8.0, startup_timeout=600.0) == (1, 9.5)
+    # A peer still waiting is the candidate the stop reports first, as before.
+    waiting = [(0, 5.0, "backward"), (1, 1.0, "failed")]
+    assert hang_candidate(waiting, now=10.0, launch_t=0.0, limit=8.0, startup_timeout=600.0) == (0, 5.0)
+    assert hang_candidate([(0, 1.0, "done"), (1, 1.0, "done")], now=100.0, launch_t=0.0, limit=8.0,
+                          startup_timeout=600.0) is None
+
+
+@pytest.mark.parametrize("status, errors, detected_t, expected", [
+    # A rank that raised and recorded why before the hang was declared: its cause, not the hang's.
+    ("hang", [error(1, 100.0, "RuntimeError", SHM_BUS)], 110.0, ("crashed", "shm_exhausted", 1)),
+    ("hang", [error(0, 100.0, "ValueError", "bad batch")], 110.0, ("crashed", "crash", 0)),
+    ("timeout", [error(1, 100.0, "RuntimeError", SHM_BUS)], 110.0, ("crashed", "shm_exhausted", 1)),
+    # the first primary error names the culprit; a peer that only lost its peer is a victim
+    ("hang", [error(0, 99.0, "RuntimeError", PEER), error(1, 100.0, "RuntimeError", SHM_BUS)], 110.0,
+     ("crashed", "shm_exhausted", 1)),
+    # an error recorded after the detection (the tree being stopped) is the hang's consequence
+    ("hang", [error(1, 111.0, "RuntimeError", SHM_BUS)], 110.0, None),
+    # only lost peers: nothing this node's ranks raised explains it (runners.nodes does)
+    ("hang", [error(1, 100.0, "RuntimeError", PEER)], 110.0, None),
+    ("hang", [], 110.0, None),
+    ("crashed", [error(1, 100.0, "RuntimeError", SHM_BUS)], 110.0, None),
+], ids=["shm-before-hang", "crash-before-hang", "before-timeout", "victim-first", "after-detection", "peer-lost",
+        "no-error", "not-a-hang"])
+def test_a_recorded_exception_outranks_a_hang_declared_after_it(status, errors, detected_t, expected):
+    """issue 56: the precedence of a rank's own exception over the watchdog's hang, as a table."""
+    from runners.diagnosis import crash_before_hang
+
+    ev = exit_ev(errors=errors)
+    found = crash_before_hang(status, dict(HANG), ev, detected_t)
+    if expected is None:
+        assert found is None, found
+        return
+    new_status, d = found
+    assert (new_status, d["cause"], d["culprit_rank"]) == expected, d
+    assert d["summary"].startswith(f"crashed: rank {expected[2]}: "), d["summary"]
+    assert f"raised 10.0 s before the watchdog declared a {status}" in d["summary"], d["summary"]
+    assert (d["previous_status"], d["previous_cause"]) == (status, "stalled_worker"), d
+    assert d["previous_summary"] == HANG["summary"] and d["threshold_s"] == 10.0  # what the hang said is kept
+    assert d["remedy"] == CAUSES[expected[1]].remedy
+    assert d["evidence"][-1] == HANG["evidence"][0]
 
 
 def test_no_space_left_is_shm_only_with_shm_evidence_and_a_full_disk_otherwise():
@@ -378,7 +452,7 @@ def test_descriptor_exhaustion_outranks_the_collective_and_worker_rules():
     # Rank 0 waits in the all-reduce for rank 1, whose loader lost a batch: rank 1 is the culprit,
     # where the stalled-worker rule would have named the worker alone.
     one_loading = [rank(0, 0, 0, "backward"), rank(1, 0, 0, "loading")]
-    assert decide_stop(stop_ev(one_loading))[0] == "stalled_worker"
+    assert decide_stop(stop_ev(one_loading, [healthy_worker(1)]))[0] == "stalled_worker"
     assert decide_stop(dict(ev, ranks=one_loading))[:2] == ("fd_limit", 1)
 
 
@@ -523,3 +597,48 @@ def test_a_superseding_diagnosis_keeps_the_one_before():
     assert after["evidence"] == ["server died", "rank 1 raised X"] and after["culprit_rank"] is None
     assert after["error_excerpt"] == "X" and before["cause"] == "dead_rank"
     assert "previous_status" not in Diagnosis.superseding(before, "oom", "killed", [], previous=("cause",))
+
+
+def test_node1_adopts_the_graph_server_that_node0s_result_names(tmp_path):
+    """issue 56: node 0's graph server died and node 0's result says so; node 1, whose trainer
+    waited on it, names it from that result (any node reads the others', node 0's included)."""
+    import datetime as dt
+    import json
+    import types
+
+    from runners.diagnosis import Outcome
+    from runners.partitioned import Server
+
+    job = tmp_path / "job"
+    stage = job / ".node1.run-20261128T110000Z-4242"  # node 1's staging directory inside the job
+    stage.mkdir(parents=True)
+    now = dt.datetime.now(dt.timezone.utc).isoformat()
+    lost = {"node": 0, "host": "gh8-a", "pid": 77, "signal": "SIGKILL", "t_s": 17.3}
+    theirs = {"summary": "crashed: graph server 0 (partition 0, pid 77) on host gh8-a died (SIGKILL) 17.3 s after "
+                         "it started; its trainers, which sample and fetch features from it, were stopped",
+              "cause": "lost_server", "lost_server": lost, "evidence": [], "ranks": []}
+    (job / "result.json").write_text(json.dumps({"status": "crashed", "diagnosis": theirs, "started_at": now,
+                                                 "finished_at": now, "env": {"hostname": "gh8-a"}}))
+    cfg = types.SimpleNamespace(node_rank=1, nodes=2, other_result_wait_s=0.0, startup_timeout_s=600.0)
+    server = Server(cfg=cfg, proc=None, log_path=tmp_path / "server1.log", started_t=0.0, host="gh8-b", out=stage)
+    hang = {"summary": "hang: rank 1 made no progress in phase 'loading'; cause: one rank stopped making progress",
+            "cause": "stalled_rank", "culprit_rank": 1, "evidence": ["rank 1 ..."], "ranks": []}
+    outcome = Outcome("hang", dict(hang))
+    server.adopt_remote(stage, outcome, now)
+    d = outcome.diagnosis
+    assert outcome.status == "crashed" and d["cause"] == "lost_server" and d["culprit_rank"] is None, d
+    assert d["summary"].startswith(theirs["summary"] + " (node 0's result; node 1's trainers lost it: hang: rank 1"), d
+    assert d["lost_server"] == lost and d["previous_status"] == "hang", d
+
+
+def test_torchrun_exit_codes_name_the_global_rank_not_the_local_one():
+    """Node 1 of a two-node run: torchrun's log names its only rank as rank 1, local_rank 0."""
+    from runners.evidence import torchrun_exit_codes
+
+    log = ("[2026-11-28 11:10:03,626] torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: -6) "
+           "local_rank: 0 (pid: 4142) of binary: python\nTraceback ...\nRoot Cause (first observed failure):\n[0]:\n"
+           "  time      : 2026-11-28_11:10:03\n  host      : gn4081h1\n  rank      : 1 (local_rank: 0)\n"
+           "  exitcode  : -6 (pid: 4142)\n  traceback : Signal 6 (SIGABRT) received by PID 4142\n")
+    assert torchrun_exit_codes(log) == {1: -6}
+    spawned = "runners.spawn: a rank failed\n  rank : 0 (local_rank: 0)  exitcode : 1 (pid: 9)\n"
+    assert torchrun_exit_codes(spawned) == {0: 1}

@@ -237,12 +237,52 @@ def test_small_dev_shm_is_diagnosed_as_shared_memory_exhaustion(tmp_path):
     assert "pre-flight warning: /dev/shm has 4.00 MiB free" in res.stdout, res.stdout[-3000:]
     result = json.loads((out / "result.json").read_text())
     d = result["diagnosis"]
-    assert result["status"] in ("crashed", "hang"), d
+    assert result["status"] == "crashed", d  # never a hang: the rank's own error is the cause (issue 56)
     assert d["cause"] == "shm_exhausted", d
     assert d["culprit_rank"] in (0, 1)
     assert "--shm-size" in d["remedy"] and "--workers 0" in d["remedy"]
     assert any("/dev/shm has 4.00 MiB free" in w for w in result["preflight"]["warnings"])
     assert not [p for p in run_pids(out) if alive(p)]
+
+
+def rank_starter(proc) -> psutil.Process | None:
+    """The run's rank starter (runners.spawn), a child of the launcher `proc`."""
+    try:
+        return next((c for c in psutil.Process(proc.pid).children(recursive=True)
+                     if "runners.spawn" in " ".join(c.cmdline())), None)
+    except psutil.Error:
+        return None
+
+
+def test_a_crashed_rank_reaped_late_is_the_cause_not_the_hang_after_it(tmp_path):
+    """issue 56: a rank that raised and recorded why stays unreaped (its rank starter is held back,
+    as a busy machine held it with a full /dev/shm), so its peer waits in the all-reduce past the
+    stall floor and the watchdog declares a hang. The rank's exception is the cause; the hang is
+    kept as what came before."""
+    out = tmp_path / "run"
+    proc, log = start(tmp_path, runner_argv(out, framework="dgl", devices=2, epochs=2, extra=[
+        "--inject", "crash-rank", "--allow-fault-injection", "--stall-floor", "5"]))
+    starter = None
+    try:
+        wait_for("both ranks started", lambda: all((live_dir(out) / "heartbeats" / f"rank{r}.hb").exists()
+                                                   for r in (0, 1)), proc, log)
+        starter = wait_for("the rank starter", lambda: rank_starter(proc), proc, log)
+        starter.suspend()  # it can no longer reap the rank that crashes at step 2, nor stop its peer
+        rc = proc.wait(timeout=WAIT_S)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert rc == 0, log.read_text()[-3000:]
+    result = json.loads((out / "result.json").read_text())
+    d = result["diagnosis"]
+    assert result["status"] == "crashed" and d["cause"] == "crash" and d["culprit_rank"] == 1, d
+    assert d["summary"].startswith("crashed: rank 1: a rank raised an exception (rank 1 raised RuntimeError: injected "
+                                   "fault crash-rank"), d["summary"]
+    assert "before the watchdog declared a hang" in d["summary"], d["summary"]
+    assert d["previous_status"] == "hang" and d["previous_cause"] != "crash", d
+    assert result["watchdog"]["killed_by_watchdog"] and result["watchdog"]["survivors"] == [], result["watchdog"]
+    jsonschema.validate(result, SCHEMA)
+    assert not [p for p in run_pids(out) if alive(p)] and not alive(starter.pid)
 
 
 # -- 4. a rank stopped from outside while it waits for its loader ----------------------------------

@@ -246,9 +246,9 @@ def server_pid(hosts, host) -> int | None:  # noqa: F811
     return None
 
 
-def run_until_host1_trains(hosts, out: Path, floors=(10, 10)) -> tuple:
+def run_until_host1_trains(hosts, out: Path, floors=(10, 10), victim_host=1) -> tuple:
     """A long partitioned run (stall limit `floors[k]` s on node k), started and waited on until
-    node 1 has finished an epoch: (the nodes' launcher processes, host 1's graph server pid)."""
+    node 1 has finished an epoch: (the nodes' launcher processes, host `victim_host`'s graph server pid)."""
     from tests.helpers import live_dir
 
     procs = start_partitioned(hosts, out, epochs=40,
@@ -260,7 +260,7 @@ def run_until_host1_trains(hosts, out: Path, floors=(10, 10)) -> tuple:
             break
         time.sleep(0.2)
     assert epochs is not None, logs(out)
-    victim = server_pid(hosts, hosts.hosts[1])
+    victim = server_pid(hosts, hosts.hosts[victim_host])
     assert victim is not None, logs(out)
     return procs, victim
 
@@ -290,6 +290,30 @@ def test_killed_server_is_named_and_nothing_is_left(hosts, tmp_path):  # noqa: F
     assert r0["epochs"] and not r0["summary"]  # what was measured is kept; no timing claimed
     assert node_pids(hosts) == {0: [], 1: []}
     assert not alive(r0["env"]["partitioned"]["server"]["pid"]) and not alive(victim)
+
+
+def test_server_killed_on_node0_is_named_by_node1_too(hosts, tmp_path):  # noqa: F811
+    """issue 56: host 0's graph server is killed mid-run (what the OOM killer does). Node 0 names it
+    (`lost_server`); node 1's trainer, left waiting on it over RPC with no loader worker, adopts
+    node 0's cause instead of blaming a loader worker the run does not have."""
+    import os
+    import signal
+
+    out = tmp_path / "job"
+    procs, victim = run_until_host1_trains(hosts, out, floors=(10, 5), victim_host=0)
+    h0, _ = hosts.hosts
+    os.kill(victim, signal.SIGKILL)
+    assert [p.wait(timeout=RUN_TIMEOUT_S) for p in procs] == [0, 0], logs(out)
+    r0, r1 = result_of(out), result_of(out / "node1")
+    named = f"crashed: graph server 0 (partition 0, pid {victim}) on host {h0.hostname} died (SIGKILL)"
+    d0, d1 = r0["diagnosis"], r1["diagnosis"]
+    assert r0["status"] == "crashed" and d0["cause"] == "lost_server" and d0["summary"].startswith(named), d0
+    assert r1["status"] == "crashed" and d1["cause"] == "lost_server", d1
+    assert d1["summary"].startswith(named) and "node 0's result; node 1's trainers lost it" in d1["summary"], d1
+    assert d1["lost_server"]["host"] == h0.hostname and d1["lost_server"]["pid"] == victim, d1
+    assert "worker" not in (d1.get("previous_cause") or ""), d1
+    assert node_pids(hosts) == {0: [], 1: []}
+    assert not alive(victim) and not alive(r1["env"]["partitioned"]["server"]["pid"])
 
 
 @pytest.mark.parametrize("floors", [(10, 10), (10, 40)], ids=["same-limit", "node0-first"])

@@ -226,7 +226,13 @@ def classify_exit(out: Path, rc: int, local_ranks: list, shm_peak=None):
     infos = {r: rank_info(out, r) or {} for r in local_ranks}
     if rc == 0 and all(i.get("finished") for i in infos.values()):
         return diagnose_divergence(infos) or ("ok", None)
-    ev = exit_evidence(out, rc, local_ranks, shm_peak)
+    return diagnose_exit(exit_evidence(out, rc, local_ranks, shm_peak))
+
+
+def diagnose_exit(ev: dict) -> tuple:
+    """(status, diagnosis) of a failed run from its exit evidence (runners.evidence.exit_evidence;
+    its `errors` may be cut to those recorded before a hang was declared). Pure."""
+    ev = dict(ev)
     ev["primary"], ev["first"] = cause_errors(ev["errors"])
     key, culprit, evidence = decide_exit(ev)
     status = CAUSES[key].status

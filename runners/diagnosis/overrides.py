@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runners.diagnosis.causes import CAUSES, Diagnosis, Outcome
+from runners.diagnosis.exits import cause_errors, diagnose_exit
 from runners.diagnosis.ranks import group_ranks, progress_line
 from runners.evidence import FULL_SHARE, MemoryWatch, OomEvidence
 
@@ -24,6 +25,9 @@ class Override:
 
 # In the order they apply: each may supersede what the ones above it said.
 OVERRIDES = (
+    Override((), "runners.supervisor.Supervisor._stop: crash_before_hang",
+             "a rank that raised, and recorded why, before the hang or time limit was declared is the cause "
+             "(with the cause its text names); its peers' idleness after it is the consequence"),
     Override(("oom", "memory_pressure"), "runners.supervisor.Supervisor.run: apply_oom",
              "a kill, or a memory cgroup at its cap, explains the hang, crash or time limit the rules saw"),
     Override(("run_dir_vanished",), "runners.launch: vanished_outcome and notice_vanished (diagnose_vanished)",
@@ -35,7 +39,8 @@ OVERRIDES = (
     Override(("lost_server", "stalled_server"), "runners.partitioned.Server.explain",
              "this host's graph server, dead or stalled, outranks the peers its trainers lost on the way"),
     Override(("lost_server", "stalled_server"), "runners.partitioned.Server.adopt_remote",
-             "another host's graph server, from that node's result, or pointed to by node 0's waiting trainers"),
+             "another host's graph server, from that node's result, or pointed to by this node's trainers waiting "
+             "over RPC"),
 )
 
 
@@ -45,6 +50,33 @@ def adopted(before: dict | None, k: int, theirs: dict, summary: str, *, status: 
     return Diagnosis.superseding(before, theirs.get("cause"), summary, [f"node {k}'s result: {theirs['summary']}"],
                                  status=status, previous=previous, cause_text=theirs.get("cause_text"),
                                  remedy=theirs.get("remedy"), **fields)
+
+
+# -- a rank's own exception: the cause of a hang declared after it -----------------------------
+def crash_before_hang(status: str, diag: dict, ev: dict, detected_t: float) -> tuple | None:
+    """(status, diagnosis) when a rank raised, and recorded why, before the watchdog declared the
+    hang or time limit `diag` (`ev`: the run's exit evidence, runners.evidence.exit_evidence;
+    `detected_t`: the detection's time.time()): the exception, and the cause its text names
+    (shm, OOM, NCCL, ...), is what happened, found by the exit rules as if the rank starter had
+    reaped the failed rank in time; the idleness of its peers is the consequence. Ranks that
+    only lost their peer are victims and name nothing. None otherwise. Pure."""
+    if status not in ("hang", "timeout"):
+        return None
+    before = {r: e for r, e in (ev.get("errors") or {}).items()
+              if e.get("time") is not None and e["time"] <= detected_t}
+    primary, _ = cause_errors(before)
+    if not primary:
+        return None
+    crashed, found = diagnose_exit(dict(ev, errors=before))
+    lead = min(primary, key=lambda e: e["time"])
+    summary = (f"{found['summary']}; rank {lead['rank']} raised {detected_t - lead['time']:.1f} s before the watchdog "
+               f"declared a {status}, its consequence (the rank starter had not yet reaped the failed rank)")
+    fields = {k: found[k] for k in ("cause_text", "remedy", "error_excerpt") if found.get(k) is not None}
+    evidence = found["evidence"] + [f"rank {lead['rank']}'s error record was written {detected_t - lead['time']:.1f} s "
+                                    f"before the {status} was declared"]
+    return crashed, Diagnosis.superseding(diag, found["cause"], summary, evidence, status=status,
+                                          previous=("status", "cause", "summary"),
+                                          culprit_rank=found.get("culprit_rank"), **fields)
 
 
 # -- a run directory moved or deleted from outside -------------------------------------------

@@ -1,6 +1,6 @@
 """The partitioned strategy's graph servers as a cause: a server that stopped making progress
-(`server_stall`, from its sampled state and CPU time), died mid-run, or, seen from node 0, another
-node's server its trainers waited for or lost. Each diagnosis supersedes the watchdog's."""
+(`server_stall`, from its sampled state and CPU time), died mid-run, or another node's server that this
+node's trainers waited for or lost. Each diagnosis supersedes the watchdog's."""
 
 from __future__ import annotations
 
@@ -79,9 +79,9 @@ def diagnose_stalled_server(status: str, diag: dict | None, ev: ServerEvidence |
 
 
 def remote_server_stall(status: str, diag: dict | None, ev: ServerEvidence | None, others: list) -> Diagnosis | None:
-    """Node 0, when no other node's result named a graph server: its trainers waited over RPC
-    while its own server kept going, so the stalled server is another host's (`others`: the other
-    nodes, [{node, host}], host None when unknown). None unless the evidence says so."""
+    """A node whose trainers waited over RPC while its own server kept going, when no other node's
+    result named a graph server: the stalled server is another host's (`others`: the other nodes,
+    [{node, host}], host None when unknown). None unless the evidence says so."""
     if status != "hang" or ev is None or not ev.ranks_in_rpc or server_stall(ev) is not None:
         return None
     state = ev.samples[-1][1] if ev.samples else "?"
@@ -108,12 +108,12 @@ def lost_server(status: str, diag: dict | None, server: dict, died: dict) -> Dia
                                  culprit_rank=None, lost_server={**server, **died})
 
 
-def remote_server(status: str, mine: dict | None, k: int, theirs: dict) -> Diagnosis:
-    """Node 0's trainers lost or waited for node `k`'s graph server, whose result (`theirs`: its
-    diagnosis, cause lost_server or stalled_server) names it: that cause is the run's."""
+def remote_server(status: str, mine: dict | None, k: int, theirs: dict, own: int = 0) -> Diagnosis:
+    """Node `own`'s trainers lost or waited for node `k`'s graph server, whose result (`theirs`:
+    its diagnosis, cause lost_server or stalled_server) names it: that cause is the run's."""
     mine = mine or {}
     cause = theirs.get("cause")
     verb = "lost it" if cause == "lost_server" else "waited for it"
-    summary = f"{theirs['summary']} (node {k}'s result; node 0's trainers {verb}: {mine.get('summary', status)})"
+    summary = f"{theirs['summary']} (node {k}'s result; node {own}'s trainers {verb}: {mine.get('summary', status)})"
     return adopted(mine, k, theirs, summary, status=status, previous=("status",), culprit_rank=None,
                    **{cause: theirs.get(cause)})

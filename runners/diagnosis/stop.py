@@ -191,20 +191,33 @@ def _rule_stalled_pipeline(ev):
         f"prefetch thread) is in {where}"]
 
 
+def has_workers(ev, rank: int) -> bool:
+    """Whether `rank` has loader worker processes (alive or not) among the run's processes."""
+    return any(w["role"].startswith(f"rank{rank}-") for w in ev.get("workers") or [])
+
+
 def _rule_stalled_worker(ev):
     stuck = [w for w in ev["workers"] if worker_stuck(w)]
     if stuck:
         return "stalled_worker", int(stuck[0]["role"].split("-")[0][len("rank"):]), [
             f"loader worker {w['role']} (pid {w['pid']}) is {w['status']}" for w in stuck]
     culprit, why = blame(ev["ranks"])
-    if culprit is not None and next(x for x in ev["ranks"] if x["rank"] == culprit)["phase"] == "loading":
+    # A worker is blamed only where one exists: with --workers 0 the rank samples in its own process.
+    if culprit is not None and _phase(ev, culprit) == "loading" and has_workers(ev, culprit):
         return "stalled_worker", culprit, why + [f"rank {culprit} waits for its loader"]
+
+
+def _phase(ev, rank: int) -> str:
+    return next(x for x in ev["ranks"] if x["rank"] == rank)["phase"]
 
 
 def _rule_stalled_rank(ev):
     culprit, why = blame(ev["ranks"])
     if culprit is not None:
-        return "stalled_rank", culprit, why
+        own = ([f"rank {culprit} has no loader workers: it was in its own loader (sampling and gathering in the "
+                "rank's process, or waiting on what that loader calls)"]
+               if _phase(ev, culprit) == "loading" else [])
+        return "stalled_rank", culprit, why + own
 
 
 def _rule_mismatch(ev):
