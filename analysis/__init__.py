@@ -13,6 +13,12 @@ from runners import record  # light: no torch or pandas
 from runners.adapters import registry  # light: no torch, PyG or DGL
 from runners.config import field_names  # light: the settings' declarations
 
+# The aggregate's files (analysis.aggregate.Aggregate writes and loads them; the workflow's
+# aggregate rule lists them as its outputs and the report rule as its inputs): name -> file.
+AGGREGATE_FILES = {"runs": "runs.csv", "epochs": "epochs.csv", "steps": "steps.csv", "invalid": "invalid.csv",
+                   "cpu": "cpu.csv", "nvml": "nvml.csv", "history": "history.csv", "failures": "failures.json",
+                   "plan": "adaptive.json", "datasets": "datasets.json"}
+
 STATUSES = ("ok", "diverged", "hang", "timeout", "crashed", "killed", "interrupted", "failed", "error", "skipped")
 
 # Colours of the status map and of status cells; "not run" is a grid point with no result.

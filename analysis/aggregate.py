@@ -38,7 +38,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import PHASE_COLUMNS
+from analysis import AGGREGATE_FILES, PHASE_COLUMNS
 from analysis import deadlocks, graphs
 from runners import history, record, result, rundir
 from runners.adapters import registry
@@ -121,25 +121,21 @@ class Aggregate:
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         for name in self.FILES:
-            getattr(self, name).to_csv(out_dir / f"{name}.csv", index=False)
-        (out_dir / "failures.json").write_text(json.dumps(self.failures, indent=1, default=str))
-        (out_dir / "adaptive.json").write_text(json.dumps(self.plan, indent=1) + "\n")
-        (out_dir / "datasets.json").write_text(json.dumps(self.datasets, indent=1) + "\n")
+            getattr(self, name).to_csv(out_dir / AGGREGATE_FILES[name], index=False)
+        (out_dir / AGGREGATE_FILES["failures"]).write_text(json.dumps(self.failures, indent=1, default=str))
+        (out_dir / AGGREGATE_FILES["plan"]).write_text(json.dumps(self.plan, indent=1) + "\n")
+        (out_dir / AGGREGATE_FILES["datasets"]).write_text(json.dumps(self.datasets, indent=1) + "\n")
 
     @classmethod
     def load(cls, out_dir: Path) -> "Aggregate":
         out_dir = Path(out_dir)
-        frames = {}
-        for name, columns in cls.FILES.items():
-            path = out_dir / f"{name}.csv"
-            frames[name] = _read_csv(path, columns)
-        failures_path = out_dir / "failures.json"
-        failures = json.loads(failures_path.read_text()) if failures_path.exists() else []
-        plan_path = out_dir / "adaptive.json"
-        plan = json.loads(plan_path.read_text()) if plan_path.exists() else {}
-        datasets_path = out_dir / "datasets.json"  # absent from aggregates made before it existed
-        datasets = json.loads(datasets_path.read_text()) if datasets_path.exists() else []
-        return cls(failures=failures, plan=plan, datasets=datasets, **frames)
+        frames = {name: _read_csv(out_dir / AGGREGATE_FILES[name], columns) for name, columns in cls.FILES.items()}
+        # JSON files an older aggregate may lack (datasets.json came later): their empty value
+        json_files = {}
+        for name, empty in (("failures", []), ("plan", {}), ("datasets", [])):
+            path = out_dir / AGGREGATE_FILES[name]
+            json_files[name] = json.loads(path.read_text()) if path.exists() else empty
+        return cls(**json_files, **frames)
 
 
 # Identifiers are read as text. A git commit such as 82e2673948578c37... starts like a float with a huge

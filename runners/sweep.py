@@ -392,12 +392,17 @@ class Schedule:
 # --- rerunning one point --------------------------------------------------------------------
 
 
+# Snakemake by the pair lane's path (the Makefile's VENV), as the README's commands call it: a
+# fresh shell has no `snakemake` on its PATH; the direct command names its lane's python so.
+SNAKEMAKE = ".venv/bin/snakemake"
+
+
 def rerun_command(configfiles, overrides: dict | None, basedir: str, on_slurm: bool) -> str:
     """The snakemake command that reruns one point of this sweep, as the report prints it (the
     aggregate appends `--forcerun` and the point's result): the invocation's profile, config
     files (relative to `basedir`, the project directory) and --config values."""
-    words = (["snakemake", "--workflow-profile", "profiles/slurm"] if on_slurm
-             else ["snakemake", "--cores", "all", "--profile", "profiles/default"])
+    words = ([SNAKEMAKE, "--workflow-profile", "profiles/slurm"] if on_slurm
+             else [SNAKEMAKE, "--cores", "all", "--profile", "profiles/default"])
     for path in configfiles or []:
         rel = os.path.relpath(os.path.abspath(path), basedir)
         words += ["--configfile", path if rel.startswith("..") else rel]

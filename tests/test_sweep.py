@@ -177,9 +177,9 @@ def test_run_numbers_and_priorities_follow_the_order():
 def test_the_rerun_command_names_this_invocations_configs(tmp_path):
     inside, outside = str(ROOT / "config" / "minimal.yaml"), str(tmp_path / "mine.yaml")
     assert sweep.rerun_command([inside, outside], {}, str(ROOT), on_slurm=False) == (
-        f"snakemake --cores all --profile profiles/default --configfile config/minimal.yaml --configfile {outside}")
+        f".venv/bin/snakemake --cores all --profile profiles/default --configfile config/minimal.yaml --configfile {outside}")
     assert sweep.rerun_command(None, {"lanes": {"compare": ["current"]}}, str(ROOT), on_slurm=True) == (
-        "snakemake --workflow-profile profiles/slurm --config 'lanes={compare: [current]}'")
+        ".venv/bin/snakemake --workflow-profile profiles/slurm --config 'lanes={compare: [current]}'")
 
 
 # --- configs the schema accepts but the sweep cannot run ------------------------------------

@@ -521,11 +521,11 @@ def test_slow_end_to_end_minimal_sweep(tmp_path):
     table = pd.read_csv(proj / "results/aggregate/runs.csv")
     printed = table.set_index("result_path").loc[str(runs[0]), "workflow_command"]
     assert printed == (
-        "snakemake --cores all --profile profiles/default --configfile config/minimal.yaml"
+        ".venv/bin/snakemake --cores all --profile profiles/default --configfile config/minimal.yaml"
         f" --forcerun {one}"
     )
     res = subprocess.run(
-        printed.replace("snakemake", SNAKEMAKE, 1) + f" -s {snakefile}",
+        printed.replace(".venv/bin/snakemake", SNAKEMAKE, 1) + f" -s {snakefile}",
         shell=True, cwd=proj, env=env(), capture_output=True, text=True, timeout=600,
     )
     assert res.returncode == 0, res.stdout + res.stderr

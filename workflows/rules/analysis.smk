@@ -1,3 +1,7 @@
+# The aggregate's files, listed once (analysis.AGGREGATE_FILES): its outputs, the report's inputs.
+AGGREGATE = {name: f"results/aggregate/{file}" for name, file in AGGREGATE_FILES.items()}
+
+
 rule aggregate:
     """Collect every run directory into one tidy table per level."""
     input:
@@ -8,16 +12,7 @@ rule aggregate:
         # editing analysis code reruns aggregate and report, never the runs
         code=analysis_sources(),
     output:
-        runs="results/aggregate/runs.csv",
-        epochs="results/aggregate/epochs.csv",
-        steps="results/aggregate/steps.csv",
-        invalid="results/aggregate/invalid.csv",
-        cpu="results/aggregate/cpu.csv",
-        nvml="results/aggregate/nvml.csv",
-        failures="results/aggregate/failures.json",
-        history="results/aggregate/history.csv",
-        plan="results/aggregate/adaptive.json",
-        datasets="results/aggregate/datasets.json",
+        **AGGREGATE,
     log:
         "results/logs/aggregate.log",
     conda:
@@ -37,15 +32,7 @@ rule aggregate:
 rule report:
     """Tables, plots and the deadlock report, as one self-contained page."""
     input:
-        runs="results/aggregate/runs.csv",
-        epochs="results/aggregate/epochs.csv",
-        steps="results/aggregate/steps.csv",
-        invalid="results/aggregate/invalid.csv",
-        cpu="results/aggregate/cpu.csv",
-        nvml="results/aggregate/nvml.csv",
-        failures="results/aggregate/failures.json",
-        plan="results/aggregate/adaptive.json",
-        datasets="results/aggregate/datasets.json",
+        **AGGREGATE,
         code=analysis_sources(),
     output:
         **report_outputs(),

@@ -28,7 +28,7 @@ from analysis import adaptive  # noqa: E402 (sets a stale second-round plan asid
 from analysis import caption_name, declared  # noqa: E402
 
 # the files analysis.report writes
-from analysis import REPORT_PLOTS, REPORT_TABLES  # noqa: E402
+from analysis import AGGREGATE_FILES, REPORT_PLOTS, REPORT_TABLES  # noqa: E402
 
 # Cross-field rules the schema cannot express; the user's graphs are under the working
 # directory's results/datasets, the lanes' environments beside the Snakefile.
