@@ -15,6 +15,8 @@ import argparse
 import dataclasses
 import hashlib
 import json
+import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -135,11 +137,28 @@ def field_names(role: str) -> tuple:
     return tuple(f.name for f in dataclasses.fields(RunConfig) if f.metadata[role])
 
 
+NEGATIVE_LIST = re.compile(r"^-\d+(,-?\d+)+$")  # '-1,-1': argparse takes it for an option
+
+
+class RunnerParser(argparse.ArgumentParser):
+    """argparse, except that an option's value may be a list that starts with a negative number
+    (`--fanouts -1,-1`, all neighbours): argparse reads only a lone negative number as a value."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        args = list(sys.argv[1:] if args is None else args)
+        for i in range(len(args) - 1, 0, -1):
+            action = self._option_string_actions.get(args[i - 1])
+            if action is not None and action.nargs != 0 and NEGATIVE_LIST.match(args[i]):
+                args[i - 1:i + 1] = [f"{args[i - 1]}={args[i]}"]
+        return super().parse_known_args(args, namespace)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The runner's command line: one option per declared setting (runners/settings.py)."""
-    p = argparse.ArgumentParser(
+    p = RunnerParser(
         prog="python -m runners.run",
-        description="Run ONE configuration as real DDP training under torchrun and write a "
+        description="Run ONE configuration as real DDP training (its ranks started by runners.spawn, "
+        "or torchrun across nodes) and write a "
         "self-describing result directory, whatever happens.",
     )
     settings.add_options(p)

@@ -18,7 +18,7 @@ from torch_geometric.data import Data  # noqa: E402
 from torch_geometric.loader import NeighborLoader  # noqa: E402
 
 from runners.adapters.dgl import DglModel, add_self_loops  # noqa: E402
-from runners.adapters.pyg import PygModel  # noqa: E402
+from runners.adapters.pyg import PygModel, hop_counts  # noqa: E402
 from runners.adapters import registry  # noqa: E402
 from runners.config import MODEL_DEFAULTS  # noqa: E402
 
@@ -101,6 +101,57 @@ def test_seed_outputs_agree_with_copied_weights(kind):
     assert expected.shape == (seeds, CLASSES)
     torch.testing.assert_close(whole, expected, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(by_blocks, expected, atol=1e-5, rtol=1e-5)
+
+
+def adj_t_subgraph(seed: int = 0):
+    """One mini-batch sampled as the PyG adapter samples it (NeighborLoader over an adj_t
+    SparseTensor), in the adapter's edge_index: x, edge_index, seed count, the loader's batch."""
+    from torch_sparse import SparseTensor
+
+    g = torch.Generator().manual_seed(seed)
+    src, dst = torch.randint(0, N, (N * 6,), generator=g), torch.randint(0, N, (N * 6,), generator=g)
+    adj_t = SparseTensor(row=dst, col=src, sparse_sizes=(N, N)).coalesce()
+    data = Data(x=torch.randn(N, F_IN, generator=g), adj_t=adj_t, num_nodes=N)
+    torch.manual_seed(seed)
+    raw = next(iter(NeighborLoader(data, num_neighbors=[5, 4, 3], batch_size=SEEDS, shuffle=True)))
+    row, col, _ = raw.adj_t.coo()
+    return raw.x, torch.stack([col, row]), raw.batch_size, raw
+
+
+def test_hop_counts_by_hand():
+    # seeds 0, 1; hop 1 finds 2, 3 (edges into 0 and 1), hop 2 finds 4, 5 (edges into 2 and 3)
+    edge_index = torch.tensor([[2, 3, 1, 3, 4, 0, 5], [0, 0, 0, 1, 2, 3, 3]])
+    assert hop_counts(edge_index, 2, 6, 2) == ([2, 2, 2], [4, 3])
+    assert hop_counts(torch.tensor([[1], [0]]), 1, 2, 3) == ([1, 1, 0, 0], [1, 0, 0])  # hops that find nothing
+    with pytest.raises(ValueError, match="not the 6 nodes and 7 edges of 2 hops"):
+        hop_counts(edge_index, 2, 7, 2)
+    with pytest.raises(ValueError, match="not sorted by destination"):
+        hop_counts(torch.tensor([[2, 3, 4], [0, 2, 1]]), 2, 5, 2)
+
+
+@pytest.mark.parametrize("kind", registry.MODEL_NAMES)
+def test_trimming_with_derived_hop_counts_keeps_the_seed_outputs(kind):
+    """--pyg-trim on the torch-sparse sampler: the per-hop counts derived from the subgraph let
+    trim_to_layer drop, layer by layer, exactly the nodes and edges the seeds no longer need:
+    the seeds' outputs are those of the untrimmed model, and the last layer runs on hop 1 only."""
+    d = MODEL_DEFAULTS[kind]
+    x, edge_index, seeds, raw = adj_t_subgraph(2)
+    nodes, edges = hop_counts(edge_index, seeds, x.size(0), 3)
+    assert sum(nodes) == x.size(0) and sum(edges) == edge_index.size(1) and nodes[0] == seeds
+    if "num_sampled_nodes" in raw:  # pyg-lib's own counts, where it is installed
+        assert (list(raw.num_sampled_nodes), list(raw.num_sampled_edges)) == (nodes, edges)
+    # hop k's edges end at hop k-1's nodes
+    ends = torch.cumsum(torch.tensor([0] + nodes), 0)
+    for k, (lo, hi) in enumerate(zip(torch.cumsum(torch.tensor([0] + edges[:-1]), 0), torch.cumsum(torch.tensor(edges), 0))):
+        assert bool(((edge_index[1, lo:hi] >= ends[k]) & (edge_index[1, lo:hi] < ends[k + 1])).all()), k
+    torch.manual_seed(3)
+    full = PygModel(kind, F_IN, 16, CLASSES, 3, d["heads"], 0.0, self_loops=True).eval()
+    trimmed = PygModel(kind, F_IN, 16, CLASSES, 3, d["heads"], 0.0, self_loops=True, trim=True).eval()
+    trimmed.load_state_dict(full.state_dict())
+    with torch.no_grad():
+        torch.testing.assert_close(trimmed(x, edge_index, nodes, edges)[:seeds], full(x, edge_index)[:seeds],
+                                   atol=1e-5, rtol=1e-5)
+    assert edges[0] < edge_index.size(1) and nodes[0] < x.size(0)  # something was trimmed
 
 
 @pytest.mark.parametrize("kind", registry.MODEL_NAMES)

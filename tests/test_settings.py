@@ -142,3 +142,11 @@ def test_runs_csv_and_experiments_take_their_settings_from_the_fields():
     assert set(field_names("column")) <= set(CONFIG_COLUMNS) <= set(RUN_COLUMNS)
     assert "out" not in CONFIG_COLUMNS and "lr" in CONFIG_COLUMNS  # declared column=False / by default
     assert set(field_names("experiment")) <= set(EXPERIMENT_KEYS) and "seed" not in EXPERIMENT_KEYS
+
+
+@pytest.mark.parametrize("value, hops", [("-1,-1", [-1, -1]), ("-1,5", [-1, 5]), ("5,-1", [5, -1]), ("-1", [-1])])
+def test_fanouts_may_start_with_all_neighbours(value, hops):
+    """The help offers -1 (all neighbours); argparse alone takes '-1,-1' for an option."""
+    argv = runner_argv(**{"--layers": str(len(hops)), "--fanouts": value})
+    cfg = config_from_args(build_parser().parse_args(argv), 0, 2)
+    assert cfg.fanouts == hops

@@ -108,6 +108,31 @@ MODEL_BUILDERS = {
 }
 
 
+def hop_counts(edge_index, batch_size: int, num_nodes: int, hops: int) -> tuple:
+    """(nodes per hop, edges per hop) of a sampled subgraph, as pyg-lib's sampler reports them
+    (`num_sampled_nodes`, `num_sampled_edges`: what trim_to_layer reads); the torch-sparse
+    sampler reports neither. Derived from the subgraph's own order: the seeds come first and each
+    hop appends the nodes it found, and hop k's edges end at the nodes new at hop k-1 (the
+    sampler grows the frontier from those only), so with the edges sorted by destination (adj_t's
+    order) hop k's edges are those whose destination is in hop k-1's range of nodes. Raises when
+    the subgraph is not in that order, rather than trim the wrong rows."""
+    src, dst = edge_index
+    nodes, edges = [int(batch_size)], []
+    begin, end, at = 0, int(batch_size), 0
+    for _ in range(hops):
+        until = at + int(torch.searchsorted(dst[at:], torch.tensor(end, dtype=dst.dtype)))
+        if bool((dst[at:until] < begin).any()):
+            raise ValueError("the sampled edges are not sorted by destination hop by hop")
+        found = int(src[at:until].max()) + 1 if until > at else end
+        edges.append(until - at)
+        nodes.append(max(found, end) - end)
+        begin, end, at = end, max(found, end), until
+    if end != num_nodes or at != dst.numel():
+        raise ValueError(f"the sampled subgraph's {num_nodes} nodes and {dst.numel()} edges are not the "
+                         f"{end} nodes and {at} edges of {hops} hops from its {batch_size} seeds")
+    return nodes, edges
+
+
 class PygModel(torch.nn.Module):
     """A stack of PyG convolutions, built by MODEL_BUILDERS[model] from layer_shapes()."""
 
@@ -148,7 +173,9 @@ class PygAdapter(Adapter):
             "graph_input": "adj_t SparseTensor on the memory-mapped CSC (zero-copy"
                            + ("; PyG copies it to shared memory for its workers)" if cfg.workers else ")"),
             "sampler": f"torch_geometric.loader.NeighborLoader ({self.backend})",
-            "layer_compute": "trim_to_layer" if cfg.pyg_trim else "all sampled nodes every layer",
+            "layer_compute": (("trim_to_layer (per-hop counts from the sampler)" if self.backend == "pyg-lib" else
+                               "trim_to_layer (per-hop counts derived from the sampled subgraph: runners.adapters."
+                               "pyg.hop_counts)") if cfg.pyg_trim else "all sampled nodes every layer"),
             "seed_split": ("Lightning's DistributedSampler (loader built in a LightningDataModule hook, "
                            "as the seed study did)" if cfg.harness == "study"
                            else "harness: fresh equal padded share per rank every epoch (same as DGL)"),
@@ -197,11 +224,17 @@ class PygAdapter(Adapter):
     def unpack(self, raw) -> Batch:
         row, col, _ = raw.adj_t.coo()  # adj_t rows are destinations
         edge_index = torch.stack([col, row], dim=0)
-        extra = (raw.num_sampled_nodes, raw.num_sampled_edges) if self.cfg.pyg_trim else (None, None)
+        extra = self._hops(raw, edge_index) if self.cfg.pyg_trim else (None, None)
         return Batch(inputs=(raw.x, edge_index, raw.batch_size, *extra),
                      labels=raw.y[: raw.batch_size], seed_nodes=int(raw.batch_size),
                      sampled_nodes=int(raw.num_nodes), sampled_edges=int(edge_index.size(1)),
                      seed_ids=raw.n_id[: raw.batch_size])
+
+    def _hops(self, raw, edge_index) -> tuple:
+        """The per-hop counts trim_to_layer reads: the sampler's own (pyg-lib), else hop_counts."""
+        if "num_sampled_nodes" in raw:
+            return raw.num_sampled_nodes, raw.num_sampled_edges
+        return hop_counts(edge_index, raw.batch_size, raw.num_nodes, len(self.cfg.fanouts_framework))
 
     def to_device(self, batch: Batch) -> Batch:
         if self.device.type == "cpu":
