@@ -154,12 +154,6 @@ class Comparison:
         return AXES[self.axis][0] == "loader" or self.den.key[-1] == DEFAULT_LOADER
 
 
-def half_width(sd: float, dof: float, n_a: int, n_b: int) -> float:
-    """Relative half-width of the 95% interval of a ratio of geometric means with pooled launch
-    noise `sd` (log scale) on `dof` degrees of freedom: exp(t * sd * sqrt(1/n_a + 1/n_b)) - 1."""
-    return 0.0 if sd <= 0 else answer_half_width(sd, dof, [(n_a, n_b)])
-
-
 def answer_half_width(sd: float, dof: float, pairs: list) -> float:
     """Half-width of the geometric mean over configurations (stats.combined_ratio) of comparisons
     with repeats (n_a, n_b) each, all at one spread: their log variances add, over the count squared."""

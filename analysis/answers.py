@@ -202,11 +202,6 @@ AXES = {  # axis -> section, question, what the ratio is, verdict words, leads f
 }
 
 
-def _lead(verdicts: Counter, yes: str, no: str, leads: tuple) -> str:
-    n = sum(verdicts.values())
-    return leads[0] if verdicts[yes] > n / 2 else leads[1] if verdicts[no] > n / 2 else leads[2]
-
-
 def axis_answer(data: pd.DataFrame, runs: pd.DataFrame, exp, axis: str) -> Answer:
     """Loader workers (speed-up of the epoch) or batch size (throughput gain): per framework the
     middle configuration's ratio with its interval, and how often the interval is clear."""

@@ -12,15 +12,10 @@ import pandas as pd
 from analysis import framework_label, model_label
 from analysis.display import TableSet
 from analysis.stats import CI_METHOD_RATIO
-from analysis.variants import Axis, ratio_text, variant_rows, variant_table
+from analysis.variants import Axis, ratio_text, variant_table
 
 BASE_LANE = "pair"
 AXIS = Axis("lane", BASE_LANE, "env_torch", "torch")
-
-
-def lane_rows(runs: pd.DataFrame) -> pd.DataFrame:
-    """One row per point x framework x lane at the points a lane beside the pair ran."""
-    return variant_rows(runs, AXIS)
 
 
 def lanes_table(runs: pd.DataFrame) -> TableSet:

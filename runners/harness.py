@@ -1,4 +1,5 @@
-"""The shared training harness: what every rank runs under torchrun, for either framework.
+"""The shared training harness: what every rank runs, for either framework (started by
+runners.spawn on one node, torchrun across nodes).
 
 `python -m runners.harness --config RUN_DIR/config.json` (started by runners.run). It sets
 up the process group, loads the canonical dataset, asks the framework adapter for the loader

@@ -175,7 +175,8 @@ def stop_tree(procs: list, grace_s: float) -> list:
 
 
 class Supervisor:
-    """Watches one torchrun process tree until it ends or must be stopped.
+    """Watches one run's process tree (its rank starter: runners.spawn, or torchrun across nodes)
+    until it ends or must be stopped.
 
     `cgroup`: a runners.memory.cgroup.MemoryCgroup when the tree runs under --memory-limit;
     `interruption`: an installed runners.interruption.Interruption (a signal to the launcher

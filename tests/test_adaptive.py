@@ -27,7 +27,7 @@ def test_half_width_is_the_reports_interval():
     """The planner's half-width at the pooled spread is the report's pooled interval."""
     a, b = [1.00, 1.06, 0.97], [0.50, 0.52]
     ratio, low, high = stats.ratio_interval(a, b, (0.05, 12, 0.05, 12))
-    hw = adaptive.half_width(0.05, 12, len(a), len(b))
+    hw = adaptive.answer_half_width(0.05, 12, [(len(a), len(b))])
     assert hw == pytest.approx(high / ratio - 1, rel=1e-9)
     assert hw == pytest.approx(ratio / low - 1, rel=1e-9)
     # an answer over configurations is the report's combined interval
@@ -74,8 +74,8 @@ def test_only_open_answers_get_repeats_within_the_budget_and_cap():
     k = row["to_settle_runs"]
     assert k > 0 and row["to_settle_min"] == pytest.approx(k * cost / 60, abs=0.06)
     assert row["status"] == f"open: {k} more runs (about {k * cost / 60:.1f} min) would settle it"
-    assert adaptive.half_width(sd, dof, 2 + k - k // 2, 2 + k // 2) <= 0.1
-    assert adaptive.half_width(sd, dof, 2 + (k - 1) - (k - 1) // 2, 2 + (k - 1) // 2) > 0.1
+    assert adaptive.answer_half_width(sd, dof, [(2 + k - k // 2, 2 + k // 2)]) <= 0.1
+    assert adaptive.answer_half_width(sd, dof, [(2 + (k - 1) - (k - 1) // 2, 2 + (k - 1) // 2)]) > 0.1
 
 
 def test_where_the_interval_lies_plays_no_part():
