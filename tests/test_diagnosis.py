@@ -261,7 +261,7 @@ def test_a_recorded_exception_outranks_a_hang_declared_after_it(status, errors, 
     new_status, d = found
     assert (new_status, d["cause"], d["culprit_rank"]) == expected, d
     assert d["summary"].startswith(f"crashed: rank {expected[2]}: "), d["summary"]
-    assert f"raised 10.0 s before the watchdog declared a {status}" in d["summary"], d["summary"]
+    assert f"raised first, 10.0 s before the watchdog declared a {status}" in d["summary"], d["summary"]
     assert (d["previous_status"], d["previous_cause"]) == (status, "stalled_worker"), d
     assert d["previous_summary"] == HANG["summary"] and d["threshold_s"] == 10.0  # what the hang said is kept
     assert d["remedy"] == CAUSES[expected[1]].remedy

@@ -278,7 +278,8 @@ def test_a_crashed_rank_reaped_late_is_the_cause_not_the_hang_after_it(tmp_path)
     assert result["status"] == "crashed" and d["cause"] == "crash" and d["culprit_rank"] == 1, d
     assert d["summary"].startswith("crashed: rank 1: a rank raised an exception (rank 1 raised RuntimeError: injected "
                                    "fault crash-rank"), d["summary"]
-    assert "before the watchdog declared a hang" in d["summary"], d["summary"]
+    assert "; rank 1 raised first, " in d["summary"], d["summary"]
+    assert "before the watchdog declared a hang, its consequence" in d["summary"], d["summary"]
     assert d["previous_status"] == "hang" and d["previous_cause"] != "crash", d
     assert result["watchdog"]["killed_by_watchdog"] and result["watchdog"]["survivors"] == [], result["watchdog"]
     jsonschema.validate(result, SCHEMA)

@@ -69,8 +69,8 @@ def crash_before_hang(status: str, diag: dict, ev: dict, detected_t: float) -> t
         return None
     crashed, found = diagnose_exit(dict(ev, errors=before))
     lead = min(primary, key=lambda e: e["time"])
-    summary = (f"{found['summary']}; rank {lead['rank']} raised {detected_t - lead['time']:.1f} s before the watchdog "
-               f"declared a {status}, its consequence (the rank starter had not yet reaped the failed rank)")
+    summary = (f"{found['summary']}; rank {lead['rank']} raised first, {detected_t - lead['time']:.1f} s before the "
+               f"watchdog declared a {status}, its consequence (the rank starter had not yet reaped the failed rank)")
     fields = {k: found[k] for k in ("cause_text", "remedy", "error_excerpt") if found.get(k) is not None}
     evidence = found["evidence"] + [f"rank {lead['rank']}'s error record was written {detected_t - lead['time']:.1f} s "
                                     f"before the {status} was declared"]
