@@ -1,5 +1,7 @@
 # The aggregate's files, listed once (analysis.AGGREGATE_FILES): its outputs, the report's inputs.
-AGGREGATE = {name: f"results/aggregate/{file}" for name, file in AGGREGATE_FILES.items()}
+AGGREGATE = {
+    name: f"results/aggregate/{file}" for name, file in AGGREGATE_FILES.items()
+}
 
 
 rule aggregate:
