@@ -169,13 +169,14 @@ class PygAdapter(Adapter):
         super().__init__(cfg, graph, rank, world_size, device)
         self.backend = sampler_backend()
         self.data = to_pyg_data(graph)
+        hops_from = ("from the sampler" if self.backend == "pyg-lib"
+                     else "derived from the sampled subgraph: runners.adapters.pyg.hop_counts")
         self.choices = {
             "graph_input": "adj_t SparseTensor on the memory-mapped CSC (zero-copy"
                            + ("; PyG copies it to shared memory for its workers)" if cfg.workers else ")"),
             "sampler": f"torch_geometric.loader.NeighborLoader ({self.backend})",
-            "layer_compute": (("trim_to_layer (per-hop counts from the sampler)" if self.backend == "pyg-lib" else
-                               "trim_to_layer (per-hop counts derived from the sampled subgraph: runners.adapters."
-                               "pyg.hop_counts)") if cfg.pyg_trim else "all sampled nodes every layer"),
+            "layer_compute": f"trim_to_layer (per-hop counts {hops_from})" if cfg.pyg_trim
+                             else "all sampled nodes every layer",
             "seed_split": ("Lightning's DistributedSampler (loader built in a LightningDataModule hook, "
                            "as the seed study did)" if cfg.harness == "study"
                            else "harness: fresh equal padded share per rank every epoch (same as DGL)"),

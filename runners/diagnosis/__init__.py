@@ -14,8 +14,8 @@ interrupted), servers (the partitioned strategy's graph servers), overrides (wha
 """
 
 from runners.diagnosis.causes import CAUSES, RUN_CAUSES, SKIP_CAUSES, Cause, Diagnosis, Outcome
-from runners.diagnosis.exits import (PEER_LOST, cause_errors, classify_exit, decide_exit, diagnose_divergence, diagnose_exit,
-                                     diagnose_interruption, shm_exhaustion, skipped, worker_deaths)
+from runners.diagnosis.exits import (PEER_LOST, cause_errors, classify_exit, decide_exit, diagnose_divergence,
+                                     diagnose_exit, diagnose_interruption, shm_exhaustion, skipped, worker_deaths)
 from runners.diagnosis.overrides import (OVERRIDES, Override, adopted, apply_oom, crash_before_hang, diagnose_vanished,
                                         vanished_line)
 from runners.diagnosis.ranks import (FROZEN_STATES, blame, group_ranks, is_frozen, progress_key, progress_line,
@@ -26,9 +26,9 @@ from runners.diagnosis.stop import (cause_label, decide_stop, diagnose_stop, fd_
                                     stop_summary)
 
 __all__ = ["CAUSES", "RUN_CAUSES", "SKIP_CAUSES", "Cause", "Diagnosis", "Outcome", "PEER_LOST", "cause_errors",
-           "classify_exit", "decide_exit", "diagnose_divergence", "diagnose_exit", "diagnose_interruption", "shm_exhaustion",
-           "skipped", "worker_deaths", "OVERRIDES", "Override", "adopted", "apply_oom", "crash_before_hang", "diagnose_vanished",
-           "vanished_line", "FROZEN_STATES", "blame", "group_ranks", "is_frozen", "progress_key", "progress_line",
+           "classify_exit", "decide_exit", "diagnose_divergence", "diagnose_exit", "diagnose_interruption",
+           "shm_exhaustion", "skipped", "worker_deaths", "OVERRIDES", "Override", "adopted", "apply_oom",
+           "crash_before_hang", "diagnose_vanished", "vanished_line", "FROZEN_STATES", "blame", "group_ranks", "is_frozen", "progress_key", "progress_line",
            "rank_ranges", "diagnose_stalled_server", "lost_server", "remote_server", "remote_server_stall",
            "server_stall", "cause_label", "decide_stop", "diagnose_stop", "fd_exhaustion", "fd_remedy", "remedy_for",
            "stop_summary"]
