@@ -65,6 +65,11 @@ SUMMARY_COLUMNS = (
 )
 # The mean time per step and per phase (summary.step_breakdown_s).
 BREAKDOWN_COLUMNS = tuple(f"step_{p}" for p in PHASE_COLUMNS) + ("step_s",)
+# The mean work of one step (summary.work_per_step: seeds, sampled nodes and edges, feature bytes,
+# and each layer's reads, node and edge updates summed over the layers), and layer by layer
+# (summary.work_per_layer, ';'-joined means, first layer first).
+STEP_WORK_COLUMNS = tuple(f"step_{k}" for k, _ in record.WORK_FIELDS)
+LAYER_WORK_COLUMNS = tuple(f"step_{k}" for k, _ in record.LAYER_FIELDS)
 ENV_COLUMNS = (
     "python", "torch", "torch_geometric", "dgl", "pyg_lib", "torch_sparse", "numpy",
     "pyg_sampler_backend", "dgl_cuda", "gpus", "cpu_model", "cpu_cores", "memory_bytes",
@@ -74,6 +79,7 @@ ENV_COLUMNS = (
 RUN_COLUMNS = (
     ("run_id", "run_name", "status") + CONFIG_COLUMNS + ("loader_variant", "world_size", "processes", "oversubscribed")
     + SUMMARY_COLUMNS + PRECISION_COLUMNS + ("steady_seed_nodes_per_s",) + BREAKDOWN_COLUMNS
+    + STEP_WORK_COLUMNS + LAYER_WORK_COLUMNS
     + ("wall_time_s", "started_at", "finished_at", "epochs_completed", "steps_per_epoch", "parameters")
     + WORK_COLUMNS + (
        "seed_base", "adapter_choices", "nvml_available", "nvml_reason", "preflight_warnings",
@@ -140,8 +146,9 @@ class Aggregate:
 
 # Identifiers are read as text. A git commit such as 82e2673948578c37... starts like a float with a huge
 # exponent, and pandas' C parser (2.3.3) crashed on it with a segmentation fault.
+# The per-layer lists stay text too ("60" of a one-layer model is not a number to re-format).
 TEXT_COLUMNS = ("scheduler", "scheduler_job", "scheduler_nodes", "mem_host_peaks", "run_id", "run_name",
-                "env_git_commit", "env_dataset_hash")
+                "env_git_commit", "env_dataset_hash") + LAYER_WORK_COLUMNS + tuple(k for k, _ in record.LAYER_FIELDS)
 
 
 def _read_csv(path: Path, columns) -> pd.DataFrame:
@@ -292,6 +299,12 @@ def summary_columns(summary: dict) -> dict:
     row.update({k: prec.get(k) for k in PRECISION_COLUMNS})
     row.update({f"step_{p}": breakdown.get(p) for p in PHASE_COLUMNS})
     row["step_s"] = breakdown.get("step_s")
+    work = summary.get("work_per_step") or {}
+    row.update({f"step_{k}": work.get(k) for k, _ in record.WORK_FIELDS})
+    layers = summary.get("work_per_layer") or []
+    for (k, _), column in zip(record.LAYER_FIELDS, LAYER_WORK_COLUMNS):
+        part = k.removesuffix("_by_layer")
+        row[column] = ";".join(f"{w[part]:g}" for w in layers) or None
     return row
 
 

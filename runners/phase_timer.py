@@ -106,7 +106,6 @@ class StepRecorder:
         edges = self._edges
         phases = ([b - a for a, b in zip(edges, edges[1:])] if self.phases_valid
                   else [None] * len(record.PHASE_COLUMNS))
-        return StepRow(epoch=self.epoch, step=self.step, seed_nodes=batch.seed_nodes,
-                       sampled_nodes=batch.sampled_nodes, sampled_edges=batch.sampled_edges,
+        return StepRow(epoch=self.epoch, step=self.step, **batch.work(),
                        **dict(zip(record.PHASE_COLUMNS, phases)), step_s=edges[-1] - edges[0],
                        loss=loss.detach(), seed_id_sum=int(batch.seed_ids.sum()))

@@ -47,8 +47,14 @@ class Row:
 
 
 # Columns the step and epoch records share: the batches' work and the phase times (None where
-# they are not measurements: CUDA without synchronisation).
-WORK_FIELDS = [("seed_nodes", int), ("sampled_nodes", int), ("sampled_edges", int)]
+# they are not measurements: CUDA without synchronisation). The work, from the frameworks' own
+# batch objects (runners.adapters.Batch.work): seeds, distinct sampled nodes and edges, the bytes
+# of input features gathered, and summed over the model's layers what each layer reads (source
+# nodes), writes (destination nodes) and passes messages over (edges); a step also lists them
+# layer by layer (LAYER_FIELDS, ';'-joined, first layer first). docs/records.md has the units.
+WORK_FIELDS = [("seed_nodes", int), ("sampled_nodes", int), ("sampled_edges", int), ("feature_bytes", int),
+               ("layer_src_nodes", int), ("layer_dst_nodes", int), ("layer_edges", int)]
+LAYER_FIELDS = [("src_nodes_by_layer", str), ("dst_nodes_by_layer", str), ("edges_by_layer", str)]
 PHASE_FIELDS = [(p, "float | None") for p in PHASE_COLUMNS]
 
 
@@ -82,7 +88,8 @@ class _Epoch(Row):
 
 
 StepRow = make_dataclass("StepRow", [("epoch", int), ("step", int), *WORK_FIELDS, *PHASE_FIELDS, ("step_s", float),
-                                     ("loss", object), ("seed_id_sum", int)], bases=(_Step,), slots=True)
+                                     ("loss", object), ("seed_id_sum", int), *LAYER_FIELDS],
+                          bases=(_Step,), slots=True)
 EpochRow = make_dataclass("EpochRow", [("epoch", int), ("rank", int), ("time_s", float), ("steps", int),
                                        ("loss", "float | None"), *WORK_FIELDS, *PHASE_FIELDS],
                           bases=(_Epoch,), slots=True)
@@ -191,19 +198,40 @@ def _rank_entry(r: int, info: dict) -> dict:
             "probe_cost_s": info.get("probe_cost_s"), "adapter_choices": info.get("adapter_choices")}
 
 
-def _step_breakdown(out: Path, local_ranks: list):
+def _step_breakdown(rows: list):
     """Mean time per phase over every synchronised step of the ranks (None: no such step)."""
     sums: dict = {}
     count = 0
-    for r in local_ranks:
-        for row in read_rank_rows(out, r, "steps") or []:
-            if row["load_wait_s"] in ("", None):
-                continue  # unsynchronised GPU steps carry no phase times (see the harness)
-            count += 1
-            for k in PHASE_COLUMNS + ("step_s",):
-                if row.get(k) not in (None, ""):  # prepare_s is absent from older harnesses' files
-                    sums[k] = sums.get(k, 0.0) + float(row[k])
+    for row in rows:
+        if row["load_wait_s"] in ("", None):
+            continue  # unsynchronised GPU steps carry no phase times (see the harness)
+        count += 1
+        for k in PHASE_COLUMNS + ("step_s",):
+            if row.get(k) not in (None, ""):  # prepare_s is absent from older harnesses' files
+                sums[k] = sums.get(k, 0.0) + float(row[k])
     return {k: v / count for k, v in sums.items()} if count else None
+
+
+def layer_work(rows: list) -> list | None:
+    """The mean work of each layer per step over steps.csv `rows` (LAYER_FIELDS): [{layer,
+    src_nodes, dst_nodes, edges}], first layer first; None when the rows list no layers (older
+    files, or a batch type that does not say)."""
+    names = [name for name, _ in LAYER_FIELDS]
+    per = [[[int(v) for v in row[n].split(";")] for n in names] for row in rows if row.get(names[0])]
+    if not per:
+        return None
+    sums = np.asarray(per, dtype=float).mean(axis=0)  # (field, layer)
+    return [{"layer": i, **{n.removesuffix("_by_layer"): round(float(sums[j][i]), 3) for j, n in enumerate(names)}}
+            for i in range(sums.shape[1])]
+
+
+def work_per_step(epochs: list) -> dict | None:
+    """The mean work of one step (WORK_FIELDS) over every rank's epochs; None without steps."""
+    steps = sum(e.get("steps") or 0 for e in epochs)
+    if not steps:
+        return None
+    return {k: (round(sum(e[k] for e in epochs) / steps, 3) if all(e.get(k) is not None for e in epochs)
+                else None) for k, _ in WORK_FIELDS}
 
 
 def collect_measurements(out: Path, local_ranks: list) -> dict:
@@ -223,8 +251,9 @@ def collect_measurements(out: Path, local_ranks: list) -> dict:
         entry["seed_nodes_per_epoch"] = [e.get("seed_nodes") for e in mine]
     validation = [{"epoch": int(v["epoch"]), "accuracy": float(v["accuracy"])}
                   for v in read_rank_rows(out, local_ranks[0], "validation") or []] if local_ranks else []
+    steps = [row for r in local_ranks for row in read_rank_rows(out, r, "steps") or []]
     return {"epochs": epochs, "ranks": ranks, "seeds": seeds, "validation": validation,
-            "breakdown": _step_breakdown(out, local_ranks), "infos": infos}
+            "breakdown": _step_breakdown(steps), "layer_work": layer_work(steps), "infos": infos}
 
 
 # -- derived figures -----------------------------------------------------------------------------
@@ -322,6 +351,8 @@ def summarise(m: dict, cfg, reference: dict | None = None) -> dict:
         **_accuracy_figures(m, cfg, reference, epoch_times, rank0),
         "startup_s": startup,
         "step_breakdown_s": m["breakdown"],
+        "work_per_step": work_per_step(m["epochs"]),
+        "work_per_layer": m.get("layer_work"),
         "first_loss": rank0[0]["loss"] if rank0 else None,
         "last_loss": rank0[-1]["loss"] if rank0 else None,
         "rank_train_times_s": times,

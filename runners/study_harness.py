@@ -164,8 +164,7 @@ def _step_row(epoch: int, step: int, t: dict, end: float, loss) -> StepRow:
     step's batch out of `t`."""
     b = t.pop("batch")
     return StepRow(
-        epoch=epoch, step=step, seed_nodes=b.seed_nodes, sampled_nodes=b.sampled_nodes,
-        sampled_edges=b.sampled_edges, load_wait_s=t["fetched"] - t["last"],
+        epoch=epoch, step=step, **b.work(), load_wait_s=t["fetched"] - t["last"],
         prepare_s=t["prepared"] - t["fetched"], copy_s=t["copied"] - t["prepared"],
         forward_s=t["forward"] - t["copied"], backward_s=t["backward"] - t["forward"],
         optimizer_s=end - t["backward"], step_s=end - t["last"], loss=float(loss.detach()),

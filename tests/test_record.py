@@ -5,21 +5,26 @@ import json
 import jsonschema
 
 from runners import record, result
+from runners.adapters import Batch, LayerWork
 from runners.record import EpochRow, RowAppender, StepRow
 from runners.rundir import RunDir, is_run_entry, relative_files
 
 
 def _step(epoch, step, seeds, phases, loss):
-    return StepRow(epoch=epoch, step=step, seed_nodes=seeds, sampled_nodes=10 * seeds, sampled_edges=20 * seeds,
-                   **dict(zip(record.PHASE_COLUMNS, phases)), step_s=sum(p or 0 for p in phases), loss=loss,
-                   seed_id_sum=7)
+    # two layers, as a DGL block pair would give them: 10*seeds rows read, 3*seeds then seeds written
+    layers = (LayerWork(10 * seeds, 3 * seeds, 15 * seeds), LayerWork(3 * seeds, seeds, 5 * seeds))
+    batch = Batch(inputs=None, labels=None, seed_nodes=seeds, sampled_nodes=10 * seeds, sampled_edges=20 * seeds,
+                  layers=layers, feature_bytes=400 * seeds)
+    return StepRow(epoch=epoch, step=step, **batch.work(), **dict(zip(record.PHASE_COLUMNS, phases)),
+                   step_s=sum(p or 0 for p in phases), loss=loss, seed_id_sum=7)
 
 
 def test_rows_are_written_in_the_contract_order_and_read_back_by_name(tmp_path):
     # docs/CONTRACTS.md's steps.csv columns, in order
-    assert record.STEP_COLUMNS == ("epoch", "step", "seed_nodes", "sampled_nodes", "sampled_edges", "load_wait_s",
+    assert record.STEP_COLUMNS == ("epoch", "step", "seed_nodes", "sampled_nodes", "sampled_edges", "feature_bytes",
+                                   "layer_src_nodes", "layer_dst_nodes", "layer_edges", "load_wait_s",
                                    "prepare_s", "copy_s", "forward_s", "backward_s", "optimizer_s", "step_s",
-                                   "loss", "seed_id_sum")
+                                   "loss", "seed_id_sum", "src_nodes_by_layer", "dst_nodes_by_layer", "edges_by_layer")
     steps = [_step(0, 0, 4, [0.5, 0.1, 0.0, 0.2, 0.3, 0.1], 2.0), _step(0, 1, 2, [0.25] * 6, 1.0)]
     RowAppender(RunDir(tmp_path).rank_file(1, "steps"), StepRow).write(steps)
     RowAppender(RunDir(tmp_path).rank_file(1, "epochs"), EpochRow).write(
@@ -31,6 +36,26 @@ def test_rows_are_written_in_the_contract_order_and_read_back_by_name(tmp_path):
     assert (epoch["steps"], epoch["seed_nodes"], epoch["loss"], epoch["load_wait_s"], epoch["time_s"]) == (
         "2", "6", "1.5", "0.75", "1.234568")
     assert record.read_rank_rows(tmp_path, 3, "steps") is None and record.read_rank_info(tmp_path, 1) is None
+
+
+def test_the_work_of_a_step_is_summed_per_epoch_and_averaged_per_layer(tmp_path):
+    steps = [_step(0, 0, 4, [0.1] * 6, 2.0), _step(0, 1, 2, [0.1] * 6, 1.0)]
+    assert (steps[0].layer_src_nodes, steps[0].layer_dst_nodes, steps[0].layer_edges) == (52, 16, 80)
+    assert (steps[0].edges_by_layer, steps[1].dst_nodes_by_layer) == ("60;20", "6;2")
+    RowAppender(RunDir(tmp_path).rank_file(0, "steps"), StepRow).write(steps)
+    RowAppender(RunDir(tmp_path).rank_file(0, "epochs"), EpochRow).write(
+        [EpochRow.of_steps(0, 0, steps, 1.0, phases_valid=True)])
+    m = record.collect_measurements(tmp_path, [0])
+    assert (m["epochs"][0]["layer_edges"], m["epochs"][0]["feature_bytes"]) == (120, 2400)
+    assert m["layer_work"] == [{"layer": 0, "src_nodes": 30.0, "dst_nodes": 9.0, "edges": 45.0},
+                               {"layer": 1, "src_nodes": 9.0, "dst_nodes": 3.0, "edges": 15.0}]
+    per_step = record.work_per_step(m["epochs"])
+    assert (per_step["seed_nodes"], per_step["layer_edges"], per_step["feature_bytes"]) == (3.0, 60.0, 1200.0)
+    schema = json.loads(result.SCHEMA_PATH.read_text())["properties"]
+    assert list(jsonschema.Draft202012Validator(schema["epochs"]).iter_errors(m["epochs"])) == []
+    summary = {"work_per_step": per_step, "work_per_layer": m["layer_work"]}
+    for key in summary:
+        assert list(jsonschema.Draft202012Validator(schema["summary"]["properties"][key]).iter_errors(summary[key])) == []
 
 
 def test_unsynchronised_phases_stay_empty_and_pass_the_schema(tmp_path):

@@ -15,6 +15,21 @@ from typing import Any, Callable, NamedTuple, Optional
 from runners.adapters import registry
 
 
+class LayerWork(NamedTuple):
+    """What one layer of the model computes on in one step: the rows it reads (source nodes),
+    the rows it writes (destination nodes: the linear parts' work) and the edges it passes
+    messages over (before self-loops, which add one per destination node in both frameworks)."""
+
+    src_nodes: int
+    dst_nodes: int
+    edges: int
+
+
+def block_work(blocks) -> tuple:
+    """LayerWork of DGL message-flow blocks, first layer first (a block's own counts)."""
+    return tuple(LayerWork(int(b.num_src_nodes()), int(b.num_dst_nodes()), int(b.num_edges())) for b in blocks)
+
+
 @dataclass
 class Batch:
     """A mini-batch as the harness sees it, whatever the framework."""
@@ -25,6 +40,17 @@ class Batch:
     sampled_nodes: int  # distinct nodes whose input features the batch gathered
     sampled_edges: int  # edges of the sampled subgraph over all layers (before self-loops)
     seed_ids: Any = None  # the seed node ids (CPU tensor): what the loader really delivered
+    layers: tuple = ()  # LayerWork per layer, first layer first: what the model computes on
+    feature_bytes: int = 0  # bytes of input features the batch gathered
+
+    def work(self) -> dict:
+        """The step's work columns (runners.record.WORK_FIELDS): counts, per-layer sums and
+        the per-layer lists (';'-joined, first layer first)."""
+        per = {k: [getattr(w, k) for w in self.layers] for k in LayerWork._fields}
+        return {"seed_nodes": self.seed_nodes, "sampled_nodes": self.sampled_nodes,
+                "sampled_edges": self.sampled_edges, "feature_bytes": int(self.feature_bytes),
+                **{f"layer_{k}": sum(v) for k, v in per.items()},
+                **{f"{k}_by_layer": ";".join(map(str, v)) for k, v in per.items()}}
 
 
 # How each framework's loader uses host memory, for the launcher's memory model

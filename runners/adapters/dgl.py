@@ -42,8 +42,8 @@ import torch  # noqa: E402
 from dgl.nn.pytorch import GATConv, GraphConv, SAGEConv  # noqa: E402
 from torch.utils.data.datapipes.iter.sharding import SHARDING_PRIORITIES, ShardingFilterIterDataPipe  # noqa: E402
 
-from runners.adapters import (Adapter, Batch, ModelBuilder, between_layers, layer_choice, shared_tensor,  # noqa: E402
-                              layer_shapes, model_builder)
+from runners.adapters import (Adapter, Batch, ModelBuilder, between_layers, block_work, layer_choice,  # noqa: E402
+                              layer_shapes, model_builder, shared_tensor)
 from runners.adapters.registry import MODELS  # noqa: E402
 from runners.adapters.dgl_data import to_dgl_graph  # noqa: E402
 
@@ -256,11 +256,13 @@ class DglAdapter(Adapter):
             input_nodes, output_nodes, blocks = raw
             x = blocks[0].srcdata["feat"]
             y = blocks[-1].dstdata["label"]
-        edges = sum(int(b.num_edges()) for b in blocks)
+        work = block_work(blocks)
         if self.loops:
             blocks = [add_self_loops(b) for b in blocks]
         return Batch(inputs=(blocks, x), labels=y, seed_nodes=int(output_nodes.numel()),
-                     sampled_nodes=int(input_nodes.numel()), sampled_edges=edges, seed_ids=output_nodes)
+                     sampled_nodes=int(input_nodes.numel()), sampled_edges=sum(w.edges for w in work),
+                     seed_ids=output_nodes,
+                     layers=work, feature_bytes=x.numel() * x.element_size())
 
     def to_device(self, batch: Batch) -> Batch:
         if self.device.type == "cpu":

@@ -30,7 +30,7 @@ import dgl  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from runners.adapters import Adapter, Batch, layer_choice  # noqa: E402
+from runners.adapters import Adapter, Batch, block_work, layer_choice  # noqa: E402
 
 GRAPH_NAME = "gnnscale"  # DGL's graph name: its partition config is GRAPH_NAME.json
 PART_CONFIG = f"{GRAPH_NAME}.json"
@@ -176,12 +176,14 @@ class DistDglAdapter(Adapter):
         input_nodes, output_nodes, blocks = raw
         x = self.g.ndata["feat"][input_nodes]
         y = self.g.ndata["label"][output_nodes]
-        edges = sum(int(b.num_edges()) for b in blocks)
+        work = block_work(blocks)
         if self.loops:
             blocks = [add_self_loops(b) for b in blocks]
         seed_ids = torch.from_numpy(np.asarray(self.orig_ids[output_nodes.numpy()]))
         return Batch(inputs=(blocks, x), labels=y, seed_nodes=int(output_nodes.numel()),
-                     sampled_nodes=int(input_nodes.numel()), sampled_edges=edges, seed_ids=seed_ids)
+                     sampled_nodes=int(input_nodes.numel()), sampled_edges=sum(w.edges for w in work),
+                     seed_ids=seed_ids,
+                     layers=work, feature_bytes=x.numel() * x.element_size())
 
     def to_device(self, batch: Batch) -> Batch:
         return batch

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import torch
 
-from runners.adapters import (Adapter, Batch, ModelBuilder, between_layers, layer_choice, layer_shapes,
-                              model_builder)
+from runners.adapters import (Adapter, Batch, LayerWork, ModelBuilder, between_layers, layer_choice,
+                              layer_shapes, model_builder)
 from runners.adapters.pyg_data import to_pyg_data
 
 
@@ -133,6 +133,16 @@ def hop_counts(edge_index, batch_size: int, num_nodes: int, hops: int) -> tuple:
     return nodes, edges
 
 
+def trimmed_layer_work(nodes_per_hop, edges_per_hop) -> tuple:
+    """LayerWork of every layer under trim_to_layer: layer i (of L, counted from the input)
+    drops the outermost i hops, so it computes on the nodes of hops 0..L-i and the edges of
+    hops 1..L-i (untrimmed, every layer computes on the whole sampled subgraph)."""
+    nodes, edges = [int(n) for n in nodes_per_hop], [int(e) for e in edges_per_hop]
+    hops = len(edges)
+    return tuple(LayerWork(sum(nodes[:hops + 1 - i]), sum(nodes[:hops + 1 - i]), sum(edges[:hops - i]))
+                 for i in range(hops))
+
+
 class PygModel(torch.nn.Module):
     """A stack of PyG convolutions, built by MODEL_BUILDERS[model] from layer_shapes()."""
 
@@ -225,11 +235,17 @@ class PygAdapter(Adapter):
     def unpack(self, raw) -> Batch:
         row, col, _ = raw.adj_t.coo()  # adj_t rows are destinations
         edge_index = torch.stack([col, row], dim=0)
-        extra = self._hops(raw, edge_index) if self.cfg.pyg_trim else (None, None)
+        nodes, edges = int(raw.num_nodes), int(edge_index.size(1))
+        layers = len(self.cfg.fanouts_framework)
+        if self.cfg.pyg_trim:
+            extra = self._hops(raw, edge_index)
+            work = trimmed_layer_work(*extra)
+        else:
+            extra, work = (None, None), (LayerWork(nodes, nodes, edges),) * layers
         return Batch(inputs=(raw.x, edge_index, raw.batch_size, *extra),
                      labels=raw.y[: raw.batch_size], seed_nodes=int(raw.batch_size),
-                     sampled_nodes=int(raw.num_nodes), sampled_edges=int(edge_index.size(1)),
-                     seed_ids=raw.n_id[: raw.batch_size])
+                     sampled_nodes=nodes, sampled_edges=edges, seed_ids=raw.n_id[: raw.batch_size],
+                     layers=work, feature_bytes=raw.x.numel() * raw.x.element_size())
 
     def _hops(self, raw, edge_index) -> tuple:
         """The per-hop counts trim_to_layer reads: the sampler's own (pyg-lib), else hop_counts."""
