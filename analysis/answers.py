@@ -105,7 +105,28 @@ def _model_speed(g: pd.DataFrame, pair, exp, intervals: list) -> list:
     clear = int((g["verdict"] == f"{framework_label(win)} faster").sum())
     return [(f"{model}: {framework_label(win)} is faster; {framework_label(lose)} takes ", None),
             (f"{slow['estimate']:.2f}×", "#speed"), (" as long", None), *_detail(slow, *rng, n),
-            ("; clear in ", None), (f"{clear} of {n}", "#speed"), (" configurations. ", None)]
+            ("; clear in ", None), (f"{clear} of {n}", "#speed"), (" configurations. ", None),
+            *_why(g, lose, win)]
+
+
+def _why(g: pd.DataFrame, slow: str, fast: str) -> list:
+    """'Why: PyG computes 1.73× DGL's edge updates per step (1.70×–1.76×) at 1.80× its time per
+    update (95% CI 1.71–1.90). ': the time ratio split into work and time per unit of work
+    (tables.work), over the configurations as the time ratio is; nothing where no work was recorded."""
+    g = g[g["edges_work"].notna() & (g["edges_work"] > 0)] if "edges_work" in g else g.iloc[0:0]
+    if g.empty:
+        return []
+    flip = slow == g["b"].iloc[0]  # the rows hold a / b; the sentence speaks of the slower one
+    work = g["edges_work"].map(lambda v: 1 / v if flip else v)
+    per = g.assign(per_edge=1 / g["per_edge"], low=1 / g["per_edge_high"], high=1 / g["per_edge_low"]) if flip \
+        else g.assign(low=g["per_edge_low"], high=g["per_edge_high"])
+    c = _combined(per, "per_edge")
+    gm = math.exp(sum(math.log(v) for v in work) / len(work))
+    spread = f" ({work.min():.2f}×–{work.max():.2f}×)" if len(work) > 1 else ""
+    ci = "" if pd.isna(c["low"]) else f" (95% CI {c['low']:.2f}–{c['high']:.2f})"
+    s, f = framework_label(slow), framework_label(fast)
+    return [(f"Why: {s} computes ", None), (f"{gm:.2f}×", "#work"), (f" {f}'s edge updates per step{spread} at ", None),
+            (f"{c['estimate']:.2f}×", "#work"), (f" its time per update{ci}. ", None)]
 
 
 def speed_answer(speed: pd.DataFrame, exp) -> Answer:

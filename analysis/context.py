@@ -63,6 +63,12 @@ class Context:
         return speed_data(self.runs)
 
     @cached_property
+    def work(self) -> pd.DataFrame:
+        """tables.work.work_data: each pair's time ratio split into work and time per unit of work."""
+        from analysis.tables.work import work_data
+        return work_data(self.speed, self.perf)
+
+    @cached_property
     def gap(self) -> pd.DataFrame:
         """speedup_gap.gap_data: where each multi-device point's missing speed-up went."""
         from analysis import speedup_gap

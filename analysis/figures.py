@@ -25,6 +25,9 @@ CAPTIONS = {
     "runtime_vs_devices": "Training time (slowest rank) against devices, one panel per model and batch "
                           "size, like the seed study's Figure 1. An X marks a configuration without an ok run.",
     "runtime_vs_devices_all": "The same for every experiment of the sweep (one row per experiment and model).",
+    "work": "Per configuration, the epoch-time ratio of the two frameworks and the two factors it splits into: "
+            "the ratio of their edge updates per step (work) and of their time per edge update (95% intervals "
+            "on the time ratios).",
     "speedup": "Speed-up over the fewest devices; the dashed line is ideal linear scaling.",
     "speedup_gap": "Per multi-device point: the ideal epoch time (the fewest devices' epoch time / N) and "
                    "the measured gap to it split into extra steps, loader wait, compute contention, gradient "

@@ -13,6 +13,7 @@ from analysis.grouping import paper_order, performance_runs
 from analysis.noise import caption as noise_caption
 from analysis.noise import pooled_noise
 from analysis.stats import CI_METHOD_RATIO
+from analysis.tables.work import with_work
 from analysis.tables.scaling import OVERSUBSCRIBED_MARK, OVERSUBSCRIBED_TEXT, SCALING_VALUE
 
 SPEED_KEYS = ("experiment", "model", "devices", "batch_size", "workers")
@@ -25,19 +26,20 @@ def speed_anchor(experiment, a, b, model, devices, batch_size, workers) -> str:
 
 def speed_data(runs: pd.DataFrame) -> pd.DataFrame:
     """Every pair of frameworks per experiment and configuration: the ratio of their steady-state
-    epoch times (a / b, above 1: b is faster) with its 95% interval and verdict (performance runs)."""
+    epoch times (a / b, above 1: b is faster) with its 95% interval and verdict (performance runs),
+    and the ratios of their work per step and time per edge update (tables.work.with_work)."""
     cols = ["a", "b", *SPEED_KEYS, "n_a", "n_b", "estimate", "low", "high", "dof", "verdict", "oversubscribed"]
     perf = performance_runs(runs)
     parts = [framework_comparison(perf, SCALING_VALUE, "ratio", pair).assign(a=pair[0], b=pair[1])
              for pair in framework_pairs(perf)]
     parts = [p for p in parts if not p.empty]
     if not parts:
-        return pd.DataFrame(columns=cols)
+        return with_work(pd.DataFrame(columns=cols), perf)
     data = pd.concat(parts, ignore_index=True)
     over = perf.assign(o=perf.get("oversubscribed", False)).groupby(list(SPEED_KEYS))["o"].agg(
         lambda v: bool(v.fillna(False).astype(bool).any()))
     data["oversubscribed"] = [bool(over.get(tuple(r[k] for k in SPEED_KEYS), False)) for r in data.to_dict("records")]
-    return data[cols]
+    return with_work(data[cols], perf)
 
 
 def speed_table(data: pd.DataFrame, perf: pd.DataFrame) -> TableSet:

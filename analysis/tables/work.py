@@ -1,0 +1,141 @@
+"""Why one framework is slower: its epoch-time ratio split into work and time per unit of work.
+
+Per framework pair and configuration, time ratio = work ratio x time-per-work ratio. The work is
+what the runs recorded per step from the frameworks' own batch objects (runners.adapters.Batch.work,
+the mean per step in runs.csv's step_* work columns). The unit of work is the edge update (a
+message over one edge in one layer, summed over the layers) for GraphSAGE and GAT alike: their
+aggregation runs over edges, and it is the unit in which PyG's untrimmed layers and DGL's
+shrinking blocks differ most. Node updates (the rows each layer writes: the linear parts) stand
+beside it. The steps of both frameworks' runs at a configuration train the same seeds, so a run's
+epoch time is its steps' time and the ratios of epoch time and of step time agree.
+
+A configuration's work varies little between its runs (the caption states the largest spread),
+so a time-per-work ratio carries the time ratio's 95% interval (the pooled launch noise of the
+speed table) divided by the work ratio. Per phase: the forward and backward passes against edge
+updates, and the loader's wait against the edges sampled (with loader workers the wait is what
+the workers did not hide, not the sampling itself).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analysis import framework_label, model_label
+from analysis.comparisons import framework_comparison
+from analysis.display import Cell, GridTable, TableSet, index_cells
+from analysis.grouping import paper_order
+from analysis.stats import CI_METHOD_RATIO
+
+KEYS = ("experiment", "model", "devices", "batch_size", "workers")
+# unit -> (runs.csv column of its mean per step, what the page calls it)
+UNITS = {"edges": ("step_layer_edges", "edge updates"), "nodes": ("step_layer_dst_nodes", "node updates"),
+         "sampled": ("step_sampled_edges", "sampled edges"), "features": ("step_feature_bytes", "feature bytes")}
+# Phases whose time is read against a unit of work: name -> (runs.csv time columns, unit, label)
+PHASES = {"compute": (("step_forward_s", "step_backward_s"), "edges", "forward + backward per edge update"),
+          "loader": (("step_load_wait_s",), "sampled", "loader wait per sampled edge")}
+
+
+def work_means(perf: pd.DataFrame) -> pd.DataFrame:
+    """The mean work per step of each framework at each configuration (ok runs), indexed by KEYS +
+    framework, and `edges_spread`: the relative spread (max/min - 1) of edge updates between runs."""
+    ok = perf[perf["status"] == "ok"] if len(perf) else perf
+    cols = [c for c, _ in UNITS.values()]
+    if ok.empty or any(c not in ok for c in cols):
+        return pd.DataFrame()
+    ok = ok.assign(**{c: pd.to_numeric(ok[c], errors="coerce") for c in cols})
+    g = ok.groupby(list(KEYS) + ["framework"], sort=False)
+    means = g[cols].mean()
+    edges = g[UNITS["edges"][0]]
+    means["edges_spread"] = edges.max() / edges.min() - 1
+    return means
+
+
+def with_work(data: pd.DataFrame, perf: pd.DataFrame) -> pd.DataFrame:
+    """tables.speed.speed_data's rows (`data`) with each unit's work ratio a / b (`<unit>_work`) and
+    the time per edge update's ratio with its interval (`per_edge`, `per_edge_low`, `per_edge_high`);
+    NaN where the runs recorded no work (results older than the work columns)."""
+    data = data.copy()
+    means = work_means(perf)
+    for unit in UNITS:
+        data[f"{unit}_work"] = [_ratio(means, r, UNITS[unit][0]) for r in data.to_dict("records")]
+    for k in ("", "_low", "_high"):
+        data[f"per_edge{k}"] = data[{"": "estimate", "_low": "low", "_high": "high"}[k]] / data["edges_work"]
+    return data
+
+
+def _ratio(means: pd.DataFrame, row: dict, column: str) -> float:
+    """Framework a's mean of `column` over framework b's at the row's configuration (NaN: unknown)."""
+    if means.empty:
+        return float("nan")
+    key = tuple(row[k] for k in KEYS)
+    try:
+        a, b = means.loc[key + (row["a"],), column], means.loc[key + (row["b"],), column]
+    except KeyError:
+        return float("nan")
+    return float(a / b) if b and a == a and b == b else float("nan")
+
+
+def work_data(speed: pd.DataFrame, perf: pd.DataFrame) -> pd.DataFrame:
+    """Per pair and configuration with recorded work (speed: tables.speed.speed_data): the epoch-time
+    ratio, the work ratios, the time per edge update, and per phase (PHASES) the phase's time ratio
+    and its time per unit of work, each with its 95% interval."""
+    if speed.empty or "edges_work" not in speed:
+        return pd.DataFrame()
+    data = speed[speed["edges_work"].notna()].copy()
+    if data.empty:
+        return data
+    ok = perf[perf["status"] == "ok"]
+    for phase, (columns, unit, _) in PHASES.items():
+        timed = ok.assign(**{f"step_{phase}": sum(pd.to_numeric(ok[c], errors="coerce") for c in columns)})
+        parts = [framework_comparison(timed, f"step_{phase}", "ratio", pair).assign(a=pair[0], b=pair[1])
+                 for pair in dict.fromkeys(zip(data["a"], data["b"]))]
+        cmp = pd.concat(parts, ignore_index=True)[["a", "b", *KEYS, "estimate", "low", "high"]]
+        cmp = cmp.rename(columns={"estimate": phase, "low": f"{phase}_low", "high": f"{phase}_high"})
+        data = data.merge(cmp, on=["a", "b", *KEYS], how="left")
+        for k in ("", "_low", "_high"):
+            data[f"{phase}_per_work{k}"] = data[f"{phase}{k}"] / data[f"{unit}_work"]
+    return data.reset_index(drop=True)
+
+
+def _ci(r: dict, col: str) -> str:
+    est, lo, hi = r[col], r.get(f"{col}_low"), r.get(f"{col}_high")
+    if est != est:
+        return "–"
+    return f"{est:.2f}×" + ("" if lo is None or lo != lo else f" ({lo:.2f}–{hi:.2f})")
+
+
+def work_table(data: pd.DataFrame, perf: pd.DataFrame) -> TableSet:
+    """Work and time per unit of work, framework against framework per configuration (`data`:
+    work_data); `perf` is where the caption reads how much a configuration's work varies."""
+    grids = []
+    for (exp, a, b), g in (data.groupby(["experiment", "a", "b"], sort=False) if len(data) else []):
+        pair = f"{framework_label(a)} / {framework_label(b)}"
+        header = [[("Model", 1), ("Devices", 1), ("Batch size", 1), ("Workers", 1), ("epoch time", 1),
+                   ("edge updates", 1), ("node updates", 1), ("time per edge update", 1),
+                   (PHASES["compute"][2], 1), (PHASES["loader"][2], 1)]]
+        rows, prev = [], None
+        for r in paper_order(g, ["model", "devices", "batch_size", "workers"]).to_dict("records"):
+            labels = [model_label(r["model"]), str(r["devices"]), str(r["batch_size"]), str(r["workers"])]
+            cells = index_cells(labels, prev)
+            prev = labels
+            r = {**r, "estimate_low": r["low"], "estimate_high": r["high"]}
+            cells += [Cell(_ci(r, "estimate")), Cell(f"{r['edges_work']:.2f}×"), Cell(f"{r['nodes_work']:.2f}×"),
+                      Cell(_ci(r, "per_edge")), Cell(_ci(r, "compute_per_work")), Cell(_ci(r, "loader_per_work"))]
+            rows.append(cells)
+        grids.append(GridTable(f"{exp} · {pair}", header, rows, n_index=4))
+    means = work_means(perf)
+    spread = float(np.nanmax(means["edges_spread"])) if len(means) and means["edges_spread"].notna().any() else None
+    varies = (f" A configuration's edge updates per step vary by at most {100 * spread:.1f} % between its runs, so "
+              "a time per unit of work carries the time ratio's interval divided by the work ratio."
+              if spread is not None else "")
+    return TableSet(
+        "work", "Why one framework is slower: work and time per unit of work",
+        "Per configuration, the first framework over the second: the steady-state epoch time (as the speed "
+        "table), the work per step both recorded from their own batch objects (edge updates: messages over one "
+        "edge in one layer, summed over the layers; node updates: the rows each layer writes), and the time "
+        "per unit of work, so that time ratio = work ratio × time per edge update. Per phase: forward + backward "
+        "per edge update, and the loader's wait per edge sampled (with loader workers, the wait the workers "
+        f"did not hide). 95% intervals: {CI_METHOD_RATIO}.{varies}",
+        data, grids, empty_text="No configuration has ok runs of two frameworks with recorded work "
+                                "(results from before the work columns have none).")
