@@ -145,8 +145,14 @@ def speed_answer(speed: pd.DataFrame, exp) -> Answer:
 
 # -- scaling and where the speed-up goes ----------------------------------------------------
 
+def _largest(what: str, shares: list, noun: str = "part") -> str:
+    """'mostly X' where every share the sentence quotes for X is above half as printed (51% and up),
+    else 'the largest {noun} is X': a fifth of the gap can be its largest part, never most of it."""
+    return f"mostly {what}" if all(round(100 * s) > 50 for s in shares) else f"the largest {noun} is {what}"
+
+
 def _gap_part(gap: pd.DataFrame, fw: str):
-    """(label, row) of the part that takes most of a framework's missing speed-up (median share
+    """(label, row) of the largest part of a framework's missing speed-up (by median share
     over its split points), or None when nothing is missing or nothing could be split."""
     g = gap[(gap["framework"] == fw) & gap["reason"].isna() & (gap["gap_s"] > 0)]
     if g.empty:
@@ -157,7 +163,8 @@ def _gap_part(gap: pd.DataFrame, fw: str):
 
 
 def _gap_parts(gap: pd.DataFrame, fws: list) -> list:
-    """'PyG and DGL: mostly compute contention (PyG 55%, DGL 48% of the gap).'"""
+    """'PyG and DGL: the largest part is compute contention (PyG 55%, DGL 48% of the gap).', frameworks
+    grouped by their largest part; 'mostly' only where each of them loses more than half to it (_largest)."""
     found = {fw: _gap_part(gap, fw) for fw in fws}
     found = {fw: v for fw, v in found.items() if v}
     if not found:
@@ -168,13 +175,15 @@ def _gap_parts(gap: pd.DataFrame, fws: list) -> list:
     out = []
     for top in dict.fromkeys(v[0] for v in found.values()):
         who = [fw for fw, v in found.items() if v[0] == top]
-        out.append((f"{' and '.join(framework_label(f) for f in who)}: mostly {speedup_gap.PART_SHORT[top]} (", None))
+        shares = [found[fw][1][f"{top}_share"] for fw in who]
+        out.append((f"{' and '.join(framework_label(f) for f in who)}: "
+                    f"{_largest(speedup_gap.PART_SHORT[top], shares)} (", None))
         for i, fw in enumerate(who):
             r = found[fw][1]
             out += [(("" if i == 0 else ", ") + (f"{framework_label(fw)} " if len(who) > 1 else ""), None),
                     (f"{100 * r[f'{top}_share']:.0f}%", "#" + speedup_gap.gap_anchor(r))]
         over = any(found[fw][1][f"{top}_share"] > 1 for fw in who)  # the other parts gave time back
-        # Short: with two frameworks each losing most to a different part, this is said twice.
+        # Short: with two frameworks each with a different largest part, this is said twice.
         out.append((" of the gap" + (", others gave time back" if over else "") + "). ", None))
     return out
 
@@ -289,7 +298,7 @@ def _effect_index(axis: str) -> list:
 # -- where a step's time goes ---------------------------------------------------------------
 
 def step_answer(points: pd.DataFrame, exp, runs: pd.DataFrame | None = None) -> Answer:
-    """Per framework the phase that takes most of a step, and the loader's wait (median shares).
+    """Per framework the largest phase of a step, and the loader's wait (median shares).
     `runs`: the experiment's runs, to say why GPU runs have no phases."""
     ans = Answer("breakdown", "Where does a step's time go?")
     p = points[(points["experiment"] == exp) & (points["n_ok"] > 0) & (points["step_s_mean"] > 0)]
@@ -306,7 +315,8 @@ def step_answer(points: pd.DataFrame, exp, runs: pd.DataFrame | None = None) -> 
         g = p[p["framework"] == fw]
         share = {ph: (g[f"step_{ph}_mean"] / g["step_s_mean"]).median() for ph in PHASE_COLUMNS}
         top = max(share, key=share.get)
-        ans.parts += [(("; " if i else "") + f"{framework_label(fw)}: mostly {PHASE_LABELS[top]} (", None),
+        lead = _largest(PHASE_LABELS[top], [share[top]], "phase")
+        ans.parts += [(("; " if i else "") + f"{framework_label(fw)}: {lead} (", None),
                       (f"{100 * share[top]:.0f}%", "#breakdown"), ("), loader wait ", None),
                       (f"{100 * share['load_wait_s']:.0f}%", "#breakdown")]
     ans.parts.append((" (median shares of a step).", None))
