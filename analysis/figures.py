@@ -16,7 +16,7 @@ import pandas as pd
 
 from analysis import REPORT_PLOTS, plots, speedup_gap
 
-FULL_GRIDS = {"runtime_vs_devices": "runtime_vs_devices_all", "breakdown": "breakdown_all"}
+FULL_GRIDS = {"runtime_vs_devices": "runtime_vs_devices_all", "speedup": "speedup_all", "breakdown": "breakdown_all"}
 CAPTIONS = {
     "summary": "One framework's steady-state epoch time over the other's per configuration, with its 95% "
                "interval; the line at 1× is parity, a coloured point's interval excludes it.",
@@ -29,6 +29,7 @@ CAPTIONS = {
             "the ratio of their edge updates per step (work) and of their time per edge update (95% intervals "
             "on the time ratios).",
     "speedup": "Speed-up over the fewest devices; the dashed line is ideal linear scaling.",
+    "speedup_all": "The same for every experiment of the sweep (one row per experiment and model).",
     "speedup_gap": "Per multi-device point: the ideal epoch time (the fewest devices' epoch time / N) and "
                    "the measured gap to it split into extra steps, loader wait, compute contention, gradient "
                    "all-reduce and waiting, and the unexplained rest; parts that gave time back run "
@@ -100,7 +101,7 @@ def not_drawn(runs: pd.DataFrame, figure_data: dict, gap: pd.DataFrame) -> dict:
     for main, full in FULL_GRIDS.items():
         if figure_data[full].empty:
             out[full] = reasons[main]
-        elif figure_data[full]["experiment"].nunique() < 2:
+        elif set(figure_data[full]["experiment"]) <= set(figure_data[main].get("experiment", ())):
             out[full] = "Not drawn again: the sweep has one experiment, shown above."
     if gap.empty or not gap["reason"].isna().any():
         out["speedup_gap"] = "Not drawn: no multi-device point could be split (the table says why)."
@@ -113,9 +114,11 @@ def drawn_data(points: pd.DataFrame, scaling: pd.DataFrame, experiment=None) -> 
     """Figure name -> the frame it draws, where it draws less than all points: the comparable
     panels, of `experiment` (the one the answers speak for; None: all) for the sections' figures."""
     main = points if experiment is None or not len(points) else points[points["experiment"] == experiment]
+    main_scaling = scaling if experiment is None or not len(scaling) else \
+        scaling[scaling["experiment"] == experiment]
     return {"runtime_vs_devices": comparable(main), "runtime_vs_devices_all": comparable(points),
-            "speedup": measured_series(scaling), "breakdown": breakdown_points(main),
-            "breakdown_all": breakdown_points(points),
+            "speedup": measured_series(main_scaling), "speedup_all": measured_series(scaling),
+            "breakdown": breakdown_points(main), "breakdown_all": breakdown_points(points),
             "throughput": comparable(points, ("experiment", "framework", "model", "devices", "workers"), "batch_size")}
 
 
