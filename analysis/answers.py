@@ -94,7 +94,8 @@ def _model_speed(g: pd.DataFrame, pair, exp, intervals: list) -> list:
         lead = "not settled" if pd.isna(c["low"]) else "neither is clearly faster"
         return [(f"{model}: {lead}; {framework_label(a)} / {framework_label(b)} epoch time ", None),
                 (f"{c['estimate']:.2f}×", "#speed"),
-                *_detail(c, lo_row["estimate"], hi_row["estimate"], hrefs, n, either=True), (". ", None)]
+                *_detail(c, lo_row["estimate"], hi_row["estimate"], hrefs, n, either=True), (". ", None),
+                *_why(g, *((a, b) if c["estimate"] >= 1 else (b, a)))]
     win, lose = (b, a) if c["estimate"] > 1 else (a, b)
     # Said as "the slower one takes N× as long": the ratio inverted when the first framework wins.
     if win == b:
@@ -122,7 +123,7 @@ def _why(g: pd.DataFrame, slow: str, fast: str) -> list:
         else g.assign(low=g["per_edge_low"], high=g["per_edge_high"])
     c = _combined(per, "per_edge")
     gm = math.exp(sum(math.log(v) for v in work) / len(work))
-    spread = f" ({work.min():.2f}×–{work.max():.2f}×)" if len(work) > 1 else ""
+    spread = f" ({work.min():.2f}×–{work.max():.2f}×)" if f"{work.min():.2f}" != f"{work.max():.2f}" else ""
     ci = "" if pd.isna(c["low"]) else f" (95% CI {c['low']:.2f}–{c['high']:.2f})"
     s, f = framework_label(slow), framework_label(fast)
     return [(f"Why: {s} computes ", None), (f"{gm:.2f}×", "#work"), (f" {f}'s edge updates per step{spread} at ", None),

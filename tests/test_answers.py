@@ -73,8 +73,18 @@ def test_framework_answer_names_the_faster_and_its_ratio(said, ok_runs):
     # One repeat per framework and point: no launch noise to pool, so no interval and no verdict;
     # the answer gives the geometric mean over the configurations and their range.
     gm = math.sqrt(ratios[0] * ratios[1])
-    assert said["speed"] == (f"GraphSAGE: not settled; PyG / DGL epoch time {gm:.2f}× (1 repeat: no interval; "
-                             f"2 configurations: {ratios[0]:.2f}×–{ratios[1]:.2f}×). ")
+    assert said["speed"].startswith(f"GraphSAGE: not settled; PyG / DGL epoch time {gm:.2f}× (1 repeat: no interval; "
+                                    f"2 configurations: {ratios[0]:.2f}×–{ratios[1]:.2f}×). Why: ")
+    # the why: the edge updates each framework's runs recorded per step, and the time per update
+    work = sorted(ok_runs.loc[f"pyg-sage-d{d}", "step_layer_edges"] / ok_runs.loc[f"dgl-sage-d{d}", "step_layer_edges"]
+                  for d in (1, 2))
+    slow, fast = ("PyG", "DGL") if gm >= 1 else ("DGL", "PyG")
+    w = math.sqrt(work[0] * work[1]) if slow == "PyG" else 1 / math.sqrt(work[0] * work[1])
+    per = gm / w if slow == "PyG" else 1 / (gm * w)
+    ends = [f"{v:.2f}" for v in (work if slow == "PyG" else [1 / work[1], 1 / work[0]])]
+    spread = f" ({ends[0]}×–{ends[1]}×)" if ends[0] != ends[1] else ""  # a range only where it shows
+    assert said["speed"].endswith(f"Why: {slow} computes {w:.2f}× {fast}'s edge updates per step{spread} at "
+                                  f"{per:.2f}× its time per update. ")
 
 
 def test_framework_number_links_to_its_table_row(top, agg):
@@ -237,7 +247,10 @@ def _grid_answers(agg, repeats: int, worker_gain: float = 1.25, **override) -> d
 
 def test_grid_answers_carry_intervals_and_verdicts(grid_top):
     assert re.fullmatch(r"GraphSAGE: DGL is faster; PyG takes 2\.00× as long \(95% CI 1\.9\d–2\.0\d; 8 "
-                        r"configurations: 2\.00×–2\.00×\); clear in 8 of 8 configurations\. ", grid_top["speed"])
+                        r"configurations: 2\.00×–2\.00×\); clear in 8 of 8 configurations\. "
+                        # every grid run copies its framework's real work per step: the same ratio everywhere
+                        r"Why: PyG computes (\d\.\d\d)× DGL's edge updates per step at (\d\.\d\d)× its time per update "
+                        r"\(95% CI \d\.\d\d–\d\.\d\d\)\. ", grid_top["speed"])
     assert grid_top["scaling"].startswith("From 1 to 2 devices (ideal 2×), PyG runs 1.80× faster (95% CI 1.")
     assert grid_top["workers"].startswith("Yes: workers 0 → 1, epoch speed-up PyG faster 1.25× (95% CI ")
     assert "clearly faster in 8 of 8" in grid_top["workers"]
