@@ -38,7 +38,7 @@ CAPTIONS = {
     "breakdown_all": "The same for every experiment of the sweep.",
     "throughput": "Training seed nodes per second (all processes) against the per-process batch size.",
     "projection": "Speed-up over 1 device against devices, per model at each framework's median configuration: "
-                  "the measured points, the model's projection with its 95% band, and each measured "
+                  "the measured points, the model's projection with its interval band (calibrated on the held-out errors where enough were measured), and each measured "
                   "multi-device point as the model predicts it without its own runs (out of sample). Past "
                   "the shaded line the host runs more processes than it has cores.",
     "resources": "CPU use (100% = one core) and resident memory of each rank (solid) and its loader "

@@ -623,7 +623,7 @@ def _projection_panel(ax, proj: pd.DataFrame, val: pd.DataFrame, model, framewor
 
 def projection_bands(proj: pd.DataFrame, val: pd.DataFrame):
     """Speed-up over 1 device against devices (analysis.project), one panel per model, at each
-    framework's median configuration: measured points, the projection's line and 95% band, and
+    framework's median configuration: measured points, the projection's line and interval band, and
     the measured multi-device points as predicted out of sample (hollow, with their intervals)."""
     title = "What more devices would give: speed-up over 1 device, measured and projected"
     if proj.empty:
@@ -636,7 +636,7 @@ def projection_bands(proj: pd.DataFrame, val: pd.DataFrame):
         _projection_panel(ax, proj, val, model, frameworks, devices)
     axes[0][0].set_ylabel("speed-up over 1 device (×)")
     handles = [Patch(facecolor=FRAMEWORK_COLOURS.get(f, "k"), alpha=0.5, label=f"{framework_label(f)}: projected, "
-                     "95% band") for f in frameworks]
+                     "interval") for f in frameworks]
     handles += [Line2D([], [], color="#444444", marker="o", linestyle="none", label="measured"),
                 Line2D([], [], color="#444444", marker="D", markerfacecolor="white", linestyle="none",
                        label="predicted out of sample"),

@@ -30,11 +30,13 @@ cannot separate the bandwidth term.
 Assumptions, stated with every result (ASSUMPTIONS): each rank beyond the first slows every phase
 by the factor the second one did (linear in N - 1; a phase that got faster keeps its 2-device
 factor); ranks' step times are independent; the all-reduce in training costs what the
-micro-benchmark measured alone. The interval is the 2.5-97.5% percentile of a bootstrap over the
-repeats (runs) of each side, over the configurations the contention is pooled from, over the
-all-reduce fit's relative errors, plus the pooled launch noise (analysis.noise) of the mean of
+micro-benchmark measured alone. The inputs' interval is the 2.5-97.5% percentile of a bootstrap
+over the repeats (runs) of each side, over the configurations the contention is pooled from, over
+the all-reduce fit's relative errors, plus the pooled launch noise (analysis.noise) of the mean of
 the runs predicted; the speed-up's interval pairs each draw's T(1) with its T(N), with one launch's
-noise at each end. Where 3+ device counts are measured the Universal Scalability Law
+noise at each end. It carries no error of the model itself, so on a quiet machine it is narrow
+around a prediction that may be 20 % off: calibrate() widens it to a split-conformal quantile of
+the out-of-sample errors (90 %; times N - 1 at N devices) wherever enough points were held out. Where 3+ device counts are measured the Universal Scalability Law
 C(N) = N / (1 + sigma (N-1) + kappa N (N-1)) is fitted (kappa > 0: retrograde scaling).
 
     python -m analysis.project --aggregate results/aggregate --devices 4,8,16 \
@@ -76,6 +78,8 @@ ASSUMPTIONS = (
     "outside the steps: the 1-device epoch's time outside its steps, slowed like the phases",
     "work: a step's phases but the optimizer scale with its seeds (a rank's share smaller than a batch)",
     "the model holds while ranks x (1 + workers) <= cores and the replicated peak memory fits the host",
+    "model error: the held-out 2-device points' errors are exchangeable with a new configuration's, and grow "
+    "linearly in N - 1 past them (calibrated intervals only)",
 )
 
 
@@ -288,6 +292,59 @@ class _Projector:
         return rows
 
 
+# -- the model's own error: intervals calibrated on the held-out points ------------------------------
+
+# The coverage the calibrated intervals aim at. A split-conformal interval at level 1 - a needs
+# ceil((n + 1)(1 - a)) <= n held-out errors: 9 for 90 % (19 for 95 %, more than a default sweep's 12).
+CALIBRATION_LEVEL = 0.90
+
+
+def conformal_quantile(scores, level: float = CALIBRATION_LEVEL) -> float:
+    """The split-conformal quantile of `scores`: their ceil((n + 1) level)-th smallest, so that a new
+    score exchangeable with them is at most it with probability >= level; inf where n is too small."""
+    s = sorted(float(x) for x in scores if x == x)
+    k = math.ceil((len(s) + 1) * level)
+    return s[k - 1] if 0 < k <= len(s) else math.inf
+
+
+def calibrate(proj: pd.DataFrame, val: pd.DataFrame, level: float = CALIBRATION_LEVEL) -> dict:
+    """Intervals that carry the model's own error, not only the noise of its inputs.
+
+    A held-out point's score is its absolute log error |log(predicted / measured)|. Each validation
+    point's interval is widened to its prediction x exp(+-q), q the conformal quantile of the scores
+    of the other configurations' points (leave one configuration out), where the bootstrap's is
+    narrower; `inside` then says whether the measured mean lies in that interval (the bootstrap's
+    verdict stays as `inside_noise`). A projection at N devices is widened by q of every held-out
+    point times N - 1: the 2-device error comes from one rank's contention, which the model
+    extrapolates linearly in N - 1. Where too few points are held out, nothing is widened and
+    `calibrated` is False. Returns {projection, validation, calibration: {level, n, q, calibrated, needed}}."""
+    val, proj = val.copy(), proj.copy()
+    done = val["reason"].isna() if len(val) and "reason" in val else pd.Series(False, index=val.index)
+    scores = (np.log(val["predicted_s"] / val["measured_s"]).abs() if done.any() else pd.Series(dtype=float))
+    q_all = conformal_quantile(scores[done], level) if done.any() else math.inf
+    info = {"level": level, "n": int(done.sum()), "q": q_all, "calibrated": bool(np.isfinite(q_all)),
+            "needed": next(n for n in range(1, 1000) if math.ceil((n + 1) * level) <= n)}
+    if not info["calibrated"]:
+        return {"projection": proj, "validation": val, "calibration": info}
+    keys = val[list(CONFIG)].apply(tuple, axis=1)
+    val["inside_noise"], val["noise_low_s"], val["noise_high_s"] = val.get("inside"), val.get("low_s"), val.get("high_s")
+    for i in val.index[done]:
+        key = keys[i]
+        q = conformal_quantile(scores[done & keys.map(lambda k: k != key)], level)
+        pred = val.at[i, "predicted_s"]
+        val.at[i, "low_s"] = min(val.at[i, "low_s"], pred * math.exp(-q))
+        val.at[i, "high_s"] = max(val.at[i, "high_s"], pred * math.exp(q))
+        val.at[i, "inside"] = inside(val.at[i, "measured_s"], val.at[i, "low_s"], val.at[i, "high_s"])
+    if len(proj):
+        grow = q_all * (proj["devices"] - 1).clip(lower=0)
+        proj["noise_low_s"], proj["noise_high_s"] = proj["low_s"], proj["high_s"]
+        proj["low_s"] = np.minimum(proj["low_s"], proj["predicted_s"] * np.exp(-grow))
+        proj["high_s"] = np.maximum(proj["high_s"], proj["predicted_s"] * np.exp(grow))
+        proj["speedup_low"] = np.minimum(proj["speedup_low"], proj["speedup"] * np.exp(-grow))
+        proj["speedup_high"] = np.maximum(proj["speedup_high"], proj["speedup"] * np.exp(grow))
+    return {"projection": proj, "validation": val, "calibration": info}
+
+
 def project(runs: pd.DataFrame, epochs: pd.DataFrame, steps: pd.DataFrame, devices, collectives=None,
             draws: int = BOOTSTRAP) -> dict:
     """DataFrames: `projection` (per configuration and N: predicted epoch time, interval, parts,
@@ -309,7 +366,7 @@ def project(runs: pd.DataFrame, epochs: pd.DataFrame, steps: pd.DataFrame, devic
         if len(meas.device_counts(key)) >= 3:
             usl.append(job.usl_row(key))
     usl_cols = [*CONFIG, "device_counts", "sigma", "kappa", "retrograde", "peak_devices"]
-    return {"projection": pd.DataFrame(proj), "validation": pd.DataFrame(val), "terms": pd.DataFrame(job.terms()),
+    return {**calibrate(pd.DataFrame(proj), pd.DataFrame(val)), "terms": pd.DataFrame(job.terms()),
             "usl": pd.DataFrame(usl, columns=usl_cols), "assumptions": list(ASSUMPTIONS),
             "collectives": coll, "noise_sd": job.sd, "notes": collectives_notes(coll, meas.runs)}
 

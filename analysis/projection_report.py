@@ -16,11 +16,14 @@ def _ms(v) -> str:
     return "—" if v is None or pd.isna(v) else f"{1e3 * v:.1f}"
 
 
-def _who(r, common: str = "") -> str:
-    """'pyg sage b1024 w0', with what sets its experiment apart from the `common` one."""
+def _who(r, common: str = "", labels: bool = False) -> str:
+    """'pyg sage b1024 w0' ('PyG GraphSAGE b1024 w0' with `labels`), with what sets its experiment
+    apart from the `common` one."""
+    from analysis import framework_label, model_label
+
     mine = [p for p in str(r["experiment"]).split(" · ") if p not in common.split(" · ")]
-    return f"{r['framework']} {r['model']} b{r['batch_size']} w{r['workers']}" + (
-        f" ({', '.join(mine)})" if mine else "")
+    fw, model = (framework_label(r["framework"]), model_label(r["model"])) if labels else (r["framework"], r["model"])
+    return f"{fw} {model} b{r['batch_size']} w{r['workers']}" + (f" ({', '.join(mine)})" if mine else "")
 
 
 def _common(*frames) -> str:
@@ -107,8 +110,8 @@ def format_tables(res: dict) -> str:
              *_validation_lines(res["validation"], common), *_terms_lines(res.get("terms"), common), "",
              *_usl_lines(res["usl"], common)]
     lines += [f"Note: {note}." for note in res.get("notes") or []]
-    lines.append(f"Intervals: bootstrap over the runs, the contention pool and the all-reduce fit's errors, with "
-                 f"the pooled launch noise (SD {100 * res['noise_sd']:.1f}% of one launch's epoch time).")
+    lines.append(f"Intervals: {interval_text(res.get('calibration'))}; pooled launch noise SD "
+                 f"{100 * res['noise_sd']:.1f}% of one launch's epoch time.")
     lines.append("Assumptions: " + "; ".join(res["assumptions"]) + ".")
     return "\n".join(lines)
 
@@ -138,7 +141,7 @@ def verdict(v: pd.DataFrame, common: str = "") -> str:
         return "No multi-device point could be predicted out of sample."
     ok, inside, med = c["rows"], c["inside"], c["median_error"]
     missed = ok[~ok["inside"].astype(bool)]
-    text = (f"{inside} of {len(ok)} measured points inside their 95% interval; median absolute error "
+    text = (f"{inside} of {len(ok)} measured points inside their interval; median absolute error "
             f"{100 * med:.0f}%" + (f" (ideal scaling T(1)/N: {100 * ok['ideal_error'].abs().median():.0f}%)"
                                    if "ideal_error" in ok else "") + ".")
     if c["fails"]:
@@ -193,20 +196,35 @@ def _checked_counts(c: dict) -> str:
     return "/".join(map(str, sorted(c["rows"]["devices"].unique())))
 
 
-def _doubt_parts(c: dict | None, v: pd.DataFrame) -> list:
-    """What the answer opens with where the check could not run or failed (nothing where it passed)."""
+def _doubt_parts(c: dict | None, v: pd.DataFrame, cal: dict | None) -> list:
+    """What the answer opens with where the check could not run, or too few points calibrate the
+    intervals (nothing where it passed; a failed check is failed_parts)."""
     if c is None:
         reason = v["reason"].dropna().iloc[0] if len(v) and "reason" in v and v["reason"].notna().any() \
             else "no multi-device point of its own"
         return [(f"Unchecked ({reason}): ", None)]
-    if c["fails"]:
-        return [("Not reliable: ", None), (f"{c['inside']} of {c['n']}", VALIDATION_ANCHOR),
-                (f" measured {_checked_counts(c)}-device points inside their intervals, median error "
-                 f"{100 * c['median_error']:.0f} %; it gives ", None)]
+    if cal is not None and not cal["calibrated"]:
+        return [(f"Uncalibrated ({cal['n']} held-out point{'s' if cal['n'] != 1 else ''}; "
+                 f"{cal['needed']} calibrate a {100 * cal['level']:.0f} % interval): ", None)]
     return []
 
 
-def _speedup_parts(p: pd.DataFrame, n: int) -> list:
+MISSES_SAID = 2  # the largest misses a failed check names
+
+
+def failed_parts(c: dict, top: int, common: str = "") -> list:
+    """A failed check, and no number past the measured device counts: how many points its intervals
+    held, the median error and the largest misses (the configurations the model gets most wrong)."""
+    rows = c["rows"].assign(miss=c["rows"]["error"].abs()).sort_values("miss", ascending=False, kind="stable")
+    worst = ", ".join(f"{_who(r, common, labels=True)} N={r['devices']} {100 * r['error']:+.0f} %"
+                      for r in rows.head(MISSES_SAID).to_dict("records"))
+    return [("Not reliable: ", None), (f"{c['inside']} of {c['n']}", VALIDATION_ANCHOR),
+            (f" measured {_checked_counts(c)}-device points inside their intervals, median error "
+             f"{100 * c['median_error']:.0f} % (largest misses: {worst}); no projection past {top} "
+             f"device{'s' if top != 1 else ''}.", None)]
+
+
+def _speedup_parts(p: pd.DataFrame, n: int, level: str = "95%") -> list:
     """At n devices, per framework its median configuration's speed-up (linked to its row) and interval."""
     from analysis import FRAMEWORK_ORDER, framework_label
     from analysis.stats import middle
@@ -218,7 +236,7 @@ def _speedup_parts(p: pd.DataFrame, n: int) -> list:
         parts += [(("" if i == 0 else ", ") + f"{framework_label(fw)} ", None),
                   (f"{r['speedup']:.1f}×", "#" + projection_anchor(r))]
         if pd.notna(r.get("speedup_low")):
-            parts.append((f" ({'95% ' if i == 0 else ''}{r['speedup_low']:.1f}–{r['speedup_high']:.1f})", None))
+            parts.append((f" ({level + ' ' if i == 0 else ''}{r['speedup_low']:.1f}–{r['speedup_high']:.1f})", None))
     return parts
 
 
@@ -237,8 +255,12 @@ def answer_parts(res: dict | None, exp, measured: list) -> list:
     top = max(measured) if measured else 1
     ns = [n for n in sorted(p["devices"].unique()) if n > top] or [int(p["devices"].max())]
     c = check(v)
+    if c is not None and c["fails"]:
+        return failed_parts(c, top, _common(p, v))
+    cal = (res or {}).get("calibration")
+    level = f"{100 * cal['level']:.0f}%" if cal and cal["calibrated"] else "95%"
     # the first count beyond those measured only: the sentence stays short, the table has the rest
-    parts = [*_doubt_parts(c, v), *_speedup_parts(p, ns[0]), (" over 1 (median configuration)", None)]
+    parts = [*_doubt_parts(c, v, cal), *_speedup_parts(p, ns[0], level), (" over 1 (median configuration)", None)]
     over = _oversubscribed(p)
     if over:
         parts.append((f"; {over}", None))
@@ -273,9 +295,9 @@ def projection_frame(p: pd.DataFrame) -> pd.DataFrame:
         rows.append({"experiment": r["experiment"], "framework": framework_label(r["framework"]),
                      "model": model_label(r["model"]), "batch": r["batch_size"], "workers": r["workers"],
                      "devices": r["devices"], "epoch time (model)": _ms_text(r["predicted_s"]),
-                     "95% interval": f"{_ms_text(r['low_s'])} – {_ms_text(r['high_s'])}",
+                     "interval": f"{_ms_text(r['low_s'])} – {_ms_text(r['high_s'])}",
                      "measured": _ms_text(r["measured_s"]), "speed-up": f"{r['speedup']:.2f}×",
-                     "speed-up 95%": (f"{r['speedup_low']:.2f}–{r['speedup_high']:.2f}×"
+                     "speed-up interval": (f"{r['speedup_low']:.2f}–{r['speedup_high']:.2f}×"
                                       if r["devices"] != 1 and pd.notna(r.get("speedup_low")) else None),
                      "steps": r["steps"], "local": _ms_text(r["local_s"]), "waiting": _ms_text(r["wait_s"]),
                      "all-reduce": _ms_text(r["allreduce_s"]), "outside steps": _ms_text(r["outside_s"]),
@@ -296,13 +318,26 @@ def validation_frame(v: pd.DataFrame) -> pd.DataFrame:
                      "model": model_label(r["model"]), "batch": r["batch_size"], "workers": r["workers"],
                      "devices": r["devices"], "runs": r.get("n_runs") if done else None,
                      "measured": _ms_text(r.get("measured_s")), "predicted": _ms_text(r.get("predicted_s")),
-                     "95% interval": f"{_ms_text(r['low_s'])} – {_ms_text(r['high_s'])}" if done else None,
+                     "interval": f"{_ms_text(r['low_s'])} – {_ms_text(r['high_s'])}" if done else None,
                      "error": f"{100 * r['error']:+.0f}%" if done else None,
                      "inside": ("yes" if r["inside"] else "NO") if done else None,
                      "ideal T(1)/N error": f"{100 * r['ideal_error']:+.0f}%" if done else None,
                      "from": r.get("base") if done else None,
                      "not predicted": None if done else r["reason"]})
     return pd.DataFrame(rows)
+
+
+def interval_text(cal: dict | None) -> str:
+    """How the projection's intervals were made, for the captions and the page's notes."""
+    boot = "the 95% bootstrap over runs, contention pool, all-reduce fit and launch noise"
+    if not cal:
+        return boot
+    if not cal["calibrated"]:
+        return (f"{boot}; not calibrated on the model's own error: {cal['n']} held-out points, "
+                f"{cal['needed']} calibrate a {100 * cal['level']:.0f}% interval")
+    return (f"{boot}, widened to the model's own error where that is larger: a split-conformal "
+            f"{100 * cal['level']:.0f}% quantile of the {cal['n']} held-out points' absolute log errors "
+            f"({100 * (math.exp(cal['q']) - 1):.0f}%), times N - 1 at N devices")
 
 
 def report_tables(res: dict | None) -> dict:
@@ -314,8 +349,8 @@ def report_tables(res: dict | None) -> dict:
         projection_frame(p), "projection", "Projected epoch time and speed-up at more devices",
         f"Per timing configuration and device count (measured ones and {n}): the slowest rank's steady epoch "
         "time as the model gives it (analysis/project.py: the 1-device runs' phases per step, slowed per rank as "
-        "the second rank slowed them, waiting for the slowest rank, the ring all-reduce), its 95% interval "
-        "(bootstrap over runs, contention pool, all-reduce fit and launch noise), the measured mean where there "
+        "the second rank slowed them, waiting for the slowest rank, the ring all-reduce), its interval "
+        f"({interval_text(res.get('calibration'))}), the measured mean where there "
         "is one, the speed-up over 1 device with its paired interval, and the model's parts per epoch. 'past': "
         "a count beyond which the model no longer holds (more processes than cores, host memory).",
         empty_text="Nothing projected: no configuration has ok timing runs at 1 device with a 1 -> 2 contention "
@@ -326,7 +361,8 @@ def report_tables(res: dict | None) -> dict:
         validation_frame(v), "projection_validation", "The projection checked on the measured points",
         "Every measured multi-device point predicted out of sample, without its own multi-device runs (from "
         "its 1-device runs, the all-reduce model and the other configurations' 1 -> 2 contention), beside the "
-        "measured mean; 'inside': the measured mean lies in the 95% interval; the ideal T(1)/N is the naive "
+        "measured mean; 'inside': the measured mean lies in its interval (the same kind as the projection's, "
+        "widened by the other configurations' held-out errors only); the ideal T(1)/N is the naive "
         "prediction the model has to beat. " + verdict(v, _common(p, v)),
         empty_text="No multi-device point to check against.", group_col="experiment")
     val.data = v
@@ -350,6 +386,6 @@ def page_notes(res: dict | None, runs: pd.DataFrame, exp) -> dict:
     line = (f"Projected: nothing beyond {top} device{'s' if top != 1 else ''} ran on {where}; {source}."
             if len(p) else "")
     sd = res.get("noise_sd")
-    extra = [f"interval: bootstrap over the runs, the contention pool and the all-reduce fit's errors, with the "
-             f"pooled launch noise (SD {100 * sd:.1f}% of an epoch)"] if sd is not None else []
+    extra = [f"interval: {interval_text(res.get('calibration'))}; launch noise SD {100 * sd:.1f}% of an epoch"] \
+        if sd is not None else []
     return {"line": line, "assumptions": [*res.get("assumptions", []), *extra, *(res.get("notes") or [])]}

@@ -6,6 +6,7 @@ what it says about the host and the all-reduce, and the new assets in REPORT_TAB
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -33,7 +34,9 @@ def test_the_sentence_quotes_the_median_configuration_the_host_and_the_check():
     res = res_of(world(cores=2), collectives=COLL)
     s = {fw: expected(fw, 1) / expected(fw, 4) for fw in PHASES}
     # a noiseless world: the intervals close on the point, the check is exact
-    assert said(res) == (f"4 devices: PyG {s['pyg']:.1f}× (95% {s['pyg']:.1f}–{s['pyg']:.1f}), DGL {s['dgl']:.1f}× "
+    # two held-out points cannot calibrate a 90 % interval (9 can): the sentence says its intervals are the inputs' only
+    assert said(res) == (f"Uncalibrated (2 held-out points; 9 calibrate a 90 % interval): "
+                         f"4 devices: PyG {s['pyg']:.1f}× (95% {s['pyg']:.1f}–{s['pyg']:.1f}), DGL {s['dgl']:.1f}× "
                          f"({s['dgl']:.1f}–{s['dgl']:.1f}) over 1 (median configuration); a 2-core host is "
                          "oversubscribed from 3 ranks; checked on the measured 2-device points: 2 of 2 inside their "
                          "intervals, median error 0 %.")
@@ -61,9 +64,59 @@ def test_a_failed_check_is_said_first_and_plainly():
     dgl = world(phases={"dgl": PHASES["dgl"]}, r=1.6, cores=2)
     res = res_of([pd.concat([a, b], ignore_index=True) for a, b in zip(pyg, dgl)], collectives=COLL)
     text = said(res)
-    assert re.match(r"Not reliable: 0 of 2 measured 2-device points inside their intervals, median error \d+ %; "
-                    r"it gives 4 devices: PyG ", text), text
-    assert "checked on" not in text and len(text.split()) <= 50
+    # no number past the measured device counts, and which configurations the model gets most wrong
+    assert re.fullmatch(r"Not reliable: 0 of 2 measured 2-device points inside their intervals, median error \d+ % "
+                        r"\(largest misses: (PyG|DGL) GraphSAGE.* N=2 [+-]\d+ %, (PyG|DGL) GraphSAGE.* N=2 [+-]\d+ %\); "
+                        r"no projection past 2 devices\.", text), text
+    assert "4 devices" not in text and "checked on" not in text and len(text.split()) <= 50
+
+
+def test_the_conformal_quantile_needs_enough_points():
+    # ceil((n + 1) 0.9)-th smallest: with 9 scores the largest, with 19 the 18th; with 8, none
+    assert project.conformal_quantile(range(1, 10)) == 9
+    assert project.conformal_quantile(range(1, 20)) == 18
+    assert project.conformal_quantile(range(1, 9)) == float("inf")
+
+
+def calibration_frames(errors, devices=(1, 2, 4, 8)):
+    """validation rows with the given relative errors (one configuration each) and projection rows of
+    the first configuration whose bootstrap intervals are +-1 %."""
+    cfg = [{"experiment": "e", "framework": "pyg", "model": "sage", "batch_size": 64 * (i + 1), "workers": 0}
+           for i in range(len(errors))]
+    val = pd.DataFrame([{**c, "devices": 2, "measured_s": 1.0, "predicted_s": 1.0 + e, "low_s": (1.0 + e) * 0.99,
+                         "high_s": (1.0 + e) * 1.01, "error": e, "inside": abs(e) < 0.01, "reason": None}
+                        for c, e in zip(cfg, errors)])
+    proj = pd.DataFrame([{**cfg[0], "devices": n, "predicted_s": 1.0 / n, "low_s": 0.99 / n, "high_s": 1.01 / n,
+                          "speedup": float(n), "speedup_low": 0.99 * n, "speedup_high": 1.01 * n} for n in devices])
+    return proj, val
+
+
+def test_intervals_are_calibrated_on_the_other_configurations_held_out_errors():
+    errors = [0.02, -0.04, 0.06, -0.08, 0.10, -0.12, 0.14, -0.16, 0.18, -0.30]
+    out = project.calibrate(*calibration_frames(errors))
+    v, p, cal = out["validation"], out["projection"], out["calibration"]
+    scores = [abs(math.log(1 + e)) for e in errors]
+    assert cal["calibrated"] and cal["n"] == 10 and cal["q"] == pytest.approx(sorted(scores)[9])  # ceil(11 x 0.9)
+    # each point's interval from the other 9 scores: their largest; the -30 % point's others reach 18 % only
+    for i, e in enumerate(errors):
+        q = max(sc for j, sc in enumerate(scores) if j != i)
+        assert v.loc[i, "high_s"] == pytest.approx(max((1 + e) * 1.01, (1 + e) * math.exp(q)))
+    assert list(v["inside"]) == [True] * 9 + [False] and not v["inside_noise"].any()
+    # a projection at N devices widens by the held-out quantile times N - 1; 1 device stays exact
+    for r in p.to_dict("records"):
+        grow = cal["q"] * (r["devices"] - 1)
+        assert r["speedup_low"] == pytest.approx(min(0.99, math.exp(-grow)) * r["devices"])
+        assert r["high_s"] == pytest.approx(max(1.01, math.exp(grow)) / r["devices"])
+    text = projection_report.interval_text(cal)
+    assert "split-conformal 90% quantile of the 10 held-out points" in text and "times N - 1" in text
+
+
+def test_too_few_held_out_points_leave_the_intervals_as_they_are():
+    proj, val = calibration_frames([0.05, -0.2, 0.1])
+    out = project.calibrate(proj, val)
+    assert not out["calibration"]["calibrated"] and out["calibration"]["needed"] == 9
+    pd.testing.assert_frame_equal(out["projection"], proj)
+    assert list(out["validation"]["inside"]) == list(val["inside"])
 
 
 def test_a_large_median_error_fails_the_check_even_with_every_point_inside():
