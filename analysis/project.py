@@ -371,6 +371,25 @@ def project(runs: pd.DataFrame, epochs: pd.DataFrame, steps: pd.DataFrame, devic
             "collectives": coll, "noise_sd": job.sd, "notes": collectives_notes(coll, meas.runs)}
 
 
+# The device counts the model is fitted on: 1 device's phases and the 1 -> 2 contention.
+FIT_DEVICES = (1, 2)
+
+
+def beyond_fit(res: dict) -> pd.DataFrame:
+    """The projection checked past the device counts it is fitted on: every projected configuration
+    at a measured device count above FIT_DEVICES, with `error` (predicted / measured - 1) and
+    `inside` (the measured mean in the interval). The model reads the 1- and 2-device runs only,
+    so these points are out of sample by construction: the check a machine with more cores
+    (4 and 8 processes) runs with `python -m analysis.project`."""
+    p = res.get("projection", pd.DataFrame())
+    if p.empty:
+        return p
+    past = p[(p["devices"] > max(FIT_DEVICES)) & p["measured_s"].notna()].copy()
+    past["error"] = past["predicted_s"] / past["measured_s"] - 1
+    past["inside"] = [inside(m, lo, hi) for m, lo, hi in zip(past["measured_s"], past["low_s"], past["high_s"])]
+    return past
+
+
 def default_collectives(agg_dir) -> Path | None:
     """The micro-benchmark's JSON where it writes it by default, beside the aggregate
     (results/benchmarks/collectives.json for results/aggregate), if there is one."""

@@ -103,12 +103,33 @@ def _usl_lines(u: pd.DataFrame, common: str) -> list:
             for r in u.to_dict("records")]
 
 
+def _beyond_lines(res: dict, common: str) -> list:
+    """The measured points past the fitted device counts (project.beyond_fit), and how many the
+    projection's intervals held; or where such points come from when there are none."""
+    from analysis.project import FIT_DEVICES, beyond_fit
+
+    past = beyond_fit(res)
+    fitted = " and ".join(map(str, FIT_DEVICES))
+    if past.empty:
+        return [f"Past the fitted {fitted} devices: no measured point; runs at more processes (a machine with "
+                "the cores for 4 and 8) put them here."]
+    lines = [f"Past the fitted {fitted} devices: each measured point as projected from the {fitted}-device runs alone",
+             f"{'configuration':<46}{'N':>4}{'measured':>10}{'predicted':>11}{'interval':>21}{'error':>8}  inside"]
+    for r in past.to_dict("records"):
+        lines.append(f"{_who(r, common):<46}{r['devices']:>4}{_ms(r['measured_s']):>10}{_ms(r['predicted_s']):>11}"
+                     f"{_interval(r):>21}{100 * r['error']:>+7.0f}%  {'yes' if r['inside'] else 'NO'}")
+    lines.append(f"{int(past['inside'].sum())} of {len(past)} measured points past {max(FIT_DEVICES)} devices inside "
+                 f"their intervals; median absolute error {100 * past['error'].abs().median():.0f}%.")
+    return lines
+
+
 def format_tables(res: dict) -> str:
-    """The projection and validation tables as text, with where it stops, the USL and the assumptions."""
+    """The projection and validation tables as text, the check past the fitted device counts, where
+    it stops, the USL and the assumptions."""
     common = _common(res["projection"], res["validation"])
     lines = [f"Experiment: {common} (others named beside their rows)", *_projection_lines(res, common), "",
-             *_validation_lines(res["validation"], common), *_terms_lines(res.get("terms"), common), "",
-             *_usl_lines(res["usl"], common)]
+             *_validation_lines(res["validation"], common), "", *_beyond_lines(res, common),
+             *_terms_lines(res.get("terms"), common), "", *_usl_lines(res["usl"], common)]
     lines += [f"Note: {note}." for note in res.get("notes") or []]
     lines.append(f"Intervals: {interval_text(res.get('calibration'))}; pooled launch noise SD "
                  f"{100 * res['noise_sd']:.1f}% of one launch's epoch time.")

@@ -5,6 +5,7 @@ micro-benchmark run is tests/test_collectives.py's.)"""
 
 import json
 import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -140,6 +141,30 @@ def test_three_measured_device_counts_get_a_usl_row():
     u = res["usl"].set_index("framework")
     assert set(u.index) == set(PHASES) and u.loc["pyg", "device_counts"] == "1,2,4"
     assert u.loc["pyg", "sigma"] > 0  # contention and all-reduce: sub-linear
+
+
+def test_measured_points_past_two_devices_are_checked_against_the_projection_from_one_and_two():
+    runs, epochs, steps = world(devices=(1, 2, 4))
+    res = project.project(runs, epochs, steps, devices=[8], collectives=COLL, draws=10)
+    past = project.beyond_fit(res)
+    assert sorted(past["framework"]) == sorted(PHASES) and set(past["devices"]) == {4}
+    # the world slows every rank past the first by r once, the model by r per added rank: it overshoots
+    for r in past.to_dict("records"):
+        fw = r["framework"]
+        world_4 = -(-SEEDS // (BATCH * 4)) * (R * sum(PHASES[fw].values()) + ar(4)) + OUTSIDE[fw] * R
+        assert r["measured_s"] == pytest.approx(world_4) and r["predicted_s"] == pytest.approx(expected(fw, 4))
+        assert r["error"] == pytest.approx(expected(fw, 4) / world_4 - 1) and not r["inside"]
+    # projected from the 1- and 2-device runs alone: the 4-device runs change no prediction
+    fitted = world(devices=(1, 2))
+    alone = project.project(*fitted, devices=[4, 8], collectives=COLL, draws=10)["projection"]
+    for r in past.to_dict("records"):
+        same = alone[(alone["framework"] == r["framework"]) & (alone["devices"] == 4)].iloc[0]
+        assert same["predicted_s"] == pytest.approx(r["predicted_s"], rel=1e-12)
+    text = projection_report.format_tables(res)
+    assert "Past the fitted 1 and 2 devices: each measured point" in text
+    assert re.search(r"0 of 2 measured points past 2 devices inside their intervals; median absolute error \d+%\.", text)
+    assert "Past the fitted 1 and 2 devices: no measured point" in projection_report.format_tables(
+        project.project(*fitted, devices=[4], collectives=COLL, draws=10))
 
 
 def test_steps_follow_the_harness_split():
