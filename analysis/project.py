@@ -60,9 +60,9 @@ import numpy as np
 import pandas as pd
 
 from analysis import PHASE_COLUMNS
-from analysis.projection_measured import (COL, CONFIG, CONTENDED, Measured, collectives_notes, contention_pool,
-                                          geomean_ratios, host_limits, launch_noise_sd, load_collectives,
-                                          parameter_count, relative_steps)
+from analysis.projection_measured import (COL, CONFIG, CONTENDED, FIT_DEVICES, Measured, beyond_fit,  # noqa: F401
+                                          collectives_notes, contention_pool, geomean_ratios, host_limits, inside,
+                                          launch_noise_sd, load_collectives, parameter_count, relative_steps)
 from analysis.projection_model import OUTSIDE, epoch_time, fit_usl, step_seeds, steps_at
 # analysis.report and analysis.answers read the page's parts as project.*
 from analysis.projection_report import (REPORT_DEVICES, answer_parts, format_tables, of_experiment,  # noqa: F401
@@ -178,12 +178,6 @@ class Model:
                                self.nbytes if np.isfinite(self.nbytes) else 0.0, alpha, beta, scale, self.work(n))
                 out[b, j] = t["epoch_s"] * noise
         return out
-
-
-def inside(value: float, low: float, high: float) -> bool:
-    """Whether a measured value lies in [low, high]; rounding does not push an exact one out."""
-    tol = 1e-9 * max(abs(low), abs(high))
-    return bool(low - tol <= value <= high + tol)
 
 
 def _label(key) -> dict:
@@ -369,25 +363,6 @@ def project(runs: pd.DataFrame, epochs: pd.DataFrame, steps: pd.DataFrame, devic
     return {**calibrate(pd.DataFrame(proj), pd.DataFrame(val)), "terms": pd.DataFrame(job.terms()),
             "usl": pd.DataFrame(usl, columns=usl_cols), "assumptions": list(ASSUMPTIONS),
             "collectives": coll, "noise_sd": job.sd, "notes": collectives_notes(coll, meas.runs)}
-
-
-# The device counts the model is fitted on: 1 device's phases and the 1 -> 2 contention.
-FIT_DEVICES = (1, 2)
-
-
-def beyond_fit(res: dict) -> pd.DataFrame:
-    """The projection checked past the device counts it is fitted on: every projected configuration
-    at a measured device count above FIT_DEVICES, with `error` (predicted / measured - 1) and
-    `inside` (the measured mean in the interval). The model reads the 1- and 2-device runs only,
-    so these points are out of sample by construction: the check a machine with more cores
-    (4 and 8 processes) runs with `python -m analysis.project`."""
-    p = res.get("projection", pd.DataFrame())
-    if p.empty:
-        return p
-    past = p[(p["devices"] > max(FIT_DEVICES)) & p["measured_s"].notna()].copy()
-    past["error"] = past["predicted_s"] / past["measured_s"] - 1
-    past["inside"] = [inside(m, lo, hi) for m, lo, hi in zip(past["measured_s"], past["low_s"], past["high_s"])]
-    return past
 
 
 def default_collectives(agg_dir) -> Path | None:

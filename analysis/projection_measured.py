@@ -187,14 +187,50 @@ def host_limits(g: pd.DataFrame) -> dict:
     return out
 
 
+def _kind_key(row) -> tuple:
+    """Configurations whose phases contend alike: one framework with one loader (GraphBolt's
+    loader and its time outside the steps slow about 3x from 1 to 2 devices where the classic
+    loader's do not, so a GraphBolt point predicted from classic-loader contention misses it)."""
+    return (row.get("framework"), row.get("loader_variant"))
+
+
 def contention_pool(meas: Measured, key, exclude_self: bool) -> list:
-    """The configurations whose 1 -> 2 contention `key` borrows: those on a comparable host
-    (_pool_key), else any measured at 1 and 2 devices; without `key` and its twin if `exclude_self`."""
-    me = _pool_key(meas.configs[key].iloc[0])
+    """The configurations whose 1 -> 2 contention `key` borrows, the closest that exist: the same
+    framework and loader on a comparable host (_kind_key, _pool_key), else any framework on a
+    comparable host, else any measured at 1 and 2 devices; without `key` and its twin if `exclude_self`."""
+    row = meas.configs[key].iloc[0]
+    me, kind = _pool_key(row), _kind_key(row)
     # out of sample: neither the configuration nor its schedule twin (the same steps, measured apart)
     mine = [k for k in meas.configs if exclude_self and meas.identity[k] == meas.identity[key]]
-    pool = [k for k, g in meas.configs.items() if _pool_key(g.iloc[0]) == me and meas.ratios(k) is not None
-            and k not in mine]
-    if not pool:  # no comparable configuration: any with a measured 1 -> 2 pair
-        pool = [k for k in meas.configs if meas.ratios(k) is not None and k not in mine]
-    return pool
+    measured = [k for k in meas.configs if meas.ratios(k) is not None and k not in mine]
+    for close in (lambda r: _pool_key(r) == me and _kind_key(r) == kind, lambda r: _pool_key(r) == me,
+                  lambda r: True):
+        pool = [k for k in measured if close(meas.configs[k].iloc[0])]
+        if pool:
+            return pool
+    return []
+
+
+def inside(value: float, low: float, high: float) -> bool:
+    """Whether a measured value lies in [low, high]; rounding does not push an exact one out."""
+    tol = 1e-9 * max(abs(low), abs(high))
+    return bool(low - tol <= value <= high + tol)
+
+
+# The device counts the model is fitted on: 1 device's phases and the 1 -> 2 contention.
+FIT_DEVICES = (1, 2)
+
+
+def beyond_fit(res: dict) -> pd.DataFrame:
+    """The projection checked past the device counts it is fitted on: every projected configuration
+    at a measured device count above FIT_DEVICES, with `error` (predicted / measured - 1) and
+    `inside` (the measured mean in the interval). The model reads the 1- and 2-device runs only,
+    so these points are out of sample by construction: the check a machine with more cores
+    (4 and 8 processes) runs with `python -m analysis.project`."""
+    p = res.get("projection", pd.DataFrame())
+    if p.empty:
+        return p
+    past = p[(p["devices"] > max(FIT_DEVICES)) & p["measured_s"].notna()].copy()
+    past["error"] = past["predicted_s"] / past["measured_s"] - 1
+    past["inside"] = [inside(m, lo, hi) for m, lo, hi in zip(past["measured_s"], past["low_s"], past["high_s"])]
+    return past

@@ -106,7 +106,7 @@ def _usl_lines(u: pd.DataFrame, common: str) -> list:
 def _beyond_lines(res: dict, common: str) -> list:
     """The measured points past the fitted device counts (project.beyond_fit), and how many the
     projection's intervals held; or where such points come from when there are none."""
-    from analysis.project import FIT_DEVICES, beyond_fit
+    from analysis.projection_measured import FIT_DEVICES, beyond_fit
 
     past = beyond_fit(res)
     fitted = " and ".join(map(str, FIT_DEVICES))

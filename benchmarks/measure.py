@@ -28,6 +28,10 @@ Prints one markdown table (measurement, figure, target, verdict, detail) and wri
                    points, that miss the all-launch ratio: the configuration + block fit, launch
                    noise pooled without blocks, and the old per-comparison Welch interval
                    (benchmarks/coverage.py).
+9. projection      the projection's out-of-sample check replayed on stored sweeps (their
+                   aggregates: tests/data/sweeps/*, and results/aggregate when there is one): per
+                   sweep, the share of held-out multi-device points inside their calibrated
+                   intervals (analysis.project.calibrate), beside the sweep's launch noise.
 
 The configurations of 1, 2, 4 and 6 run interleaved (repeat i runs every variant once, in an
 order rotated by i) so that drift of a shared machine hits all variants alike; each figure
@@ -81,7 +85,10 @@ TARGETS = {
     "cv": ("variation: CV of epoch time", "<= 5%", 0.05),
     "launch": ("launch: run minus training, over the import floor", "<= 1.5 s", 1.5),
     "coverage": ("coverage: 2 + 2 intervals missing the all-launch ratio", "<= 10% (covers >= 90%)", 0.10),
+    "projection": ("projection: held-out points outside their intervals", "<= 10% (covers >= 90%)", 0.10),
 }
+# The stored sweeps the projection row replays by default: small aggregates kept as test data.
+PROJECTION_SWEEPS = REPO / "tests" / "data" / "sweeps"
 STARTERS = ("spawn", "torchrun")
 FLOOR_MODULES = {"pyg": "torch_geometric", "dgl": "dgl"}
 
@@ -420,6 +427,47 @@ def measure_coverage(s: Settings, work: Path, raw: dict) -> list:
                 detail + f"{figures[f'{m}_median_width']:.2f}") for m, name in COVERAGE_ROWS.items()]
 
 
+def projection_sweeps(s: Settings) -> list:
+    """The aggregate directories the projection row replays, each with a runs.csv."""
+    if s.projection_sweeps:
+        return [Path(d) for d in s.projection_sweeps]
+    stored = sorted(d for d in PROJECTION_SWEEPS.glob("*") if (d / "runs.csv").is_file())
+    own = REPO / "results" / "aggregate"
+    return stored + ([own] if (own / "runs.csv").is_file() else [])
+
+
+def projection_coverage(agg_dir: Path) -> dict:
+    """The projection's out-of-sample check on one stored aggregate: held-out points, how many its
+    calibrated intervals held, the median error, the calibration and the sweep's launch noise."""
+    from analysis import project
+
+    res = project.project_aggregate(agg_dir, [4, 8], collectives=None)
+    v = res["validation"]
+    done = v[v["reason"].isna()] if len(v) and "reason" in v else v.iloc[0:0]
+    cal = res["calibration"]
+    return {"points": len(done), "inside": int(done["inside"].astype(bool).sum()) if len(done) else 0,
+            "inside_noise": int(done["inside_noise"].astype(bool).sum()) if "inside_noise" in done else None,
+            "median_error": float(done["error"].abs().median()) if len(done) else math.nan,
+            "calibrated": cal["calibrated"], "q": cal["q"], "noise_sd": res["noise_sd"]}
+
+
+def measure_projection(s: Settings, work: Path, raw: dict) -> list:
+    """Row 9: per stored sweep, the share of held-out points outside their calibrated intervals."""
+    rows, raw["projection"] = [], {}
+    for d in projection_sweeps(s):
+        f = raw["projection"][d.name] = projection_coverage(d)
+        if not f["points"]:
+            rows.append(placeholder(f"projection:{d.name}", "SKIP", "no multi-device point to hold out"))
+            continue
+        covered = f["inside"] / f["points"]
+        q = f"±{100 * (math.exp(f['q']) - 1):.0f}%" if f["calibrated"] else "not calibrated (too few points)"
+        rows.append(row(f"projection:{d.name}", 1 - covered, f"{100 * covered:.0f}% covered",
+                        f"{f['inside']} of {f['points']} held-out points inside (inputs' noise alone: "
+                        f"{f['inside_noise']}); launch noise SD {100 * f['noise_sd']:.1f}%; model error {q}; "
+                        f"median error {100 * f['median_error']:.0f}%"))
+    return rows
+
+
 def expected_keys(s: Settings) -> list:
     keys = [f"probe:{fw}-{m}" for fw in TIMED for m in s.models]
     keys += [f"fidelity:{fw}-{m}{suffix}" for fw in TIMED for m in s.models
@@ -428,6 +476,7 @@ def expected_keys(s: Settings) -> list:
     keys += ["sweep:default, cold", "noop:no-op rerun"] + [f"cv:{fw}-{m}" for fw in TIMED for m in s.models]
     keys += [f"launch:{fw}" for fw in FRAMEWORKS]
     keys += [f"coverage:{name}" for name in COVERAGE_ROWS.values()] if s.with_coverage else []
+    keys += [f"projection:{d.name}" for d in projection_sweeps(s)]
     return [k for k in keys if wanted(s, k.split(":")[0])]
 
 
@@ -484,6 +533,9 @@ def parse_args(argv=None) -> Settings:
                    help="also check the intervals' coverage on many launches (benchmarks/coverage.py; minutes)")
     p.add_argument("--coverage-launches", type=int, help="launches per cell of the coverage row (default 10)")
     p.add_argument("--launch-repeats", type=int, help="repeats of the launch row (default: --repeats)")
+    p.add_argument("--projection-sweeps", type=lambda t: t.split(","),
+                   help="comma-separated aggregate directories the projection row replays (default: "
+                        "tests/data/sweeps/* and results/aggregate)")
     p.add_argument("--out-dir")
     p.add_argument("--only", type=lambda t: t.split(","),
                    help=f"comma-separated row kinds to measure ({', '.join(TARGETS)}); default all")
@@ -513,7 +565,8 @@ def main(argv=None) -> int:
              (measure_memory, wanted(s, "memory")),
              (measure_launch, wanted(s, "launch")),
              (measure_sweep, s.with_sweep and (wanted(s, "sweep") or wanted(s, "noop"))),
-             (measure_coverage, s.with_coverage and wanted(s, "coverage"))]
+             (measure_coverage, s.with_coverage and wanted(s, "coverage")),
+             (measure_projection, wanted(s, "projection"))]
     for fn, enabled in steps:
         if not enabled:
             continue

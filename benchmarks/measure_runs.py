@@ -48,6 +48,8 @@ class Settings:
     with_coverage: bool = False
     coverage_launches: int = 10
     launch_repeats: int | None = None  # repeats of the launch row (None: `repeats`)
+    # aggregate directories whose projection the projection row replays (None: PROJECTION_SWEEPS)
+    projection_sweeps: list | None = None
     out_dir: str = "results/benchmarks"
     only: list | None = None  # row kinds (TARGETS keys) to measure; None: all
 
