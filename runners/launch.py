@@ -24,7 +24,7 @@ from typing import Any
 
 from runners import envinfo, history
 from runners.config import RunConfig
-from runners.console import say
+from runners.console import error, say
 from runners.probes import DISK_FULL_MARK, disk_full
 from runners.rundir import RunDir
 
@@ -333,9 +333,8 @@ def report_disk_full(out: Path, exc: OSError) -> int:
         space = f"{fmt_bytes(u.free)} free of {fmt_bytes(u.total)}"
     except OSError:
         space = "free space unknown"
-    say(f"error: {exc.strerror or exc}: could not write {exc.filename or out} ({space} on its "
-        "filesystem); stopped the run, no result was recorded; free space or choose another --out, then "
-        "rerun", file=sys.stderr)
+    error(f"{exc.strerror or exc}: could not write {exc.filename or out} ({space} on its "
+          "filesystem); stopped the run, no result was recorded; free space or choose another --out, then rerun")
     return EXIT_DISK_FULL
 
 
@@ -345,8 +344,7 @@ def report_vanished(stage: Path, missing: Path, after_s: float | None, why: str)
     from runners.diagnosis import vanished_line
 
     done = "nothing was launched" if after_s is None else "stopped the run"
-    say(f"error: {vanished_line(stage, missing, after_s)}; {done}, no result could be written ({why}); "
-        "rerun the point", file=sys.stderr)
+    error(f"{vanished_line(stage, missing, after_s)}; {done}, no result could be written ({why}); rerun the point")
     return EXIT_VANISHED
 
 

@@ -35,6 +35,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from runners.console import say
 from runners.rundir import RunDir
 from runners.settings import ConfigError
 
@@ -263,10 +264,9 @@ class Server:
             return
         self.died = {"t_s": round(time.time() - self.started_t, 3), "exit_code": code if code >= 0 else None,
                      "signal": signal.Signals(-code).name if code < 0 else None}
-        print(f"[gnnscale] graph server {self.cfg.node_rank} (pid {self.proc.pid}) on {self.host} ended "
-              f"({self.died['signal'] or 'exit code %s' % code}) "
-              + ("while its trainers ran; stopping them" if trainers else "before the launcher stopped it"),
-              flush=True)
+        say(f"graph server {self.cfg.node_rank} (pid {self.proc.pid}) on {self.host} ended "
+            f"({self.died['signal'] or 'exit code %s' % code}) "
+            + ("while its trainers ran; stopping them" if trainers else "before the launcher stopped it"))
         if trainers:
             try:
                 os.killpg(self.trainers_root, signal.SIGTERM)
@@ -529,6 +529,6 @@ def start_server(cfg, the_plan: Plan, out: Path) -> Server:
                                 cwd=str(envinfo.REPO_ROOT), stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
     atexit.register(_kill_group, proc)  # whatever happens to the launcher, no server outlives it
-    print(f"[gnnscale] graph server {cfg.node_rank} (partition {cfg.node_rank} of {cfg.nodes}, "
-          f"{the_plan.partitions.name}) pid {proc.pid}", flush=True)
+    say(f"graph server {cfg.node_rank} (partition {cfg.node_rank} of {cfg.nodes}, {the_plan.partitions.name}) "
+        f"pid {proc.pid}")
     return Server(cfg, proc, log_path, time.time(), os.uname().nodename, out=out)

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from runners import datasets
+from runners import console, datasets
 from runners.datasets.format import _column_chunks, _stat_key  # chunked reads and stat keys, as datasets
 
 DEFAULT_ROOT = "results/partitions"
@@ -126,7 +126,7 @@ def prepare(dataset: str, parts: int, method: str, data_root=datasets.DEFAULT_RO
                 verify(final, graph.content_hash)
                 return final
             except PartitionError as exc:
-                print(f"[gnnscale] {exc}; partitioning again", file=sys.stderr, flush=True)
+                console.say(f"{exc}; partitioning again", file=sys.stderr)
         tmp = root / f".{final.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         tmp.mkdir()
         try:
@@ -230,7 +230,7 @@ def main(argv=None) -> int:
             return 0
         path = prepare(args.dataset, args.parts, args.method, args.data_root, args.root, args.force)
     except (PartitionError, datasets.DatasetError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        console.error(str(exc))
         return 2
     q = json.loads((path / QUALITY).read_text())
     print(f"{path}: {q['parts']} partitions by {q['method']}, edge cut {q['edge_cut_fraction']:.1%}, node balance "

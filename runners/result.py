@@ -23,6 +23,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Optional
 
+from runners.console import say
 from runners.record import write_atomic
 from runners.rundir import RunDir, relative_files
 
@@ -219,7 +220,7 @@ def write(out: Path, result: dict) -> list:
     if errors:
         result["schema_errors"] = errors
         for e in errors:
-            print(f"[gnnscale] error: result.json breaks its schema: {e}", file=sys.stderr, flush=True)
+            say(f"error: result.json breaks its schema: {e}", file=sys.stderr)
     write_atomic(RunDir(out).result, result)
     return errors
 

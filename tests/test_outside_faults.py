@@ -212,7 +212,7 @@ def test_disk_filling_up_during_the_run_stops_it_with_one_line(tmp_path):
     assert "pre-flight warning: --out's filesystem" not in text  # it had room before the filler
     errors = [line for line in text.splitlines() if "No space left on device" in line]
     assert len(errors) == 1, text[-3000:]
-    assert re.match(rf"\[gnnscale\] error: No space left on device: could not write {re.escape(str(mnt))}/\.run\.run-"
+    assert re.match(rf"error: No space left on device: could not write {re.escape(str(mnt))}/\.run\.run-"
                     r"\S* \([\d.]+ (B|KiB) free of 16\.00 MiB on its filesystem\); stopped the run",
                     errors[0]), errors[0]
     assert "Traceback" not in text and "Exception ignored" not in text, text[-3000:]
@@ -444,7 +444,7 @@ def test_run_directory_vanishing_with_its_parent_ends_with_one_line(tmp_path):
     lines = err.read_text().splitlines()
     assert rc == 4, (lines, log.read_text()[-3000:])
     assert len(lines) == 1, lines
-    assert lines[0].startswith("[gnnscale] error: ") and f"the run directory {stage} was moved or deleted from " \
+    assert lines[0].startswith("error: ") and f"the run directory {stage} was moved or deleted from " \
         "outside the run" in lines[0], lines[0]
     assert f"no result could be written (--out's directory {parent} is gone too)" in lines[0], lines[0]
     assert "Traceback" not in log.read_text()

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from runners.datasets import *  # noqa: F401,F403  (the commands call the package's API)
 from runners.datasets import DATASET_NAMES, DEFAULT_ROOT, FORMATS, import_graph, prepare
+from runners import console
 from runners.datasets import twins
 from runners.datasets.importers import parse_split
 
@@ -154,7 +155,7 @@ def main(argv=None) -> int:
     try:
         COMMANDS[args.cmd](args)
     except DatasetError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        console.error(str(exc))
         return 1
     return 0
 
