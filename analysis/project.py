@@ -63,7 +63,7 @@ from analysis import PHASE_COLUMNS
 from analysis.projection_measured import (COL, CONFIG, CONTENDED, FIT_DEVICES, Measured, beyond_fit,  # noqa: F401
                                           collectives_notes, contention_pool, geomean_ratios, host_limits, inside,
                                           launch_noise_sd, load_collectives, parameter_count, relative_steps)
-from analysis.projection_model import OUTSIDE, epoch_time, fit_usl, step_seeds, steps_at
+from analysis.projection_model import LOADER_PHASES, OUTSIDE, epoch_time, fit_usl, step_seeds, steps_at
 # analysis.report and analysis.answers read the page's parts as project.*
 from analysis.projection_report import (REPORT_DEVICES, answer_parts, format_tables, of_experiment,  # noqa: F401
                                         page_notes, report_tables)
@@ -257,11 +257,17 @@ class _Projector:
         lo, hi = np.percentile(sims, [2.5, 97.5])
         m = point[:, COL["T"]].mean()
         ideal = meas.profiles(base, 1)[:, COL["T"]].mean() / d  # the naive prediction the model must beat
+        # where the error sits: the steps' loader part, the rest of the steps (compute, all-reduce and
+        # waiting, which the backward holds together), and the time outside the steps, per epoch
+        loader = (point[:, COL["S"]] * sum(point[:, COL[p]] for p in LOADER_PHASES)).mean()
+        outside = point[:, COL[OUTSIDE]].mean()
+        miss = {"miss_loader_s": pt["loader_s"] - loader, "miss_outside_s": pt["outside_s"] - outside,
+                "miss_steps_s": (pt["epoch_s"] - pt["loader_s"] - pt["outside_s"]) - (m - loader - outside)}
         return {**_label(key), "devices": d, "n_runs": len(point), "measured_s": m, "predicted_s": pt["epoch_s"],
                 "ideal_s": ideal, "ideal_error": ideal / m - 1,
                 "low_s": lo, "high_s": hi, "error": pt["epoch_s"] / m - 1, "inside": inside(m, lo, hi),
                 "steps_model": pt["steps"], "steps_measured": point[:, COL["S"]].mean(),
-                "contention_pool": len(vpool), "allreduce_source": pt["allreduce_source"],
+                "contention_pool": len(vpool), "allreduce_source": pt["allreduce_source"], **miss,
                 "base": "its own 1-device runs" if base == key else f"1-device runs of: {base[0]}",
                 "reason": None}
 

@@ -11,6 +11,7 @@ import numpy as np
 from analysis import PHASE_COLUMNS
 
 OUTSIDE = "outside_s"  # the epoch's time outside its steps
+LOADER_PHASES = ("load_wait_s", "prepare_s")  # a step's loader part: waiting for the batch, unpacking it
 FIRST_BUCKET_BYTES = 2**20  # torch DDP's first gradient bucket (_DEFAULT_FIRST_BUCKET_BYTES)
 BUCKET_BYTES = 25 * 2**20   # DDP's bucket_cap_mb default; the harness keeps it
 
@@ -67,17 +68,19 @@ def epoch_time(n: int, base: dict, r: dict, steps: int, rel_steps, nbytes: float
     """T(n) and its parts from a 1-device profile `base` (per-step phases and outside_s), the
     contention factors r (phase -> 2-device factor), the all-reduce's alpha, beta, and `work`:
     seeds per step at n over those at 1 (a share smaller than a batch makes a smaller step)."""
-    local = 0.0
+    local = loader = 0.0
     for p in PHASE_COLUMNS:
         factor = r.get("forward_s" if p == "backward_s" else p, 1.0)
         # the optimizer updates every parameter whatever the batch; the other phases scale with it
-        local += base[p] * contention(factor, n) * (1.0 if p == "optimizer_s" else work)
+        t = base[p] * contention(factor, n) * (1.0 if p == "optimizer_s" else work)
+        local += t
+        loader += t if p in LOADER_PHASES else 0.0
     wait = local * wait_factor(rel_steps, n)
     ar = allreduce_s(n, nbytes, alpha, beta) * ar_scale
     outside = base[OUTSIDE] * contention(r.get(OUTSIDE, 1.0), n)
     total = steps * (local + wait + ar) + outside
     return {"epoch_s": total, "steps": steps, "local_s": steps * local, "wait_s": steps * wait,
-            "allreduce_s": steps * ar, "outside_s": outside}
+            "allreduce_s": steps * ar, "outside_s": outside, "loader_s": steps * loader}
 
 
 def fit_usl(devices, times) -> dict:

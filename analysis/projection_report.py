@@ -326,6 +326,19 @@ def projection_frame(p: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+MISS_PARTS = (("miss_loader_s", "loader"), ("miss_steps_s", "rest of the steps"), ("miss_outside_s", "outside"))
+
+
+def _miss_text(r) -> str | None:
+    """'loader +12 ms, rest of the steps -3 ms, outside +40 ms': predicted minus measured per part
+    of the epoch, largest first (what the model misses, where)."""
+    parts = [(r.get(k), name) for k, name in MISS_PARTS if r.get(k) is not None and pd.notna(r.get(k))]
+    if not parts:
+        return None
+    parts.sort(key=lambda x: -abs(x[0]))
+    return ", ".join(f"{name} {1e3 * v:+.0f} ms" for v, name in parts)
+
+
 def validation_frame(v: pd.DataFrame) -> pd.DataFrame:
     """The validation rows with readable columns: measured beside predicted without its own runs."""
     from analysis import framework_label, model_label
@@ -343,6 +356,7 @@ def validation_frame(v: pd.DataFrame) -> pd.DataFrame:
                      "error": f"{100 * r['error']:+.0f}%" if done else None,
                      "inside": ("yes" if r["inside"] else "NO") if done else None,
                      "ideal T(1)/N error": f"{100 * r['ideal_error']:+.0f}%" if done else None,
+                     "error by part": _miss_text(r) if done else None,
                      "from": r.get("base") if done else None,
                      "not predicted": None if done else r["reason"]})
     return pd.DataFrame(rows)
@@ -383,7 +397,9 @@ def report_tables(res: dict | None) -> dict:
         "Every measured multi-device point predicted out of sample, without its own multi-device runs (from "
         "its 1-device runs, the all-reduce model and the other configurations' 1 -> 2 contention), beside the "
         "measured mean; 'inside': the measured mean lies in its interval (the same kind as the projection's, "
-        "widened by the other configurations' held-out errors only); the ideal T(1)/N is the naive "
+        "widened by the other configurations' held-out errors only); 'error by part': predicted minus measured "
+        "per epoch in the steps' loader part (wait and unpacking), the rest of the steps (compute, all-reduce "
+        "and waiting) and the time outside the steps, largest first; the ideal T(1)/N is the naive "
         "prediction the model has to beat. " + verdict(v, _common(p, v)),
         empty_text="No multi-device point to check against.", group_col="experiment")
     val.data = v

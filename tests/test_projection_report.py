@@ -69,6 +69,15 @@ def test_a_failed_check_is_said_first_and_plainly():
                         r"\(largest misses: (PyG|DGL) GraphSAGE.* N=2 [+-]\d+ %, (PyG|DGL) GraphSAGE.* N=2 [+-]\d+ %\); "
                         r"no projection past 2 devices\.", text), text
     assert "4 devices" not in text and "checked on" not in text and len(text.split()) <= 50
+    # where each miss sits: the parts add up to the whole error; PyG's (predicted from DGL's 60 %
+    # contention) overshoots in every part, DGL's undershoots
+    for r in res["validation"].to_dict("records"):
+        parts = [r["miss_loader_s"], r["miss_steps_s"], r["miss_outside_s"]]
+        assert sum(parts) == pytest.approx(r["predicted_s"] - r["measured_s"])
+        assert all(x > 0 for x in parts) if r["framework"] == "pyg" else all(x < 0 for x in parts)
+    shown = projection_report.validation_frame(res["validation"])["error by part"]
+    assert all(re.fullmatch(r"(rest of the steps|loader|outside) [+-]\d+ ms(, (rest of the steps|loader|outside) "
+                            r"[+-]\d+ ms){2}", t) for t in shown), list(shown)
 
 
 def test_the_conformal_quantile_needs_enough_points():
