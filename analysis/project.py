@@ -384,7 +384,9 @@ def project_aggregate(agg_dir, devices=(4, 8, 16), collectives="auto", draws: in
     d = Path(agg_dir)
     if collectives == "auto":
         collectives = default_collectives(d)
-    runs, epochs, steps = (pd.read_csv(d / f"{n}.csv") for n in ("runs", "epochs", "steps"))
+    # a kept sweep (benchmarks.keep_sweep) stores its larger tables gzipped
+    runs, epochs, steps = (pd.read_csv(d / f"{n}.csv" if (d / f"{n}.csv").exists() else d / f"{n}.csv.gz",
+                                       low_memory=False) for n in ("runs", "epochs", "steps"))
     return project(runs, epochs, steps, devices, collectives, draws)
 
 

@@ -167,26 +167,6 @@ def test_measured_points_past_two_devices_are_checked_against_the_projection_fro
         project.project(*fitted, devices=[4], collectives=COLL, draws=10))
 
 
-def test_a_held_out_point_borrows_the_contention_of_its_own_framework_and_loader():
-    """GraphBolt slows 60 % from 1 to 2 devices where the classic loaders slow 10 %: a GraphBolt
-    point predicted from every other configuration would miss; from GraphBolt's other one it is exact."""
-    def kind(fw, loader, model, r):
-        frames = world(phases={fw: PHASES[fw]}, r=r, extra={"loader_variant": loader})
-        for df in frames:
-            df["run_id"] = df["run_id"] + f"-{loader}-{model}"
-        frames[0]["model"] = model
-        return frames
-
-    parts = [kind("pyg", "default", "sage", 1.1), kind("dgl", "default", "sage", 1.1),
-             kind("dgl", "graphbolt", "sage", 1.6), kind("dgl", "graphbolt", "gat", 1.6)]
-    frames = [pd.concat([p[i] for p in parts], ignore_index=True) for i in range(3)]
-    v = project.project(*frames, devices=[4], collectives=COLL, draws=10)["validation"]
-    gb = v[v["experiment"].str.contains("graphbolt")]
-    assert len(gb) == 2 and (gb["error"].abs() < 1e-9).all() and (gb["contention_pool"] == 1).all()
-    classic = v[~v["experiment"].str.contains("graphbolt")]  # one config of their kind each: any framework's
-    assert (classic["contention_pool"] == 3).all()
-
-
 def test_steps_follow_the_harness_split():
     for seeds in (1, 999, 3900, 4096):
         for batch in (128, 1024):
