@@ -20,6 +20,9 @@ ROWS = ["probe overhead (pyg-sage)", "probe overhead (dgl-sage)", "probe overhea
         "variation: CV of epoch time (dgl-graphbolt-sage)",
         "launch: run minus training, over the import floor (pyg)",
         "launch: run minus training, over the import floor (dgl)"]
+# The projection row replays stored sweeps; one of them here (each takes about 12 s).
+SWEEP = sorted(p for p in (REPO / "tests" / "data" / "sweeps").glob("*") if (p / "runs.csv").is_file())[0]
+ROWS.append(f"projection: held-out points outside their intervals ({SWEEP.name})")
 
 
 def test_quick_measure_prints_every_row(tmp_path):
@@ -27,7 +30,7 @@ def test_quick_measure_prints_every_row(tmp_path):
     # over 2 (the timing rows keep their 2 repeats, which variation needs).
     cmd = [sys.executable, "-m", "benchmarks.measure", "--quick", "--data-root", str(DATA_ROOT),
            "--memory-graph", "20000,400000,32", "--memory-root", str(tmp_path / "datasets"),
-           "--launch-repeats", "1", "--out-dir", str(tmp_path / "out")]
+           "--launch-repeats", "1", "--projection-sweeps", str(SWEEP), "--out-dir", str(tmp_path / "out")]
     proc = subprocess.run(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           timeout=1800, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert proc.returncode == 0, proc.stdout[-3000:]
