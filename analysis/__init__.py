@@ -140,7 +140,7 @@ REPORT_PLOTS = {
     "runtime_vs_devices_all": Asset("Timing", "plots:runtime_vs_devices", ("drawn.runtime_vs_devices_all",)),
     "speedup": Asset("Timing", "plots:speedup_vs_devices", ("drawn.speedup",)),
     "speedup_all": Asset("Timing", "plots:speedup_vs_devices", ("drawn.speedup_all",)),
-    "work": Asset("Timing", "plots:work_bars", ("work",), caption="work_plot"),
+    "work": Asset("Timing", "tables.work:work_bars", ("work",), caption="work_plot"),
     "speedup_gap": Asset("Timing", "plots:gap_bars", ("gap",), caption="speedup_gap_plot"),
     "projection": Asset("Timing", "plots:projection_bands", ("*main_projection",), caption="projection_plot"),
     "breakdown": Asset("Timing", "plots:breakdown_bars", ("drawn.breakdown",), caption="breakdown_plot"),

@@ -18,6 +18,8 @@ the workers did not hide, not the sampling itself).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 
@@ -139,3 +141,55 @@ def work_table(data: pd.DataFrame, perf: pd.DataFrame) -> TableSet:
         f"did not hide). 95% intervals: {CI_METHOD_RATIO}.{varies}",
         data, grids, empty_text="No configuration has ok runs of two frameworks with recorded work "
                                 "(results from before the work columns have none).")
+
+
+WORK_BARS = (("estimate", "epoch time", "#555555"), ("edges_work", "edge updates (work)", "#8da0cb"),
+             ("per_edge", "time per edge update", "#fc8d62"))
+
+
+def work_bars(work: pd.DataFrame):
+    """Why one framework is slower (tables.work.work_data): per configuration, the epoch-time ratio
+    and the two factors it splits into, work (edge updates per step) and time per edge update,
+    as horizontal bars on one log axis (95% intervals on the time ratios), a line at parity. Drawn
+    here, beside the question's data and table (analysis.plots holds the shared figure helpers)."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    from analysis.plots import _finish, placeholder, spaced_ticks
+
+    title = "Why one framework is slower: epoch time = work × time per unit of work"
+    if work.empty:
+        return placeholder(title, "No configuration has ok runs of two frameworks with recorded work.")
+    rows = paper_order(work, ["experiment", "a", "b", "model", "devices", "batch_size", "workers"]).to_dict("records")
+    fig, ax = plt.subplots(figsize=(7.5, 0.55 * len(rows) + 1.4), layout="constrained")
+    height = 0.8 / len(WORK_BARS)
+    for y, r in enumerate(rows):
+        for i, (col, _, colour) in enumerate(WORK_BARS):
+            v, lo, hi = r[col], r.get(f"{col}_low", r.get("low")), r.get(f"{col}_high", r.get("high"))
+            if col == "edges_work":
+                lo = hi = float("nan")
+            if pd.isna(v):
+                continue
+            yy = y - 0.4 + height * (i + 0.5)
+            ax.barh(yy, math.log(v), left=0, height=height * 0.9, color=colour)
+            if not pd.isna(lo):
+                ax.errorbar([math.log(v)], [yy], xerr=[[math.log(v) - math.log(lo)], [math.log(hi) - math.log(v)]],
+                            fmt="none", ecolor="#222222", capsize=2, linewidth=0.8)
+            ax.text(math.log(v), yy, f" {v:.2f}×", va="center", ha="left" if v >= 1 else "right", fontsize=6.5)
+    ax.axvline(0, color="#444444", linewidth=1)
+    span = [math.log(r[c]) for r in rows for c, _, _ in WORK_BARS if not pd.isna(r[c])]
+    lo, hi = min(0.0, *span), max(0.0, *span)
+    ax.set_xlim(lo - 0.25 * (hi - lo + 0.1), hi + 0.25 * (hi - lo + 0.1))
+    ticks = spaced_ticks(math.exp(ax.get_xlim()[0]), math.exp(ax.get_xlim()[1]))
+    ax.set_xticks([math.log(t) for t in ticks])
+    ax.set_xticklabels([f"{t:g}×" for t in ticks])
+    ax.set_yticks(range(len(rows)))
+    exps = len({r["experiment"] for r in rows})
+    ax.set_yticklabels([(f"{r['experiment']}: " if exps > 1 else "")
+                        + f"{framework_label(r['a'])}/{framework_label(r['b'])} {model_label(r['model'])}, "
+                        f"{r['devices']}d b{r['batch_size']} w{r['workers']}" for r in rows], fontsize=7.5)
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+    ax.grid(axis="y", visible=False)
+    ax.set_xlabel("first framework / second (log scale; right of the line: the first takes more)", fontsize=8)
+    _finish(fig, title, [Patch(facecolor=c, label=label) for _, label, c in WORK_BARS], ncol=3)
+    return fig
