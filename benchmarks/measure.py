@@ -20,7 +20,7 @@ Prints one markdown table (measurement, figure, target, verdict, detail) and wri
 6. variation       coefficient of variation of the runner's epoch time over repeats.
 7. launch          what one run costs beside its training, part by part (the launcher, the
                    rank starter, each rank's imports, process group, data, validation,
-                   records, exit), for each rank starter (runners.spawn, torchrun), against
+                   records, exit), for each rank starter (runners.launch.spawn, torchrun), against
                    the floor: a bare `python -c "import torch, FRAMEWORK"`, and that plus
                    torch._dynamo, which torch 2.2's optimisers import on first use.
 8. coverage        (only with --with-coverage) the share of the report's 95% intervals, on
@@ -402,7 +402,7 @@ def measure_launch(s: Settings, work: Path, raw: dict) -> list:
         spawn = med["spawn"]
         top = sorted(((v, k) for k, v in spawn.items() if not k.startswith(("launch", "training"))), reverse=True)
         rows.append(row(f"launch:{fw}", over["spawn"], f"{over['spawn']:.2f} s",
-                        f"runners.spawn: launch {spawn['launch (command less training)']:.2f} s over a floor of "
+                        f"runners.launch.spawn: launch {spawn['launch (command less training)']:.2f} s over a floor of "
                         f"{floor:.2f} s (import torch, {FLOOR_MODULES[fw]}; {floor_dyn:.2f} s with torch._dynamo, "
                         f"which the optimiser imports); torchrun: {over['torchrun']:.2f} s over the floor; largest "
                         "parts (spawn): " + ", ".join(f"{k} {v:.2f} s" for v, k in top[:4])

@@ -157,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The runner's command line: one option per declared setting (runners/settings.py)."""
     p = RunnerParser(
         prog="python -m runners.run",
-        description="Run ONE configuration as real DDP training (its ranks started by runners.spawn, "
+        description="Run ONE configuration as real DDP training (its ranks started by runners.launch.spawn, "
         "or torchrun across nodes) and write a "
         "self-describing result directory, whatever happens.",
     )

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import psutil
 
-from runners.probes import PHASE_BLOCKED_IN, describe_wait_status, proc_stat, read_heartbeat
 from runners import record
+from runners.probes import PHASE_BLOCKED_IN, describe_wait_status, proc_stat, read_heartbeat
 from runners.rundir import RunDir
 from runners.stacks import other_threads, top_frames
 
@@ -66,9 +66,9 @@ def launcher_log(out: Path) -> str:
 
 def fd_facts(out: Path) -> dict:
     """The run's open-files limits (its processes inherit the launcher's) and the pre-flight's
-    estimate of what a rank needs (runners.descriptors, from the run's config.json)."""
-    from runners import descriptors
+    estimate of what a rank needs (runners.launch.descriptors, from the run's config.json)."""
     from runners.config import RunConfig
+    from runners.launch import descriptors
 
     soft, hard = descriptors.limits()
     try:
@@ -159,7 +159,7 @@ def process_states(procs, interval: float = 0.0) -> dict:
     Two samples `interval` apart: a process is 'stopped' or in 'disk-sleep' at both, and its
     CPU time advanced by `cpu_delta_s` in between (0 for a frozen process).
     """
-    from runners import descriptors
+    from runners.launch import descriptors
 
     procs = list(procs)
     first = {}
@@ -337,7 +337,7 @@ def slurm_job_state(job_id: str) -> dict:
 
 def signal_context(sig) -> dict:
     """The launcher's ancestors and a SLURM job around it: who may have sent the signal that
-    `sig` (a runners.interruption.Interruption) noted."""
+    `sig` (a runners.launch.interruption.Interruption) noted."""
     ctx = {"signal": sig.name, "number": sig.signum, "count": sig.count,
            "sender": "unknown (a Python signal handler is not told which process sent the signal)"}
     chain = []
@@ -373,7 +373,7 @@ class InterruptionEvidence:
 
 def interruption_evidence(out: Path, sig, watch: dict, after_s: float) -> InterruptionEvidence:
     """What an interrupted run shows, `after_s` seconds after launch (`sig`: the
-    runners.interruption.Interruption that noted the signal)."""
+    runners.launch.interruption.Interruption that noted the signal)."""
     ranks = []
     for r, w in sorted(watch.items()):
         # The ranks ran on until the tree was stopped: their last heartbeat, not the last poll's.

@@ -1,5 +1,5 @@
 """The shared training harness: what every rank runs, for either framework (started by
-runners.spawn on one node, torchrun across nodes).
+runners.launch.spawn on one node, torchrun across nodes).
 
 `python -m runners.harness --config RUN_DIR/config.json` (started by runners.run). It sets
 up the process group, loads the canonical dataset, asks the framework adapter for the loader
@@ -31,11 +31,11 @@ import numpy as np  # noqa: E402
 from runners import record, stopping  # noqa: E402
 from runners.config import RunConfig  # noqa: E402
 from runners.envinfo import RECORDED_ENV_VARS, process_created  # noqa: E402
-from runners.probes import CpuSampler, CsvAppender, Heartbeat, NvmlSampler, start_nvml  # noqa: E402
-from runners.record import EpochRow, RowAppender, StepRow, ValidationRow  # noqa: E402
 from runners.phase_timer import StepRecorder  # noqa: E402
-from runners.rundir import RunDir  # noqa: E402
+from runners.probes import CpuSampler, CsvAppender, Heartbeat, NvmlSampler, start_nvml  # noqa: E402
 from runners.rank_failure import record_failure  # noqa: E402
+from runners.record import EpochRow, RowAppender, StepRow, ValidationRow  # noqa: E402
+from runners.rundir import RunDir  # noqa: E402
 from runners.seeds import SEED_SPLIT_RULE, rank_seed, seed_set_digest, split_seeds, worker_seed  # noqa: E402
 
 
@@ -336,7 +336,7 @@ class Rank:
         if hasattr(self.adapter_cls, "before_process_group"):  # DistDGL: its services first
             self.adapter_cls.before_process_group(cfg)
             self.mark("framework_services_ready")
-        init_method = os.environ.get("GNNSCALE_INIT_METHOD")  # runners.spawn: a file store (its doc)
+        init_method = os.environ.get("GNNSCALE_INIT_METHOD")  # runners.launch.spawn: a file store (its doc)
         if init_method:
             dist.init_process_group(cfg.backend, init_method=init_method, rank=self.rank, world_size=self.world,
                                     timeout=timeout)

@@ -17,7 +17,7 @@ Variables (DGL 2.1.0, dgl/distributed/dist_context.py and tools/launch.py):
 A process finds its machine as the first ip_config line whose address is local, so each host
 needs an address of its own (the two-host test fixture gives each a network namespace). Under
 SLURM (`--ip-config slurm`, as the sweep passes) each launcher writes the list itself from the
-job's nodes (runners.slurm), so no user has to know which nodes the scheduler will give.
+job's nodes (runners.launch.slurm), so no user has to know which nodes the scheduler will give.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runners.console import say
+from runners.launch.console import say
 from runners.rundir import RunDir
 from runners.settings import ConfigError
 
@@ -49,14 +49,14 @@ STATE_SAMPLES = 7200
 
 # DGL's default server port (dgl.distributed), for lines that name none and the generated list.
 DGL_PORT = 30050
-# --ip-config's value that asks for the list from the SLURM allocation (runners.slurm).
+# --ip-config's value that asks for the list from the SLURM allocation (runners.launch.slurm).
 FROM_SLURM = "slurm"
 
 
 def read_ip_config(cfg, address: str | None) -> tuple:
     """([(address, port)] per host, where the list came from), checked against the run: one line
     per node, this node's line its own address. `--ip-config slurm`: the job's nodes in node order
-    at their NodeAddr (runners.slurm), node 0's the master's address. One node without a file
+    at their NodeAddr (runners.launch.slurm), node 0's the master's address. One node without a file
     (or with `slurm`): loopback and a free port."""
     if cfg.nodes == 1 and cfg.ip_config in (None, FROM_SLURM):
         with socket.socket() as s:
@@ -90,7 +90,7 @@ def _own_line(cfg, hosts: list, address: str | None, what: str) -> None:
 def _from_slurm(cfg, address: str | None) -> tuple:
     """The allocation's nodes in node order, partition k served on node k: every node's launcher
     writes the same list, as each reads it from slurmctld."""
-    from runners import slurm
+    from runners.launch import slurm
 
     try:
         nodes = slurm.allocation()
@@ -102,7 +102,7 @@ def _from_slurm(cfg, address: str | None) -> tuple:
 
 
 def hosts_of_allocation(cfg, nodes: list, address: str | None) -> list:
-    """[(address, port)] of the allocation's nodes (runners.slurm.allocation), refused naming the
+    """[(address, port)] of the allocation's nodes (runners.launch.slurm.allocation), refused naming the
     nodes when they cannot serve the run: another count than --nnodes, two nodes on one address,
     a master that is not node 0, or this host not at its node's line."""
     what = f"--ip-config {FROM_SLURM}"

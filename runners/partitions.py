@@ -31,8 +31,9 @@ from pathlib import Path
 
 import numpy as np
 
-from runners import console, datasets
+from runners import datasets
 from runners.datasets.format import _column_chunks, _stat_key  # chunked reads and stat keys, as datasets
+from runners.launch import console
 
 DEFAULT_ROOT = "results/partitions"
 METHODS = ("metis", "random")

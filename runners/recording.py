@@ -13,12 +13,12 @@ from pathlib import Path
 
 from runners import envinfo, history, result
 from runners.config import RunConfig
-from runners.console import say
-from runners.launch import (EXIT_SIGNAL_BASE, Launch, now_iso, rank_starter, report_disk_full, report_vanished,
-                            unwritable)
+from runners.launch.console import say
+from runners.launch.dataset import Dataset
+from runners.launch.ranks import (EXIT_SIGNAL_BASE, Launch, now_iso, rank_starter, report_disk_full, report_vanished,
+                                  unwritable)
 from runners.probes import disk_full
 from runners.record import collect_measurements, summarise
-from runners.run_dataset import Dataset
 from runners.rundir import RunDir
 
 

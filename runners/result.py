@@ -23,7 +23,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Optional
 
-from runners.console import say
+from runners.launch.console import say
 from runners.record import write_atomic
 from runners.rundir import RunDir, relative_files
 

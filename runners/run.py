@@ -8,22 +8,22 @@ main() takes the run's steps in this order (a step that ends the run returns its
 
     main
     ├── parse_and_check                 options, lane, --out, framework, network, memory cap
-    ├── claim_point                     runners.pointlock; what a killed earlier run left
+    ├── claim_point                     runners.launch.pointlock; what a killed earlier run left
     ├── recording.record_skipped        a point this node or lane cannot run
-    ├── run_dataset.prepare_dataset     prepared, loaded, verified; its sizes
+    ├── dataset.prepare_dataset         prepared, loaded, verified; its sizes
     ├── preflight.check_capacity        an impossible run: refused, skipped or forced
     ├── stage_run                       staging directory, config.json, command.sh, launcher log
     ├── preflight.preflight_with_output shared memory, open files, memory model, output
     ├── strategy.of(cfg).prepare        partitioned: partitions and this host's graph server
-    ├── launch.launch                   runners.spawn on one node, torchrun across nodes
+    ├── ranks.launch                    runners.launch.spawn on one node, torchrun across nodes
     ├── strategy.watch
-    ├── launch.supervise                runners.supervisor.Supervisor; output into the log
+    ├── ranks.supervise                 runners.supervisor.Supervisor; output into the log
     ├── strategy.stop
     └── conclude
-        ├── launch.notice_vanished      a directory moved or deleted: recording.restage
+        ├── ranks.notice_vanished       a directory moved or deleted: recording.restage
         ├── explain_across_nodes        runners.nodes
-        ├── strategy.explain            after runners.nodes (runners.strategy says why)
-        ├── run_dataset.recheck_dataset
+        ├── strategy.explain            after runners.nodes (runners.launch.strategy says why)
+        ├── dataset.recheck_dataset
         └── recording.write_and_report  recording.launched_result, settled into the point
 
 Exit codes: 0 whenever a result was recorded (ok, hang, timeout, crashed, killed, failed), 2 for
@@ -62,16 +62,16 @@ def _wrong_python(exc: ImportError) -> str:
 
 
 try:
-    from runners import envinfo, history, pointlock
-    from runners import strategy as strategies
+    from runners import envinfo, history
     from runners.config import ConfigError, RunConfig, build_parser, config_from_args
-    from runners.console import error, say
-    from runners.launch import (cpu_mark, free_port, launch, notice_vanished, report_disk_full, report_vanished,
-                                supervise, unwritable, vanished)
-    from runners.preflight import check_capacity, expected_output, preflight_with_output
+    from runners.launch import pointlock, strategy as strategies
+    from runners.launch.console import error, say
+    from runners.launch.dataset import prepare_dataset, recheck_dataset
+    from runners.launch.preflight import check_capacity, expected_output, preflight_with_output
+    from runners.launch.ranks import (cpu_mark, free_port, launch, notice_vanished, report_disk_full, report_vanished,
+                                      supervise, unwritable, vanished)
     from runners.probes import disk_full
     from runners.recording import launched_result, record_skipped, restage, write_and_report, write_run_files
-    from runners.run_dataset import prepare_dataset, recheck_dataset
     from runners.rundir import RunDir
 except ImportError as _exc:  # pragma: no cover (a bare interpreter: exercised by tests in a subprocess)
     if __name__ != "__main__":
@@ -155,7 +155,7 @@ def parse_and_check(argv: list) -> tuple:
 
 def claim_point(out: Path, wait) -> int | None:
     """Hold the point until this process exits (one runner of a point at a time:
-    runners.pointlock) and salvage what a killed earlier run of it left; 2 when it is busy."""
+    runners.launch.pointlock) and salvage what a killed earlier run of it left; 2 when it is busy."""
     try:
         pointlock.acquire(out, wait=wait)
     except pointlock.PointBusy as exc:

@@ -57,7 +57,7 @@ class RunDir:
 
     @property
     def pg_store(self) -> Path:
-        """The file store the spawned ranks of one node meet through (runners.spawn)."""
+        """The file store the spawned ranks of one node meet through (runners.launch.spawn)."""
         return self.path / ".pg-store"
 
     # -- the watchdog's view

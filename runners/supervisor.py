@@ -8,7 +8,7 @@ and process states gathered (runners.evidence), stops the whole process tree (SI
 SIGKILL after a grace period) and has the run diagnosed (runners.diagnosis). Every process
 of the run is tracked from the start, so none is left behind whatever the outcome. A
 SIGTERM or SIGINT to the launcher (Ctrl-C, Snakemake, a scheduler's time limit) stops the
-tree the same way, at the next poll (see runners.interruption). A run directory moved or
+tree the same way, at the next poll (see runners.launch.interruption). A run directory moved or
 deleted from outside is noticed at the next poll too (`missing_file`); the launcher stops the
 tree and records it (runners.run).
 """
@@ -27,7 +27,7 @@ from pathlib import Path
 import psutil
 
 from runners.diagnosis import (Outcome, apply_oom, classify_exit, crash_before_hang, diagnose_interruption,
-                                diagnose_stop)
+                               diagnose_stop)
 from runners.evidence import (POLL_S, MemoryWatch, ProcessLedger, capture_stacks, exit_evidence, interruption_evidence,
                               is_alive, oom_evidence, process_roles, process_states, shm_usage)
 from runners.probes import STARTUP_PHASES, read_heartbeat
@@ -175,11 +175,11 @@ def stop_tree(procs: list, grace_s: float) -> list:
 
 
 class Supervisor:
-    """Watches one run's process tree (its rank starter: runners.spawn, or torchrun across nodes)
+    """Watches one run's process tree (its rank starter: runners.launch.spawn, or torchrun across nodes)
     until it ends or must be stopped.
 
     `cgroup`: a runners.memory.cgroup.MemoryCgroup when the tree runs under --memory-limit;
-    `interruption`: an installed runners.interruption.Interruption (a signal to the launcher
+    `interruption`: an installed runners.launch.interruption.Interruption (a signal to the launcher
     stops the run); `write_errors`: a list the launcher's log pump appends a failed write
     (OSError) to; `mute`: a threading.Event that stops the log pump's echo on the terminal;
     `run_dir_id`: dir_identity of `out` when the run was launched."""

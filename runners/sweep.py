@@ -316,7 +316,7 @@ def run_flags(config: dict, run: Run) -> str:
     if run.loader != "default":
         flags = f"{flags} --loader {run.loader}"
     if run.part_method != "replicated":
-        # "slurm": each node's launcher writes the list from the job's own nodes (runners.slurm);
+        # "slurm": each node's launcher writes the list from the job's own nodes (runners.launch.slurm);
         # nobody can name them before the scheduler picks them.
         flags += (f" --strategy partitioned --part-method {run.part_method}"
                   f" --ip-config {config['strategy'].get('ip_config') or 'slurm'}")

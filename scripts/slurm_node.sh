@@ -5,7 +5,7 @@
 # by the address SLURM itself reaches it on (its NodeAddr; the node's name where none is set):
 # a name can resolve to loopback on that host itself (127.0.1.1 in Debian's /etc/hosts), and
 # node 0 would then bind gloo and NCCL to `lo`. A partitioned run (--ip-config slurm) reads every
-# node's NodeAddr the same way (runners/slurm.py) for DGL's ip_config, and checks that node 0's
+# node's NodeAddr the same way (runners/launch/slurm.py) for DGL's ip_config, and checks that node 0's
 # is this master address.
 # exec: the runner itself must receive SLURM's SIGTERM at a time limit or scancel.
 #   srun --ntasks-per-node=1 scripts/slurm_node.sh python -m runners.run ... --nnodes N --master-port P

@@ -58,8 +58,9 @@ def test_an_impossible_run_is_refused_before_launch(tmp_path, extra, why):
 
 
 def test_force_launch_goes_on_and_is_recorded(tmp_path, capsys):
-    from runners import envinfo, preflight
+    from runners import envinfo
     from runners.config import build_parser, config_from_args
+    from runners.launch import preflight
 
     argv = ["--framework", "pyg", "--model", "sage", "--devices", "1", "--batch-size", "64", "--workers", "0",
             "--dataset", "tiny", "--epochs", "1", "--hidden", "200000", "--out", str(tmp_path / "run")]

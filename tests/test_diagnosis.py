@@ -640,5 +640,5 @@ def test_torchrun_exit_codes_name_the_global_rank_not_the_local_one():
            "  time      : 2026-11-28_11:10:03\n  host      : gn4081h1\n  rank      : 1 (local_rank: 0)\n"
            "  exitcode  : -6 (pid: 4142)\n  traceback : Signal 6 (SIGABRT) received by PID 4142\n")
     assert torchrun_exit_codes(log) == {1: -6}
-    spawned = "runners.spawn: a rank failed\n  rank : 0 (local_rank: 0)  exitcode : 1 (pid: 9)\n"
+    spawned = "runners.launch.spawn: a rank failed\n  rank : 0 (local_rank: 0)  exitcode : 1 (pid: 9)\n"
     assert torchrun_exit_codes(spawned) == {0: 1}

@@ -36,7 +36,7 @@ MEASURED_FD_LIMITS = [("pyg", 1, 1, 56, 64), ("pyg", 2, 2, 56, 80), ("pyg", 2, 4
 
 
 def test_descriptor_estimate_lies_between_the_limits_that_failed_and_ran():
-    from runners.descriptors import fd_need
+    from runners.launch.descriptors import fd_need
 
     for framework, devices, workers, failed, ran in MEASURED_FD_LIMITS:
         cfg = RunConfig(framework=framework, model="sage", devices=devices, batch_size=128, workers=workers,

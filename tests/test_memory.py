@@ -8,10 +8,10 @@ import jsonschema
 import psutil
 import pytest
 
-from runners import preflight
-from runners.memory import cgroup, model, peak, units
 from runners.config import ConfigError, RunConfig, build_parser, config_from_args
 from runners.evidence import MemoryWatch, oom_evidence
+from runners.launch import preflight
+from runners.memory import cgroup, model, peak, units
 from runners.supervisor import RankWatch
 from tests.helpers import REPO, run_config
 

@@ -246,10 +246,10 @@ def test_small_dev_shm_is_diagnosed_as_shared_memory_exhaustion(tmp_path):
 
 
 def rank_starter(proc) -> psutil.Process | None:
-    """The run's rank starter (runners.spawn), a child of the launcher `proc`."""
+    """The run's rank starter (runners.launch.spawn), a child of the launcher `proc`."""
     try:
         return next((c for c in psutil.Process(proc.pid).children(recursive=True)
-                     if "runners.spawn" in " ".join(c.cmdline())), None)
+                     if "runners.launch.spawn" in " ".join(c.cmdline())), None)
     except psutil.Error:
         return None
 

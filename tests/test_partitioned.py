@@ -128,10 +128,10 @@ def test_ip_config_must_name_this_host(hosts, tmp_path):  # noqa: F811
 
 
 def test_ip_config_from_slurm_refuses_unusable_addresses():
-    """`--ip-config slurm` (runners.slurm, the sweep's partitioned runs): outside a job step it
+    """`--ip-config slurm` (runners.launch.slurm, the sweep's partitioned runs): outside a job step it
     says so; a NodeAddr that is or resolves to loopback here (a host's own 127.0.1.1 entry) or is
     no IPv4 address is refused naming the node and the value, never written into the list."""
-    from runners import slurm
+    from runners.launch import slurm
 
     with pytest.raises(ConfigError, match="not inside a SLURM job step"):
         slurm.allocation({})
@@ -185,7 +185,8 @@ def test_partitioned_memory_model_is_the_hosts_partition():
     over P before (an estimate within 2x of the files); where the graph outweighs the graph
     server (a graph of 2 million nodes x 602 features), the host's model is below the replicated
     run's, and a --memory-limit between them refuses the replicated point but not the partitioned."""
-    from runners import datasets, partitioned, partitions, preflight, run_dataset
+    from runners import datasets, partitioned, partitions
+    from runners.launch import preflight, dataset as run_dataset
 
     point = ("--strategy", "partitioned", "--nnodes", "2", "--master-addr", "127.0.0.1",
              "--master-port", "29999", "--ip-config", "/dev/null")

@@ -1,4 +1,4 @@
-"""One runner of a grid point at a time (runners.pointlock): a second runner of the same --out is
+"""One runner of a grid point at a time (runners.launch.pointlock): a second runner of the same --out is
 refused at once and names the first; the first ends ok with everything in place."""
 
 import json
@@ -7,7 +7,8 @@ import signal
 import subprocess
 import time
 
-from runners import history, pointlock
+from runners import history
+from runners.launch import pointlock
 from tests.helpers import REPO, run_env, runner_argv
 
 

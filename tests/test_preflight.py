@@ -1,4 +1,4 @@
-"""The pre-flight models (runners.preflight): pure functions of the configuration, the machine's
+"""The pre-flight models (runners.launch.preflight): pure functions of the configuration, the machine's
 description and the dataset's sizes; nothing is launched."""
 
 import dataclasses
@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from runners import preflight
 from runners.config import RunConfig
+from runners.launch import preflight
+from runners.launch.preflight import expected_output
 from runners.memory.model import model_peak
-from runners.preflight import expected_output
 
 META = {"num_nodes": 2000, "num_edges": 20000, "num_features": 32, "num_classes": 5, "num_train": 1300,
         "dataset_bytes": 2**20, "adjacency_bytes": 2**18}

@@ -146,7 +146,7 @@ def test_cpu_busy_before_launch_counts_other_work_and_not_the_launcher():
 
     import psutil
 
-    from runners.launch import cpu_mark, other_cpu_busy_percent
+    from runners.launch.ranks import cpu_mark, other_cpu_busy_percent
 
     t = psutil.cpu_times()
     own = 5.0
@@ -154,7 +154,7 @@ def test_cpu_busy_before_launch_counts_other_work_and_not_the_launcher():
     later = type(t)(*[v + (2.0 if f == "user" else 0.0) for f, v in zip(t._fields, t)])
     # 2 s of user time in all, 1.5 s of it this process's: 0.5 s of other work in a 2 s window.
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("runners.launch.cpu_mark", lambda: (later, own + 1.5))
+        mp.setattr("runners.launch.ranks.cpu_mark", lambda: (later, own + 1.5))
         assert other_cpu_busy_percent(since) == 25.0
     hog = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 5: pass"])
     try:

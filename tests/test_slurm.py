@@ -292,7 +292,7 @@ def test_slurm_partitioned_sweep_across_two_hosts(slurm_hosts, proj):
     assert (proj / "results/partitions/tiny-p2-metis.json").exists()
     runs = proj / "results/runs/tiny"
     jobs = [runs / f"part-metis-dgl-sage-d1-b64-w0-r{k}" for k in (0, 1)]
-    # (each point's lock file, .NAME.lock, stays beside it: runners.pointlock)
+    # (each point's lock file, .NAME.lock, stays beside it: runners.launch.pointlock)
     assert sorted(p.name for p in runs.iterdir() if not p.name.endswith(".lock")) == \
         ["dgl-sage-d1-b64-w0-r0"] + [j.name for j in jobs]
     lines = [f"{h0.address} 30050", f"{h1.address} 30050"]

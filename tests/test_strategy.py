@@ -1,12 +1,12 @@
-"""The strategy as the launcher sees it (runners.strategy) and the environment the ranks get
-(runners.launch.child_environment); nothing is launched."""
+"""The strategy as the launcher sees it (runners.launch.strategy) and the environment the ranks get
+(runners.launch.ranks.child_environment); nothing is launched."""
 
 import os
 from pathlib import Path
 from types import SimpleNamespace
 
-from runners import launch, strategy
 from runners.config import ConfigError, RunConfig
+from runners.launch import ranks as launch, strategy
 
 
 def _cfg(**kw) -> RunConfig:

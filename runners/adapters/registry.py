@@ -151,7 +151,7 @@ def dgl_environment(device_type: str, env: dict) -> tuple:
 #   111-112 (the tiny dataset adds < 1 MB). PSS splits pages shared by several processes
 #   (torch's libraries) between them, so the agent's share depends on what else runs. See docs/memory.md.
 # - shared_tensors_per_batch: tensors of one batch a worker hands to its rank, each an open
-#   descriptor in the rank while the batch lives (runners.descriptors): the deleted /dev/shm
+#   descriptor in the rank while the batch lives (runners.launch.descriptors): the deleted /dev/shm
 #   files in /proc/PID/fd of a rank and a worker with one batch and without, measured here on
 #   2026-11-24 (tiny, fan-outs 6,5,4, batch 128): PyG 7, DGL 18 (its blocks carry more tensors).
 MEMORY_TRAIT_KEYS = ("copies_adjacency_with_workers", "adjacency_copy_reason", "workers_gather_features",

@@ -10,10 +10,9 @@ import time
 from pathlib import Path
 
 from runners.datasets import *  # noqa: F401,F403  (the commands call the package's API)
-from runners.datasets import DATASET_NAMES, DEFAULT_ROOT, FORMATS, import_graph, prepare
-from runners import console
-from runners.datasets import twins
+from runners.datasets import DATASET_NAMES, DEFAULT_ROOT, FORMATS, import_graph, prepare, twins
 from runners.datasets.importers import parse_split
+from runners.launch import console
 
 log = logging.getLogger("gnnscale.datasets")
 

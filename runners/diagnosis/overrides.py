@@ -30,7 +30,7 @@ OVERRIDES = (
              "(with the cause its text names); its peers' idleness after it is the consequence"),
     Override(("oom", "memory_pressure"), "runners.supervisor.Supervisor.run: apply_oom",
              "a kill, or a memory cgroup at its cap, explains the hang, crash or time limit the rules saw"),
-    Override(("run_dir_vanished",), "runners.launch: vanished_outcome and notice_vanished (diagnose_vanished)",
+    Override(("run_dir_vanished",), "runners.launch.ranks: vanished_outcome and notice_vanished (diagnose_vanished)",
              "nothing the ranks wrote is left to explain the run; the overrides below skip such a run"),
     Override(("lost_contact", "lost_node"), "runners.nodes.explain",
              "a node sees only its own processes: the network, a lost node or another node's result names the cause"),

@@ -86,7 +86,7 @@ def _fd_limit_lines(fd) -> list:
 
 def fd_remedy(fd) -> str:
     """The fd_limit remedy with the limit found and the estimate needed, where known."""
-    from runners.descriptors import suggested_limit
+    from runners.launch.descriptors import suggested_limit
 
     generic = CAUSES["fd_limit"].remedy
     if not fd or not fd.get("needed_per_process"):

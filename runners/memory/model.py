@@ -21,7 +21,7 @@ from __future__ import annotations
 from runners.memory.units import fmt_bytes
 
 PREFETCH_FACTOR = 2  # torch.utils.data.DataLoader's default; neither adapter changes it
-# The one-node rank starter (runners.spawn, plain Python): PSS 7.1 MiB, RSS 12.5 MiB, measured
+# The one-node rank starter (runners.launch.spawn, plain Python): PSS 7.1 MiB, RSS 12.5 MiB, measured
 # here on 2026-11-24 while it waited for one rank. torchrun's agent (multi-node) imports torch:
 # its baseline is the framework's ("agent" in the registry's memory traits).
 SPAWN_BASELINE_BYTES = 8 * 2**20

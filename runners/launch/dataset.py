@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runners.config import RunConfig
-from runners.console import error, say
+from runners.launch.console import error, say
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """The launch of one run's ranks and its supervision to the end (runners.run.main's middle).
 
-launch() starts the rank starter (runners.spawn on one node, torchrun where nodes must meet)
+launch() starts the rank starter (runners.launch.spawn on one node, torchrun where nodes must meet)
 in the run's memory cgroup when capped, with the signal handling installed; supervise() pumps
 its output into the launcher's log and the terminal while runners.supervisor.Supervisor
 watches the tree, and stops the tree when a write fails for lack of space or the run
@@ -24,7 +24,7 @@ from typing import Any
 
 from runners import envinfo, history
 from runners.config import RunConfig
-from runners.console import error, say
+from runners.launch.console import error, say
 from runners.probes import DISK_FULL_MARK, disk_full
 from runners.rundir import RunDir
 
@@ -43,19 +43,26 @@ def now_iso() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
+# What result.json records (env.rank_starter) for the one-node starter: its module's name from
+# before runners/ was grouped into packages (now runners.launch.spawn), kept so that old and new
+# results record the same value.
+SPAWN = "runners.spawn"
+
+
 def rank_starter(cfg: RunConfig) -> str:
-    """What starts the ranks: runners.spawn on one node (torchrun's agent would import torch
-    before any rank starts), torchrun where nodes must meet (its rendezvous)."""
+    """What starts the ranks: runners.launch.spawn on one node (recorded as `SPAWN`; torchrun's
+    agent would import torch before any rank starts), torchrun where nodes must meet (its
+    rendezvous)."""
     if cfg.rank_starter == "torchrun" or (cfg.rank_starter == "auto" and cfg.nodes > 1):
         return "torchrun"
-    return "runners.spawn"
+    return SPAWN
 
 
 def launch_command(cfg: RunConfig, config_path: Path) -> list:
     rank_module = ["-m", "runners.study_harness" if cfg.harness == "study" else "runners.harness",
                    "--config", str(config_path)]
-    if rank_starter(cfg) == "runners.spawn":
-        return [sys.executable, "-m", "runners.spawn", "--nproc-per-node", str(cfg.devices),
+    if rank_starter(cfg) == SPAWN:
+        return [sys.executable, "-m", "runners.launch.spawn", "--nproc-per-node", str(cfg.devices),
                 "--master-addr", cfg.master_addr, "--master-port", str(cfg.master_port),
                 "--store", str(RunDir(Path(config_path).parent).pg_store), *rank_module]
     return [
@@ -76,7 +83,7 @@ class Launch:
     busy_before: float  # CPU % just before the launch
     started_at: str
     launch_t: float
-    interruption: Any  # runners.interruption.Interruption, installed at the launch
+    interruption: Any  # runners.launch.interruption.Interruption, installed at the launch
     proc: Any = None  # the rank starter's process; None when it could not start
     cgroup: Any = None  # the memory cgroup of a capped run
     outcome: Any = None  # runners.diagnosis.Outcome, once known
@@ -94,7 +101,7 @@ class Launch:
 
 def child_environment(cfg: RunConfig, network: dict | None = None, strategy_env: dict | None = None) -> dict:
     """The rank starter's environment: the launcher's own with the strategy's variables for the
-    trainers (runners.strategy), threads per rank, unbuffered output, the repository importable;
+    trainers (runners.launch.strategy), threads per rank, unbuffered output, the repository importable;
     for a multi-node run, gloo and NCCL bound to the interface that reaches the master
     (envinfo.network)."""
     env = {**os.environ, **(strategy_env or {})}
@@ -140,7 +147,7 @@ def launch(cfg: RunConfig, out: Path, config_path: Path, network: dict | None = 
     taken when the launcher started) is the window in which other work on the machine is looked
     for; `strategy_env`: the strategy's variables for the trainers (child_environment)."""
     from runners.diagnosis import Diagnosis, Outcome
-    from runners.interruption import Interruption
+    from runners.launch.interruption import Interruption
 
     child_env = child_environment(cfg, network, strategy_env)
     # Oversubscribed cores slow multi-threaded ranks many-fold (OpenMP threads wait for each
@@ -171,7 +178,8 @@ def launch(cfg: RunConfig, out: Path, config_path: Path, network: dict | None = 
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                     start_new_session=True, bufsize=1, preexec_fn=preexec)
     except Exception as exc:
-        run.outcome = Outcome("error", Diagnosis.of("launch", f"could not start the ranks ({rank_starter(cfg)}): {exc}",
+        starter = "runners.launch.spawn" if rank_starter(cfg) == SPAWN else rank_starter(cfg)
+        run.outcome = Outcome("error", Diagnosis.of("launch", f"could not start the ranks ({starter}): {exc}",
                                                     [str(exc)], []))
     return run
 

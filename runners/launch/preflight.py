@@ -1,5 +1,5 @@
 """The pre-flight models of one run, from its configuration, the machine (envinfo.collect) and
-the dataset's sizes (run_dataset.graph_meta), before anything is launched: the shared memory
+the dataset's sizes (dataset.graph_meta), before anything is launched: the shared memory
 and open files its loader workers need, its modelled peak host memory (the strategy's model),
 the bytes it writes into its directory, and whether it is possible on this machine at all.
 They warn; only `impossible` refuses (check_capacity)."""
@@ -9,9 +9,9 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from runners import strategy
 from runners.config import RunConfig
-from runners.console import error, say
+from runners.launch import strategy
+from runners.launch.console import error, say
 
 
 def shm_need(model: dict) -> int:
@@ -27,7 +27,7 @@ def shm_need(model: dict) -> int:
 
 def memory_model(cfg: RunConfig, graph_meta: dict) -> dict:
     """The modelled peak host memory of this run on this node: its strategy's model
-    (runners.strategy: runners.memory.model's, or for the partitioned strategy this host's
+    (runners.launch.strategy: runners.memory.model's, or for the partitioned strategy this host's
     partition, graph server and trainers)."""
     return strategy.of(cfg).memory_model(cfg, graph_meta)
 
@@ -55,7 +55,7 @@ def _shm_checks(cfg: RunConfig, env: dict, model: dict, warnings: list) -> dict:
 def preflight(cfg: RunConfig, env: dict, graph_meta: dict) -> dict:
     """Shared-memory and open-files needs of loader workers and the modelled peak host memory
     of the whole process tree (runners.memory.model); warn, never refuse."""
-    from runners import descriptors
+    from runners.launch import descriptors
     from runners.memory.model import describe_model
     from runners.memory.units import fmt_bytes
 

@@ -2,7 +2,7 @@
 torch) that starts N rank processes with the environment torchrun gives them, waits for them,
 and stops the others when one fails, as torchrun does.
 
-    python -m runners.spawn --nproc-per-node 2 --master-addr 127.0.0.1 --master-port 29500 \
+    python -m runners.launch.spawn --nproc-per-node 2 --master-addr 127.0.0.1 --master-port 29500 \
         --store RUN_DIR/.pg-store -m runners.harness --config CONFIG
 
 Why: on one node torchrun's agent only hands out ranks and an address, yet it imports torch
@@ -98,7 +98,7 @@ class Ranks:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m runners.spawn", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m runners.launch.spawn", description=__doc__.split("\n")[0])
     p.add_argument("--nproc-per-node", type=int, required=True)
     p.add_argument("--master-addr", default="127.0.0.1")
     p.add_argument("--master-port", type=int, required=True)
@@ -129,12 +129,12 @@ def run(args, rest: list, store: str) -> int:
         signal.signal(sig, on_signal)
     failures = ranks.wait()
     if ranks.stop_signal is not None:
-        print(f"runners.spawn: stopped the ranks on {signal.Signals(ranks.stop_signal).name}", file=sys.stderr,
+        print(f"runners.launch.spawn: stopped the ranks on {signal.Signals(ranks.stop_signal).name}", file=sys.stderr,
               flush=True)
         return 128 + ranks.stop_signal
     if not failures:
         return 0
-    lines = ["runners.spawn: a rank failed; the other ranks were stopped", "Failures (the first is the root cause):"]
+    lines = ["runners.launch.spawn: a rank failed; the other ranks were stopped", "Failures (the first is the root cause):"]
     for rank, pid, code in failures:
         lines.append(f"  rank : {rank} (local_rank: {rank})  exitcode : {code} (pid: {pid})  {signal_name(code)}")
     print("\n".join(lines), file=sys.stderr, flush=True)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from runners.config import ConfigError, RunConfig
-from runners.launch import vanished
+from runners.launch.ranks import vanished
 
 
 class Replicated:
@@ -63,7 +63,7 @@ class Partitioned(Replicated):
         model of the partitions' own files. False (after saying why) when the partitions or
         hosts are unusable."""
         from runners import datasets, partitioned, partitions
-        from runners.console import error
+        from runners.launch.console import error
 
         try:
             plan = partitioned.plan(cfg, env, stage)
