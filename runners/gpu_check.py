@@ -27,8 +27,8 @@ from runners import envinfo
 from runners.adapters.registry import FRAMEWORK_NAMES as FRAMEWORKS
 from runners.adapters.registry import MODEL_NAMES as MODELS
 # Points a machine or a lane cannot run are recorded with their reason, not failures of the check.
-from runners.diagnosis import SKIP_CAUSES
 from runners.rundir import RunDir
+from runners.watch.diagnosis import SKIP_CAUSES
 
 
 def _run(cmd: list, log: Path) -> int:

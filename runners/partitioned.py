@@ -208,7 +208,7 @@ class Server:
     died: dict | None = None  # the server ended while its trainers ran (see _lost)
     # (time.time(), psutil status, CPU seconds) of the server at every sample: a stall's evidence
     states: collections.deque = field(default_factory=lambda: collections.deque(maxlen=STATE_SAMPLES))
-    stall: object = None  # runners.evidence.ServerEvidence of the stall the watchdog detected (gather)
+    stall: object = None  # runners.watch.evidence.ServerEvidence of the stall the watchdog detected (gather)
     _stop: threading.Event = field(default_factory=threading.Event)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _thread: threading.Thread | None = None
@@ -275,13 +275,13 @@ class Server:
 
     def gather(self, outcome, launch_t: float):
         """When the watchdog stopped the run as a hang, or its trainers crashed while this server
-        was stopped: the server's evidence over the stall window (runners.evidence.ServerEvidence,
+        was stopped: the server's evidence over the stall window (runners.watch.evidence.ServerEvidence,
         kept as `stall`), its stack dumped when its host's trainers waited for it over RPC and it
         was not stopped. Call before stop(), while it still runs."""
         from runners.adapters.registry import RPC_WAIT_FILES
-        from runners.diagnosis import FROZEN_STATES
-        from runners.evidence import ServerEvidence, py_spy_dump, py_spy_path, rpc_waiters
-        from runners.stacks import top_frames
+        from runners.watch.diagnosis import FROZEN_STATES
+        from runners.watch.evidence import ServerEvidence, py_spy_dump, py_spy_path, rpc_waiters
+        from runners.watch.stacks import top_frames
 
         if outcome is None or self.died is not None or self.proc.poll() is not None:
             return None
@@ -327,13 +327,13 @@ class Server:
         if outcome is None or outcome.status in ("ok", "interrupted"):
             return  # a finished run stands; an interrupted one was stopped from outside, server and all
         if self.died is None:
-            from runners.diagnosis import diagnose_stalled_server
+            from runners.watch.diagnosis import diagnose_stalled_server
 
             stalled = diagnose_stalled_server(outcome.status, outcome.diagnosis, self.stall)
             if stalled is not None:  # a crash on the peers it cost is still the hang it caused
                 outcome.status, outcome.diagnosis = "hang", stalled
             return
-        from runners.diagnosis import lost_server
+        from runners.watch.diagnosis import lost_server
 
         server = {"node": self.cfg.node_rank, "host": self.host, "pid": self.proc.pid}
         outcome.diagnosis = lost_server(outcome.status, outcome.diagnosis, server, self.died)
@@ -342,17 +342,17 @@ class Server:
     def adopt_remote(self, out: Path, outcome, started_at: str) -> None:
         """Any node whose own server lived and kept going: a server that died or stopped making
         progress on another node is the run's cause when that node's result says so (node 0's
-        beside the job, node{K}/result.json for the others, as runners.nodes reads them); this
+        beside the job, node{K}/result.json for the others, as runners.watch.nodes reads them); this
         node's trainers only lost it or waited for it. A hang no result explains, while this
         node's trainers waited over RPC, points to another node's server
         (diagnosis.remote_server_stall). How long each node waits for the others' results:
-        runners.nodes.other_results."""
-        from runners.diagnosis import remote_server, remote_server_stall, server_stall
+        runners.watch.nodes.other_results."""
+        from runners.watch.diagnosis import remote_server, remote_server_stall, server_stall
 
         if (self.cfg.nodes < 2 or outcome is None or outcome.status == "ok" or self.died is not None
                 or (self.stall is not None and server_stall(self.stall) is not None)):
             return
-        from runners import nodes
+        from runners.watch import nodes
 
         results = nodes.other_results(self.cfg, out, started_at)
         for k, res in sorted(results.items()):
@@ -421,7 +421,7 @@ class Server:
                 "log": str(self.log_path), "memory": {**self.memory(), **replicated(replicated_model)}}
 
     def _stalled(self) -> bool:
-        from runners.diagnosis import server_stall
+        from runners.watch.diagnosis import server_stall
 
         return server_stall(self.stall) is not None
 

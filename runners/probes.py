@@ -24,7 +24,7 @@ HEARTBEAT_SIZE = struct.calcsize(HEARTBEAT_FORMAT)
 HEARTBEAT_PHASES = ("starting", "loading", "copy", "forward", "backward", "optimizer", "evaluation",
           "epoch-sync", "done", "failed", "rendezvous", "data-load", "model-build")
 # A rank's start-up before its first step, in order ('starting': the interpreter and imports);
-# the watchdog holds each to a limit of its own (runners.supervisor.startup_limits).
+# the watchdog holds each to a limit of its own (runners.watch.supervisor.startup_limits).
 STARTUP_PHASES = ("starting", "rendezvous", "data-load", "model-build")
 PHASE_CODE = {name: i for i, name in enumerate(HEARTBEAT_PHASES)}
 # Where a rank blocks when it stops in a phase (used by the diagnosis).

@@ -58,7 +58,7 @@ def record_skipped(cfg: RunConfig, env: dict, argv: list, cause: str = "not_enou
     """A grid point this node or lane cannot run (more GPUs than it has, a framework its torch
     cannot import): a result that says so, so the sweep goes on and the report shows the point
     as skipped, with the reason. A point that already has a result keeps it, untouched."""
-    from runners.diagnosis import skipped
+    from runners.watch.diagnosis import skipped
 
     out = Path(cfg.out)
     say(f"SKIPPED {cfg.framework}/{cfg.model} devices={cfg.devices}: {cfg.skip_reason}")
@@ -101,7 +101,7 @@ def write_and_report(stage: Path, out: Path, document: dict, run: Launch) -> int
     """Write result.json into the staging directory, settle the run into `out` (runners.history:
     it replaces the point's current run, or is filed under previous/ when it was interrupted
     and the point has a result) and print its summary; the run's exit code (the module's doc)."""
-    from runners.supervisor import missing_file
+    from runners.watch.supervisor import missing_file
 
     try:
         result.write(stage, document)

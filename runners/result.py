@@ -116,7 +116,7 @@ def build(head: Head, sections: _Sections) -> dict:
 # -- sections the launcher's records make ---------------------------------------------------------
 
 def skipped(cfg, env: dict, diagnosis: dict) -> Skipped:
-    """The sections of a point that never ran (`diagnosis`: runners.diagnosis.skipped)."""
+    """The sections of a point that never ran (`diagnosis`: runners.watch.diagnosis.skipped)."""
     return Skipped(config=cfg.to_json(), env=env, seeds={"base": cfg.seed, "per_rank": []}, diagnosis=diagnosis,
                    probes={"nvml": {"available": False, "reason": "the run was skipped"},
                            "cpu": {"available": False, "interval_s": cfg.cpu_sample_interval_s, "cost_s": []}})
@@ -165,7 +165,7 @@ def network(env: dict, m: dict) -> dict:
 
 
 def watchdog(outcome) -> dict:
-    """`watchdog`: how the supervisor ended the run (a runners.diagnosis.Outcome)."""
+    """`watchdog`: how the supervisor ended the run (a runners.watch.diagnosis.Outcome)."""
     return {"returncode": outcome.returncode, "killed_by_watchdog": outcome.killed_by_watchdog,
             "orphans_killed": outcome.orphans_killed, "survivors": outcome.survivors,
             "detected_after_s": outcome.detected_after_s, "note": outcome.note}

@@ -17,12 +17,12 @@ main() takes the run's steps in this order (a step that ends the run returns its
     ├── strategy.of(cfg).prepare        partitioned: partitions and this host's graph server
     ├── ranks.launch                    runners.launch.spawn on one node, torchrun across nodes
     ├── strategy.watch
-    ├── ranks.supervise                 runners.supervisor.Supervisor; output into the log
+    ├── ranks.supervise                 runners.watch.supervisor.Supervisor; output into the log
     ├── strategy.stop
     └── conclude
         ├── ranks.notice_vanished       a directory moved or deleted: recording.restage
-        ├── explain_across_nodes        runners.nodes
-        ├── strategy.explain            after runners.nodes (runners.launch.strategy says why)
+        ├── explain_across_nodes        runners.watch.nodes
+        ├── strategy.explain            after runners.watch.nodes (runners.launch.strategy says why)
         ├── dataset.recheck_dataset
         └── recording.write_and_report  recording.launched_result, settled into the point
 
@@ -118,7 +118,7 @@ def check_out(out: Path) -> None:
 def parse_and_check(argv: list) -> tuple:
     """(cfg, env, skip cause) from the options; invalid options or an unusable environment exit
     2 here, before anything runs (parser.error). A point this node or lane cannot run is not an
-    error: its cause (runners.diagnosis.SKIP_CAUSES) comes back, with the reason in cfg.skip_reason."""
+    error: its cause (runners.watch.diagnosis.SKIP_CAUSES) comes back, with the reason in cfg.skip_reason."""
     parser = build_parser()
     args = parser.parse_args(argv)
     env = envinfo.collect()
@@ -189,7 +189,7 @@ def stage_run(cfg: RunConfig, out: Path, argv: list, graph_meta: dict):
     """The run's fresh staging directory, with its files and the launcher's log open in it:
     (cfg that writes there, stage, output estimate, log, the stage's identity); else the exit
     code of a refusal (2: too little space), a full disk (3) or a vanished --out (4)."""
-    from runners.supervisor import dir_identity
+    from runners.watch.supervisor import dir_identity
 
     # The run writes into a fresh directory; the point's current run stays until it is replaced.
     stage = history.staging_dir(out)
@@ -253,7 +253,7 @@ def main(argv=None) -> int:
 def conclude(cfg: RunConfig, out: Path, argv: list, data, env: dict, pre: dict, stage: Path, run, strategy) -> int:
     """Explain the ended run and record it into its point `out`; the run's exit code. A run
     whose directory vanished is recorded in a fresh one, as `failed` (nothing to explain)."""
-    from runners.supervisor import dir_identity
+    from runners.watch.supervisor import dir_identity
 
     if vanished(run.outcome) or notice_vanished(stage, run):
         # What the ranks wrote went with the directory: the result, in a new one, says why it is empty.
@@ -272,8 +272,8 @@ def conclude(cfg: RunConfig, out: Path, argv: list, data, env: dict, pre: dict, 
 
 def explain_across_nodes(cfg: RunConfig, stage: Path, run, env: dict) -> None:
     """A node's watchdog sees its own processes only: name the hosts, and another node's part
-    (runners.nodes), in run.outcome."""
-    from runners import nodes
+    (runners.watch.nodes), in run.outcome."""
+    from runners.watch import nodes
 
     detected = run.launch_t + (run.outcome.detected_after_s or 0.0)
     run.outcome.diagnosis = nodes.explain(cfg, stage, run.local_ranks, run.outcome.status,

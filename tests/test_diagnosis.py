@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from runners.diagnosis import CAUSES, blame, decide_exit, decide_stop
-from runners.evidence import ProcessLedger, process_states
 from runners.probes import exit_of, proc_stat
+from runners.watch.diagnosis import CAUSES, blame, decide_exit, decide_stop
+from runners.watch.evidence import ProcessLedger, process_states
 
 
 def rank(r, epoch, step, phase, state="sleeping", cpu=0.0, stack=()):
@@ -119,7 +119,7 @@ def test_uneven_batches_outrank_everything_else():
 # -- runs that ended by themselves -----------------------------------------------------------
 def exit_ev(errors=(), ledger=(), ranks=None, log="", codes=None, rc=1):
     errors = {e["rank"]: e for e in errors}
-    from runners.diagnosis import PEER_LOST
+    from runners.watch.diagnosis import PEER_LOST
 
     primary = [e for e in errors.values() if not PEER_LOST.search(e["message"]) or e.get("worker_failure")]
     first = min(primary or errors.values(), key=lambda e: e["time"]) if errors else None
@@ -221,7 +221,7 @@ HANG = {"summary": "hang: rank 1 made no progress in phase 'failed' while rank 0
 def test_a_failed_rank_left_unreaped_past_the_limit_is_a_stop():
     """A rank that raised ends the run at once; one still there past the stall limit (its rank
     starter never reaped it) must not leave the watchdog waiting for the time limit."""
-    from runners.supervisor import hang_candidate
+    from runners.watch.supervisor import hang_candidate
 
     both_failed = [(0, 2.0, "failed"), (1, 1.0, "failed")]
     assert hang_candidate(both_failed, now=9.0, launch_t=0.0, limit=8.0, startup_timeout=600.0) is None
@@ -243,7 +243,7 @@ def test_a_failed_rank_left_unreaped_past_the_limit_is_a_stop():
      ("crashed", "shm_exhausted", 1)),
     # an error recorded after the detection (the tree being stopped) is the hang's consequence
     ("hang", [error(1, 111.0, "RuntimeError", SHM_BUS)], 110.0, None),
-    # only lost peers: nothing this node's ranks raised explains it (runners.nodes does)
+    # only lost peers: nothing this node's ranks raised explains it (runners.watch.nodes does)
     ("hang", [error(1, 100.0, "RuntimeError", PEER)], 110.0, None),
     ("hang", [], 110.0, None),
     ("crashed", [error(1, 100.0, "RuntimeError", SHM_BUS)], 110.0, None),
@@ -251,7 +251,7 @@ def test_a_failed_rank_left_unreaped_past_the_limit_is_a_stop():
         "no-error", "not-a-hang"])
 def test_a_recorded_exception_outranks_a_hang_declared_after_it(status, errors, detected_t, expected):
     """issue 56: the precedence of a rank's own exception over the watchdog's hang, as a table."""
-    from runners.diagnosis import crash_before_hang
+    from runners.watch.diagnosis import crash_before_hang
 
     ev = exit_ev(errors=errors)
     found = crash_before_hang(status, dict(HANG), ev, detected_t)
@@ -324,7 +324,7 @@ def test_stopped_process_is_seen_stopped_without_cpu_progress():
 
 
 def test_a_rank_still_starting_is_held_to_the_startup_timeout_not_the_stall_limit():
-    from runners.supervisor import hang_candidate
+    from runners.watch.supervisor import hang_candidate
 
     # Seen in the fault loop under load: rank 0 had not yet beaten its first step when rank 1
     # had; its 9 s of start-up were taken for a stall past the 8 s floor.
@@ -337,7 +337,7 @@ def test_a_rank_still_starting_is_held_to_the_startup_timeout_not_the_stall_limi
 
 
 def test_each_start_up_phase_has_a_limit_of_its_own_from_what_the_ranks_took():
-    from runners.supervisor import RankWatch, hang_candidate, startup_limits
+    from runners.watch.supervisor import RankWatch, hang_candidate, startup_limits
 
     watch = {0: RankWatch(0), 1: RankWatch(1)}
     limits = startup_limits(watch, floor=5.0, timeout=600.0, load_estimate_s=0.1, single_node=True)
@@ -360,7 +360,7 @@ def test_each_start_up_phase_has_a_limit_of_its_own_from_what_the_ranks_took():
 
 
 def test_a_run_directory_moved_or_replaced_is_found_missing(tmp_path):
-    from runners.supervisor import dir_identity, missing_file
+    from runners.watch.supervisor import dir_identity, missing_file
 
     run_dir = tmp_path / ".run.run-20260101T000000Z-1"
     (run_dir / "heartbeats").mkdir(parents=True)
@@ -379,7 +379,7 @@ def test_a_run_directory_moved_or_replaced_is_found_missing(tmp_path):
 def test_a_vanished_run_directory_outranks_how_the_run_ended():
     from pathlib import Path
 
-    from runners.diagnosis import diagnose_vanished
+    from runners.watch.diagnosis import diagnose_vanished
 
     run_dir = Path("/results/.run.run-20260101T000000Z-1")
     crashed = {"status": "crashed", "diagnosis": {"cause": "crash", "summary": "crashed: rank 1: a rank raised"}}
@@ -399,7 +399,7 @@ def test_a_vanished_run_directory_outranks_how_the_run_ended():
 
 # -- summaries: many ranks in one line ----------------------------------------------------------
 def test_summary_of_a_hang_at_64_ranks_is_one_short_line():
-    from runners.diagnosis import stop_summary
+    from runners.watch.diagnosis import stop_summary
 
     ranks = [rank(0, 0, 2, "loading")] + [rank(r, 0, 2, "forward") for r in range(1, 64)]
     line = stop_summary("hang", ranks, 0, "a loader worker stopped")
@@ -415,7 +415,7 @@ def test_summary_of_a_hang_at_64_ranks_is_one_short_line():
 
 
 def test_up_to_three_ranks_are_named_and_runs_of_three_become_ranges():
-    from runners.diagnosis import group_ranks, rank_ranges
+    from runners.watch.diagnosis import group_ranks, rank_ranges
 
     assert group_ranks([(1, "forward"), (2, "forward"), (3, "forward")], "waited in '{}'") == \
         "ranks 1, 2 and 3 waited in 'forward'"
@@ -467,7 +467,7 @@ def test_a_process_at_its_descriptor_limit_is_evidence_without_any_error_text():
 
 
 def test_a_flood_of_the_same_error_is_one_line_of_evidence():
-    from runners.diagnosis import fd_exhaustion
+    from runners.watch.diagnosis import fd_exhaustion
 
     log = "OSError: [Errno 24] Too many open files\n" * 5000  # a DGL worker's resource sharer, looping
     ranks, why = fd_exhaustion({"ranks": [], "log": log})
@@ -488,7 +488,7 @@ def test_crash_after_descriptor_exhaustion_is_fd_limit_not_a_crash():
 
 
 def test_fd_limit_remedy_names_ulimit_the_limit_found_and_the_need():
-    from runners.diagnosis import cause_label, fd_remedy
+    from runners.watch.diagnosis import cause_label, fd_remedy
 
     remedy = fd_remedy(FD)
     assert "`ulimit -n` is 48 here and a rank needs about 72 descriptors" in remedy
@@ -500,8 +500,8 @@ def test_fd_limit_remedy_names_ulimit_the_limit_found_and_the_need():
 
 
 def test_an_interruption_is_diagnosed_from_its_evidence_alone():
-    from runners.diagnosis import diagnose_interruption
-    from runners.evidence import InterruptionEvidence
+    from runners.watch.diagnosis import diagnose_interruption
+    from runners.watch.evidence import InterruptionEvidence
 
     ev = InterruptionEvidence(signal="SIGTERM", after_s=12.34, ranks=[
         {"rank": 0, "pid": 1, "epoch": 2, "step": 5, "phase": "backward", "blocked_in": "all-reduce"}],
@@ -518,7 +518,7 @@ def test_an_interruption_is_diagnosed_from_its_evidence_alone():
 # -- the partitioned strategy: a graph server that stopped making progress ------------------
 def server_ev(states, cpu=(0.0,) * 3, waiters=((0, "recv_rpc_message (dgl/distributed/rpc.py:1095)"),),
               stack=(), idle=None, window=10.0):
-    from runners.evidence import ServerEvidence
+    from runners.watch.evidence import ServerEvidence
 
     times = [-window + i * window / (len(states) - 1) for i in range(len(states))]
     return ServerEvidence(node=1, host="h1", pid=4242, window_s=window, samples=list(zip(times, states, cpu)),
@@ -526,7 +526,7 @@ def server_ev(states, cpu=(0.0,) * 3, waiters=((0, "recv_rpc_message (dgl/distri
 
 
 def test_a_stopped_graph_server_is_the_cause_of_the_hang():
-    from runners.diagnosis import diagnose_stalled_server
+    from runners.watch.diagnosis import diagnose_stalled_server
 
     watchdog = {"summary": "hang: rank 1 made no progress", "cause": "stalled_worker", "evidence": ["rank 1 ..."]}
     d = diagnose_stalled_server("hang", watchdog, server_ev(["sleeping", "stopped", "stopped"]))
@@ -553,7 +553,7 @@ def test_a_stopped_graph_server_is_the_cause_of_the_hang():
 def test_an_idle_graph_server_is_not_a_stuck_one():
     """No CPU over the window with trainers waiting in RPC: stuck only when its main thread is
     outside its request wait (an idle server sleeps there too, without CPU)."""
-    from runners.diagnosis import diagnose_stalled_server, remote_server_stall, server_stall
+    from runners.watch.diagnosis import diagnose_stalled_server, remote_server_stall, server_stall
 
     idle = server_ev(["sleeping"] * 3, stack=["recv_rpc_message (dgl/distributed/rpc.py:1095)"], idle=True)
     assert server_stall(idle) is None
@@ -576,7 +576,7 @@ def test_the_result_schema_enumerates_every_cause_and_no_other():
     import json
     from pathlib import Path
 
-    from runners.diagnosis import OVERRIDES
+    from runners.watch.diagnosis import OVERRIDES
 
     path = Path(__file__).resolve().parents[1] / "runners" / "schemas" / "result.schema.json"
     schema = json.loads(path.read_text())
@@ -587,7 +587,7 @@ def test_the_result_schema_enumerates_every_cause_and_no_other():
 
 
 def test_a_superseding_diagnosis_keeps_the_one_before():
-    from runners.diagnosis import Diagnosis
+    from runners.watch.diagnosis import Diagnosis
 
     before = Diagnosis.of("dead_rank", "crashed: rank 1", ["rank 1 raised X"], [{"rank": 1}], 1, error_excerpt="X")
     after = Diagnosis.superseding(before, "lost_server", "crashed: server", ["server died"], status="crashed",
@@ -606,8 +606,8 @@ def test_node1_adopts_the_graph_server_that_node0s_result_names(tmp_path):
     import json
     import types
 
-    from runners.diagnosis import Outcome
     from runners.partitioned import Server
+    from runners.watch.diagnosis import Outcome
 
     job = tmp_path / "job"
     stage = job / ".node1.run-20261128T110000Z-4242"  # node 1's staging directory inside the job
@@ -633,7 +633,7 @@ def test_node1_adopts_the_graph_server_that_node0s_result_names(tmp_path):
 
 def test_torchrun_exit_codes_name_the_global_rank_not_the_local_one():
     """Node 1 of a two-node run: torchrun's log names its only rank as rank 1, local_rank 0."""
-    from runners.evidence import torchrun_exit_codes
+    from runners.watch.evidence import torchrun_exit_codes
 
     log = ("[2026-11-28 11:10:03,626] torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: -6) "
            "local_rank: 0 (pid: 4142) of binary: python\nTraceback ...\nRoot Cause (first observed failure):\n[0]:\n"

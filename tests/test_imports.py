@@ -124,8 +124,8 @@ def test_the_graph_sees_function_level_and_type_checking_imports():
     assert "runners.config" in graph["runners.run"]
     source = ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from runners.config import RunConfig\n"
               "def f():\n    from runners import record\n    from . import stacks\n")
-    found = module_imports(ast.parse(source), "runners.probes", False, suite_modules())
-    assert found == {"runners.config", "runners.record", "runners.stacks"}
+    found = module_imports(ast.parse(source), "runners.watch.supervisor", False, suite_modules())
+    assert found == {"runners.config", "runners.record", "runners.watch.stacks"}
 
 
 def test_the_finder_names_a_circle():

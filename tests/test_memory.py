@@ -9,10 +9,10 @@ import psutil
 import pytest
 
 from runners.config import ConfigError, RunConfig, build_parser, config_from_args
-from runners.evidence import MemoryWatch, oom_evidence
 from runners.launch import preflight
 from runners.memory import cgroup, model, peak, units
-from runners.supervisor import RankWatch
+from runners.watch.evidence import MemoryWatch, oom_evidence
+from runners.watch.supervisor import RankWatch
 from tests.helpers import REPO, run_config
 
 META = {"num_nodes": 232_965, "num_edges": 114_615_892, "num_features": 602, "num_classes": 41,
@@ -177,8 +177,7 @@ def _stats(usage, faults):
 
 
 def test_a_hang_at_the_memory_cap_is_named_memory_pressure(tmp_path):
-    from runners.diagnosis import apply_oom
-    from runners.diagnosis import Outcome
+    from runners.watch.diagnosis import apply_oom, Outcome
 
     hang = {"summary": "hang: rank 0 made no progress; cause: a loader worker stopped", "cause": "stalled_worker",
             "ranks": [], "evidence": ["rank 0: no progress"]}
@@ -213,8 +212,7 @@ def _killed_run(tmp_path, ranks=2, oom_seen=True) -> tuple:
 
 
 def test_an_oom_kill_is_status_killed_whatever_the_run_showed_after_it(tmp_path):
-    from runners.diagnosis import apply_oom
-    from runners.diagnosis import Outcome
+    from runners.watch.diagnosis import apply_oom, Outcome
 
     hang = {"summary": "hang: ...; cause: every rank is blocked in a collective", "cause": "collective_mismatch",
             "ranks": [], "evidence": []}
@@ -231,8 +229,7 @@ def test_an_oom_kill_is_status_killed_whatever_the_run_showed_after_it(tmp_path)
 
 
 def test_kills_after_a_hang_at_the_cap_stay_memory_pressure(tmp_path):
-    from runners.diagnosis import apply_oom
-    from runners.diagnosis import Outcome
+    from runners.watch.diagnosis import apply_oom, Outcome
 
     hang = {"summary": "hang: rank 0 made no progress; cause: a loader worker stopped", "cause": "stalled_worker",
             "ranks": [], "evidence": []}

@@ -397,7 +397,7 @@ def test_server_death_is_kept_though_its_trainers_ended_first(tmp_path, command,
     import os
     import signal
 
-    from runners.diagnosis import Outcome
+    from runners.watch.diagnosis import Outcome
 
     server, proc, starter = _server_process(tmp_path, command)
     try:

@@ -11,7 +11,7 @@ import pytest
 from analysis import aggregate
 from runners import result, settings
 from runners.config import build_parser, config_from_args
-from runners.diagnosis import skipped
+from runners.watch.diagnosis import skipped
 
 SCHEMA_1 = Path(__file__).resolve().parent / "data" / "schema1" / "result.json"
 

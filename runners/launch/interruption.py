@@ -9,7 +9,7 @@ import time
 class Interruption:
     """SIGTERM and SIGINT to the launcher, noted by a handler and acted on by the supervisor's
     loop at its next poll, so no exception lands in the middle of a write. Python's handlers
-    are not told who sent a signal; runners.evidence.signal_context records what can be
+    are not told who sent a signal; runners.watch.evidence.signal_context records what can be
     known instead."""
 
     SIGNALS = (signal.SIGTERM, signal.SIGINT)

@@ -2,7 +2,7 @@
 
 launch() starts the rank starter (runners.launch.spawn on one node, torchrun where nodes must meet)
 in the run's memory cgroup when capped, with the signal handling installed; supervise() pumps
-its output into the launcher's log and the terminal while runners.supervisor.Supervisor
+its output into the launcher's log and the terminal while runners.watch.supervisor.Supervisor
 watches the tree, and stops the tree when a write fails for lack of space or the run
 directory vanishes. The lines a run ends with in those two cases live here too.
 """
@@ -86,7 +86,7 @@ class Launch:
     interruption: Any  # runners.launch.interruption.Interruption, installed at the launch
     proc: Any = None  # the rank starter's process; None when it could not start
     cgroup: Any = None  # the memory cgroup of a capped run
-    outcome: Any = None  # runners.diagnosis.Outcome, once known
+    outcome: Any = None  # runners.watch.diagnosis.Outcome, once known
     cgroup_stats: dict | None = None
     cgroup_leftover: list = field(default_factory=list)
     run_dir_id: tuple | None = None  # which directory the run was launched in (supervisor.dir_identity)
@@ -146,8 +146,8 @@ def launch(cfg: RunConfig, out: Path, config_path: Path, network: dict | None = 
     installed; a launch that fails is recorded in the Launch's outcome. `cpu_since` (cpu_mark,
     taken when the launcher started) is the window in which other work on the machine is looked
     for; `strategy_env`: the strategy's variables for the trainers (child_environment)."""
-    from runners.diagnosis import Diagnosis, Outcome
     from runners.launch.interruption import Interruption
+    from runners.watch.diagnosis import Diagnosis, Outcome
 
     child_env = child_environment(cfg, network, strategy_env)
     # Oversubscribed cores slow multi-threaded ranks many-fold (OpenMP threads wait for each
@@ -216,11 +216,11 @@ def _pump(stream, sink, echo, failed: list, mute: threading.Event) -> None:
 
 
 def supervise(cfg: RunConfig, out: Path, run: Launch, log) -> int | None:
-    """Watch the launched tree to its end (runners.supervisor.Supervisor), its output pumped into
+    """Watch the launched tree to its end (runners.watch.supervisor.Supervisor), its output pumped into
     `log`; then close the log and the cgroup. Returns EXIT_DISK_FULL's report when a write
     failed for lack of space (the tree stopped, no result), else None with run.outcome set (a
     run directory moved or deleted from outside: the tree stopped, status `failed`)."""
-    from runners.supervisor import Supervisor, missing_file
+    from runners.watch.supervisor import Supervisor, missing_file
 
     if run.proc is not None:
         write_errors: list = []
@@ -257,7 +257,7 @@ def _stop_after_write_error(cfg: RunConfig, out: Path, run: Launch, log, supervi
     """Stop the tree after a write failed: for lack of space (`gone` None: EXIT_DISK_FULL's
     report, the log and the cgroup closed), or because the run directory vanished (`gone`: the
     first file found missing; run.outcome says so, None returned)."""
-    from runners.supervisor import process_tree, stop_tree
+    from runners.watch.supervisor import process_tree, stop_tree
 
     after_s = time.time() - run.launch_t
     where = whereabouts(log, out) if gone is not None else None  # while the log is open in it
@@ -285,7 +285,7 @@ def vanished_outcome(run: Launch, out: Path, gone: Path, after_s: float, where: 
                      ranks: list):
     """The outcome of a run whose directory `out` vanished (`gone`: the first file found
     missing, `after_s` after launch), its tree stopped (`survivors`: pids that outlived it)."""
-    from runners.diagnosis import Outcome, diagnose_vanished
+    from runners.watch.diagnosis import Outcome, diagnose_vanished
 
     try:
         rc = run.proc.wait(timeout=10)
@@ -320,8 +320,8 @@ def vanished(outcome) -> bool:
 def notice_vanished(stage: Path, run: Launch) -> bool:
     """A run directory that vanished after its tree had exited (the supervisor saw it whole):
     run.outcome becomes `failed`, cause run_dir_vanished, keeping what the run had ended as."""
-    from runners.diagnosis import diagnose_vanished
-    from runners.supervisor import missing_file
+    from runners.watch.diagnosis import diagnose_vanished
+    from runners.watch.supervisor import missing_file
 
     gone = missing_file(stage, run.run_dir_id)
     if gone is None:
@@ -349,7 +349,7 @@ def report_disk_full(out: Path, exc: OSError) -> int:
 def report_vanished(stage: Path, missing: Path, after_s: float | None, why: str) -> int:
     """The one line a run ends with when its directory vanished (`after_s` after launch; None:
     before it) and no result could be written either (`why`); EXIT_VANISHED."""
-    from runners.diagnosis import vanished_line
+    from runners.watch.diagnosis import vanished_line
 
     done = "nothing was launched" if after_s is None else "stopped the run"
     error(f"{vanished_line(stage, missing, after_s)}; {done}, no result could be written ({why}); rerun the point")

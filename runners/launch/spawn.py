@@ -17,7 +17,7 @@ the environment as torchelastic's (RANK, GROUP_RANK, LOCAL_RANK, LOCAL_WORLD_SIZ
 starts no processes.
 
 A failure ends with torchrun's summary lines (`rank : R (local_rank: L)` and
-`exitcode : C (pid: P)`, C negative for a signal), which runners.evidence reads, and exit
+`exitcode : C (pid: P)`, C negative for a signal), which runners.watch.evidence reads, and exit
 code 1; SIGTERM or SIGINT to this process is passed to the ranks, which get KILL_GRACE_S to
 leave before SIGKILL.
 """

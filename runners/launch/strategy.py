@@ -9,7 +9,7 @@ calls, in the order runners.run.main makes them:
     trainer_env                          variables the ranks get beside the launcher's own
     watch(run)                           once the ranks are started
     stop(cfg, env, pre, run)             once the tree has exited (or was stopped)
-    explain(stage, run)                  after runners.nodes has explained the outcome
+    explain(stage, run)                  after runners.watch.nodes has explained the outcome
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ class Partitioned(Replicated):
 
     def explain(self, stage: Path, run) -> None:
         """This host's own server, dead or stalled, outranks the peers its trainers lost on the
-        way (they were its victims): hence after runners.nodes.explain; then another host's
+        way (they were its victims): hence after runners.watch.nodes.explain; then another host's
         server, from that node's result."""
         if not vanished(run.outcome):
             self.server.explain(run.outcome)

@@ -4,8 +4,8 @@ The supervisor polls every rank's heartbeat (see runners.probes). A hang is decl
 some rank shows no progress for longer than `max(stall_floor, stall_factor x the slowest
 step seen so far)`; before its first step, when it stays in one start-up phase longer than that
 phase's own limit (`startup_limits`), or past the start-up timeout. It then has the stacks
-and process states gathered (runners.evidence), stops the whole process tree (SIGTERM, then
-SIGKILL after a grace period) and has the run diagnosed (runners.diagnosis). Every process
+and process states gathered (runners.watch.evidence), stops the whole process tree (SIGTERM, then
+SIGKILL after a grace period) and has the run diagnosed (runners.watch.diagnosis). Every process
 of the run is tracked from the start, so none is left behind whatever the outcome. A
 SIGTERM or SIGINT to the launcher (Ctrl-C, Snakemake, a scheduler's time limit) stops the
 tree the same way, at the next poll (see runners.launch.interruption). A run directory moved or
@@ -26,12 +26,12 @@ from pathlib import Path
 
 import psutil
 
-from runners.diagnosis import (Outcome, apply_oom, classify_exit, crash_before_hang, diagnose_interruption,
-                               diagnose_stop)
-from runners.evidence import (POLL_S, MemoryWatch, ProcessLedger, capture_stacks, exit_evidence, interruption_evidence,
-                              is_alive, oom_evidence, process_roles, process_states, shm_usage)
 from runners.probes import STARTUP_PHASES, read_heartbeat
 from runners.rundir import RunDir
+from runners.watch.diagnosis import (Outcome, apply_oom, classify_exit, crash_before_hang, diagnose_interruption,
+                                     diagnose_stop)
+from runners.watch.evidence import (POLL_S, MemoryWatch, ProcessLedger, capture_stacks, exit_evidence, interruption_evidence,
+                                    is_alive, oom_evidence, process_roles, process_states, shm_usage)
 
 # Phases in which a rank waits for the others (the rendezvous waits for every rank to arrive).
 COLLECTIVE_PHASES = ("backward", "epoch-sync", "evaluation", "rendezvous")

@@ -1,6 +1,6 @@
 """What outranks the rulebook: findings made after the stop and exit rules named a cause, each
 superseding the diagnosis before it (Diagnosis.superseding keeps what it said). OVERRIDES lists
-them in the order they apply; the constructors here are what the launcher, runners.nodes and
+them in the order they apply; the constructors here are what the launcher, runners.watch.nodes and
 runners.partitioned call."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from runners.diagnosis.causes import CAUSES, Diagnosis, Outcome
-from runners.diagnosis.exits import cause_errors, diagnose_exit
-from runners.diagnosis.ranks import group_ranks, progress_line
-from runners.evidence import FULL_SHARE, MemoryWatch, OomEvidence
+from runners.watch.diagnosis.causes import CAUSES, Diagnosis, Outcome
+from runners.watch.diagnosis.exits import cause_errors, diagnose_exit
+from runners.watch.diagnosis.ranks import group_ranks, progress_line
+from runners.watch.evidence import FULL_SHARE, MemoryWatch, OomEvidence
 
 
 @dataclass(frozen=True)
@@ -25,16 +25,16 @@ class Override:
 
 # In the order they apply: each may supersede what the ones above it said.
 OVERRIDES = (
-    Override((), "runners.supervisor.Supervisor._stop: crash_before_hang",
+    Override((), "runners.watch.supervisor.Supervisor._stop: crash_before_hang",
              "a rank that raised, and recorded why, before the hang or time limit was declared is the cause "
              "(with the cause its text names); its peers' idleness after it is the consequence"),
-    Override(("oom", "memory_pressure"), "runners.supervisor.Supervisor.run: apply_oom",
+    Override(("oom", "memory_pressure"), "runners.watch.supervisor.Supervisor.run: apply_oom",
              "a kill, or a memory cgroup at its cap, explains the hang, crash or time limit the rules saw"),
     Override(("run_dir_vanished",), "runners.launch.ranks: vanished_outcome and notice_vanished (diagnose_vanished)",
              "nothing the ranks wrote is left to explain the run; the overrides below skip such a run"),
-    Override(("lost_contact", "lost_node"), "runners.nodes.explain",
+    Override(("lost_contact", "lost_node"), "runners.watch.nodes.explain",
              "a node sees only its own processes: the network, a lost node or another node's result names the cause"),
-    Override((), "runners.nodes.adopt_lost_culprit",
+    Override((), "runners.watch.nodes.adopt_lost_culprit",
              "node 0 crashed on losing a node whose own watchdog had declared the hang"),
     Override(("lost_server", "stalled_server"), "runners.partitioned.Server.explain",
              "this host's graph server, dead or stalled, outranks the peers its trainers lost on the way"),
@@ -55,7 +55,7 @@ def adopted(before: dict | None, k: int, theirs: dict, summary: str, *, status: 
 # -- a rank's own exception: the cause of a hang declared after it -----------------------------
 def crash_before_hang(status: str, diag: dict, ev: dict, detected_t: float) -> tuple | None:
     """(status, diagnosis) when a rank raised, and recorded why, before the watchdog declared the
-    hang or time limit `diag` (`ev`: the run's exit evidence, runners.evidence.exit_evidence;
+    hang or time limit `diag` (`ev`: the run's exit evidence, runners.watch.evidence.exit_evidence;
     `detected_t`: the detection's time.time()): the exception, and the cause its text names
     (shm, OOM, NCCL, ...), is what happened, found by the exit rules as if the rank starter had
     reaped the failed rank in time; the idleness of its peers is the consequence. Ranks that
@@ -120,7 +120,7 @@ def diagnose_vanished(run_dir: Path, missing: Path, after_s: float, whereabouts:
 # -- out of memory: a cause that outranks what the rules above named ------------------------
 def apply_oom(outcome: Outcome, oom: OomEvidence | None, memory: MemoryWatch, note: str | None = None) -> Outcome:
     """Name an out-of-memory kill as the cause when the cgroup or the kernel saw one (`oom`:
-    runners.evidence.oom_evidence; `memory`: the cgroup as the supervisor watched it; `note`:
+    runners.watch.evidence.oom_evidence; `memory`: the cgroup as the supervisor watched it; `note`:
     why the OOM evidence could not be read, if it could not)."""
     if outcome.status == "ok":
         return outcome

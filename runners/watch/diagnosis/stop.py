@@ -8,11 +8,11 @@ import re
 from pathlib import Path
 
 from runners.adapters import registry
-from runners.diagnosis.causes import CAUSES, Diagnosis
-from runners.diagnosis.ranks import (blame, describe_process, error_text, group_ranks, is_frozen, progress_key,
-                                     progress_line, sole, worker_stuck)
-from runners.evidence import FULL_SHARE, stop_evidence
 from runners.probes import STARTUP_PHASES
+from runners.watch.diagnosis.causes import CAUSES, Diagnosis
+from runners.watch.diagnosis.ranks import (blame, describe_process, error_text, group_ranks, is_frozen, progress_key,
+                                           progress_line, sole, worker_stuck)
+from runners.watch.evidence import FULL_SHARE, stop_evidence
 
 
 # -- open files: a process out of descriptors ----------------------------------------------

@@ -4,10 +4,10 @@ node's trainers waited for or lost. Each diagnosis supersedes the watchdog's."""
 
 from __future__ import annotations
 
-from runners.diagnosis.causes import CAUSES, Diagnosis
-from runners.diagnosis.overrides import adopted
-from runners.diagnosis.ranks import CPU_IDLE_S, FROZEN_STATES, is_frozen
-from runners.evidence import ServerEvidence
+from runners.watch.diagnosis.causes import CAUSES, Diagnosis
+from runners.watch.diagnosis.overrides import adopted
+from runners.watch.diagnosis.ranks import CPU_IDLE_S, FROZEN_STATES, is_frozen
+from runners.watch.evidence import ServerEvidence
 
 STALLED = CAUSES["stalled_server"]
 

@@ -12,10 +12,10 @@ import socket
 import time
 from pathlib import Path
 
-from runners import diagnosis as rulebook
 from runners import history, record
-from runners.diagnosis.causes import PREVIOUS, Diagnosis
 from runners.rundir import RunDir
+from runners.watch import diagnosis as rulebook
+from runners.watch.diagnosis.causes import PREVIOUS, Diagnosis
 
 # A gloo error names the peer it lost: "Read error [10.231.7.11]:63165: Connection reset by peer".
 PEER_ADDRESS = re.compile(r"\[([0-9a-fA-F.:]+)\]:\d+")

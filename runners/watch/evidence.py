@@ -5,7 +5,7 @@ without the ranks' help: every process's state, CPU time and exit (/proc, the le
 deaths in processes.json), every thread's Python stack (py-spy, faulthandler), each rank's
 heartbeat and records, torchrun's exit codes from its log, /dev/shm and disk usage, the
 memory cgroup's and the kernel's record of OOM kills, and who may have sent a signal to the
-launcher. It gathers and writes facts; runners.diagnosis turns them into a cause.
+launcher. It gathers and writes facts; runners.watch.diagnosis turns them into a cause.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import psutil
 from runners import record
 from runners.probes import PHASE_BLOCKED_IN, describe_wait_status, proc_stat, read_heartbeat
 from runners.rundir import RunDir
-from runners.stacks import other_threads, top_frames
+from runners.watch.stacks import other_threads, top_frames
 
 POLL_S = 0.5  # how often the supervisor samples heartbeats, processes and /dev/shm
 # A share of a limit past which nothing more fits: a memory cgroup this full is reclaiming pages to stay
@@ -289,7 +289,7 @@ def exit_evidence(out: Path, rc: int, local_ranks: list, shm_peak=None) -> dict:
     """What a run that ended by itself left behind: rank records, errors, torchrun's log,
     final heartbeats, the supervisor's ledger of process deaths (processes.json), /dev/shm at
     its fullest during the run and the space left on the run directory's filesystem. Which
-    error is the cause is runners.diagnosis's to say."""
+    error is the cause is runners.watch.diagnosis's to say."""
     infos = {r: rank_info(out, r) or {} for r in local_ranks}
     errors = {r: e for r in local_ranks if (e := record.read_json(RunDir(out).rank_error(r)))}
     log = launcher_log(out)
@@ -408,7 +408,7 @@ class ServerEvidence:
 
 
 def rpc_waiters(ranks: list, files) -> list:
-    """[(rank, frame)] of the ranks (runners.diagnosis's rank records, with stack_top) whose
+    """[(rank, frame)] of the ranks (runners.watch.diagnosis's rank records, with stack_top) whose
     innermost frames are in one of `files` (the RPC client's source)."""
     found = []
     for x in ranks:

@@ -9,10 +9,10 @@ import re
 import signal
 from pathlib import Path
 
-from runners.diagnosis.causes import CAUSES, SKIP_CAUSES, Diagnosis
-from runners.diagnosis.ranks import blame, error_text, progress_line, sole
-from runners.diagnosis.stop import cause_label, fd_exhaustion, remedy_for, rule_uneven
-from runners.evidence import FULL_SHARE, POLL_S, InterruptionEvidence, exit_evidence, rank_info
+from runners.watch.diagnosis.causes import CAUSES, SKIP_CAUSES, Diagnosis
+from runners.watch.diagnosis.ranks import blame, error_text, progress_line, sole
+from runners.watch.diagnosis.stop import cause_label, fd_exhaustion, remedy_for, rule_uneven
+from runners.watch.evidence import FULL_SHARE, POLL_S, InterruptionEvidence, exit_evidence, rank_info
 
 
 # -- runs that ended by themselves ----------------------------------------------------------
@@ -230,7 +230,7 @@ def classify_exit(out: Path, rc: int, local_ranks: list, shm_peak=None):
 
 
 def diagnose_exit(ev: dict) -> tuple:
-    """(status, diagnosis) of a failed run from its exit evidence (runners.evidence.exit_evidence;
+    """(status, diagnosis) of a failed run from its exit evidence (runners.watch.evidence.exit_evidence;
     its `errors` may be cut to those recorded before a hang was declared). Pure."""
     ev = dict(ev)
     ev["primary"], ev["first"] = cause_errors(ev["errors"])
