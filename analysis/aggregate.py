@@ -48,7 +48,7 @@ from runners.rundir import RunDir
 # Every setting declared as a runs.csv column (runners/settings.py), and the learning rate the
 # harness trained with after --lr-scaling (result.json config.lr_effective).
 CONFIG_COLUMNS = field_names("column") + ("lr_effective",)
-# How well a run pinned its steady-state epoch time down (summary.precision, runners/stopping.py).
+# How well a run pinned its steady-state epoch time down (summary.precision, runners/rank/stopping.py).
 PRECISION_COLUMNS = ("stopped_by", "epochs_run", "stopped_by_cap", "precision_reached", "drift_rel", "drifting",
                      "precise", "lag1_autocorr", "steady_epoch_mean_s")
 # Work per rank (computed from the per-epoch records, so older results have it too).

@@ -35,7 +35,7 @@ import pandas as pd
 
 from analysis import GRID_KEYS
 from analysis.stats import ratio_interval_dof
-from runners.stopping import t_quantile
+from runners.rank.stopping import t_quantile
 
 CELL_KEYS = ("experiment", *GRID_KEYS)
 SPLIT_AXES = ("framework", "workers", "devices", "batch_size", "model")

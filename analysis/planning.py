@@ -22,7 +22,7 @@ import math
 
 import pandas as pd
 
-from runners.stopping import t_quantile
+from runners.rank.stopping import t_quantile
 
 PLAN_PRECISION = 0.03  # relative 95% half-width wanted for each configuration's mean epoch time
 PLAN_KEYS = ("experiment", "framework", "model", "devices", "batch_size", "workers")

@@ -5,7 +5,7 @@ Per configuration (experiment x framework x model x batch size b x loader worker
 the slowest rank's steady epoch time is modelled as
 
     T(N) = S(N) [ L(N) (1 + w_N) + A(N) ] + O g_out(N)
-    S(N) = min(ceil(seeds / (b N)), max_steps)       steps per rank (runners.harness.split_seeds
+    S(N) = min(ceil(seeds / (b N)), max_steps)       steps per rank (runners.rank.seeds.split_seeds
                                                       pads one permutation to an equal share)
     L(N) = sum_p phi_p g_p(N) u_p(N)                 a rank's local step: loader wait, preparation,
                                                       copy, forward, backward, optimizer

@@ -15,7 +15,7 @@ from analysis import EXPERIMENT_KEYS, PHASE_COLUMNS
 from analysis.grouping import _key_text
 from analysis.projection_model import OUTSIDE, wait_factor
 from analysis.speedup_gap import run_profiles, timing_runs
-from runners.stopping import WARMUP_EPOCHS
+from runners.rank.stopping import WARMUP_EPOCHS
 
 CONFIG = ("experiment", "framework", "model", "batch_size", "workers")
 CONTENDED = ("load_wait_s", "prepare_s", "copy_s", "forward_s", "optimizer_s", OUTSIDE)

@@ -31,7 +31,7 @@ from analysis.display import frame_table, row_anchor
 from analysis.formatting import fmt_duration
 from analysis.grouping import add_experiment, performance_points, performance_runs
 from analysis.tables.scaling import scaling_data
-from runners.stopping import WARMUP_EPOCHS
+from runners.rank.stopping import WARMUP_EPOCHS
 
 SERIES = ("experiment", "framework", "model", "batch_size", "series_workers")
 PARTS = ("extra_steps", "loader_wait", "compute", "allreduce_wait", "unexplained")

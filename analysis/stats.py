@@ -1,6 +1,6 @@
 """Statistics of repeated measurements: a mean with its 95% t-interval, the difference and the
 ratio of two samples with a 95% Welch t-interval, and the verdict an interval supports. Numbers
-in, numbers out; the t quantiles are the stop rule's (runners.stopping), so the runs and the
+in, numbers out; the t quantiles are the stop rule's (runners.rank.stopping), so the runs and the
 analysis compute their intervals alike.
 """
 
@@ -10,7 +10,7 @@ import math
 
 import pandas as pd
 
-from runners.stopping import t_quantile
+from runners.rank.stopping import t_quantile
 
 CI_METHOD_RATIO = ("ratio of geometric means over repeats, 95% t-interval on the log scale with the launch noise "
                    "pooled over the experiment's configurations, grouped where their spreads differ")

@@ -10,7 +10,7 @@ Prints one markdown table (measurement, figure, target, verdict, detail) and wri
                    multi-GPU example (benchmarks/reference_{pyg,dgl}.py; DGL with --loader graphbolt
                    against reference_graphbolt.py, its GraphBolt example): median epoch time
                    of the slowest rank; with the cost per step of the runner loop's
-                   bookkeeping (runners.phase_timer.StepRecorder, timed in-process).
+                   bookkeeping (runners.rank.phase_timer.StepRecorder, timed in-process).
 3. memory          PSS summed over ranks of the graph as the runner's adapters hold it,
                    2 ranks vs 1 (benchmarks/memory_probe.py), on a synthetic graph large
                    enough to dominate.
@@ -114,16 +114,16 @@ def cv(values: list) -> float:
 # ---------------------------------------------------------------------------------------
 
 def recorder_cost(s: Settings, work: Path, steps: int = 5000, rounds: int = 5) -> dict:
-    """Seconds per training step of the runner loop's bookkeeping: runners.phase_timer.StepRecorder
+    """Seconds per training step of the runner loop's bookkeeping: runners.rank.phase_timer.StepRecorder
     over a step whose phases do nothing (a real heartbeat file, the harness's faults switched
     off, a CPU run's no-op synchronisation, a real StepRow per step); median of `rounds`, in
     this process. What the bookkeeping adds to one step of a run, without the step's work."""
     import torch
 
     from runners.adapters import Batch
-    from runners.harness import Faults
-    from runners.probes import Heartbeat
-    from runners.phase_timer import PHASE_HOOKS, StepRecorder
+    from runners.rank.harness import Faults
+    from runners.rank.phase_timer import PHASE_HOOKS, StepRecorder
+    from runners.rank.probes import Heartbeat
 
     cfg = config_from_args(runner_parser().parse_args(runner_argv(s, "pyg", "sage", work / "recorder")), 0,
                            envinfo.cpu_cores())

@@ -29,7 +29,7 @@ import torch.distributed as dist
 from runners import datasets
 from runners.adapters import get_adapter_class, registry
 from runners.config import build_parser, config_from_args
-from runners.seeds import split_seeds
+from runners.rank.seeds import split_seeds
 
 PAGE = 4096
 

@@ -6,7 +6,7 @@ replicated one (DDP, the whole graph on every host), across the two hosts of tes
 Four real runs, each 2 hosts x 1 trainer (DGL GraphSAGE, the same settings): replicated and
 partitioned on DATASET, and both again on `tiny`, whose graph is negligible, so that what the
 processes cost without a graph (torch, DGL, the graph server's own process) is known. Each
-host's memory is sampled from outside every 0.5 s: the PSS of its trainer (runners.harness) and
+host's memory is sampled from outside every 0.5 s: the PSS of its trainer (runners.rank.harness) and
 graph server (runners.adapters.dgl_dist serve) together, as the physical pages they have
 resident, each counted once per host (HostSampler: the test hosts share one kernel and page
 cache, where PSS would split a dataset page between the two hosts' ranks); its peak is the
@@ -34,7 +34,7 @@ from runners.rundir import RunDir
 from tests import netns_hosts
 from tests.helpers import REPO, run_env
 
-ROLES = ("runners.harness", "runners.adapters.dgl_dist")
+ROLES = ("runners.rank.harness", "runners.adapters.dgl_dist")
 
 
 PAGE = 4096

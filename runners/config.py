@@ -5,8 +5,9 @@ options, the single-value checks and the sweep's flags derive from those fields.
 the values resolved from the machine; this module also holds what joins settings: the checks
 across settings.
 
-Both the launcher (`runners.run`) and every rank (`runners.worker`) read the same
-`RunConfig`, serialised to JSON in the run directory, so the two can never disagree.
+Both the launcher (`runners.run`) and every rank (`runners.rank.harness`, or `runners.rank.study`
+for the seed study) read the same `RunConfig`, serialised to JSON in the run directory, so the
+two can never disagree.
 """
 
 from __future__ import annotations
@@ -107,7 +108,7 @@ class RunConfig(settings.RunSettings):
         return {"run_id": run_id, "digest": digest, "settings": settings}
 
     def stop_rule(self):
-        from runners.stopping import StopRule
+        from runners.rank.stopping import StopRule
 
         return StopRule(until=self.until, precision=self.precision, min_steady_epochs=self.min_steady_epochs,
                         max_epochs=self.epochs, max_train_s=self.max_train_s)

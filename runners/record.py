@@ -20,14 +20,14 @@ from pathlib import Path
 
 import numpy as np
 
-from runners.probes import CpuSampler, CsvAppender, NvmlSampler
+from runners.rank.probes import CpuSampler, CsvAppender, NvmlSampler
+from runners.rank.stopping import WARMUP_EPOCHS
 from runners.rundir import RunDir
-from runners.stopping import WARMUP_EPOCHS
 
 
 
 # The timed phases of one training step: steps.csv's phase columns, in order (see StepRow). Not
-# the heartbeat's phases (runners.probes.HEARTBEAT_PHASES): those say where a rank is.
+# the heartbeat's phases (runners.rank.probes.HEARTBEAT_PHASES): those say where a rank is.
 PHASE_COLUMNS = ("load_wait_s", "prepare_s", "copy_s", "forward_s", "backward_s", "optimizer_s")
 
 
@@ -301,7 +301,7 @@ def slowest_epoch_times(epochs: list) -> list:
 
 def _accuracy_figures(m: dict, cfg, reference: dict, epoch_times: list, rank0: list) -> dict:
     """The summary's accuracy figures against the dataset's target and baselines."""
-    from runners import accuracy
+    from runners.rank import accuracy
 
     val = m["validation"]
     final_acc = val[-1]["accuracy"] if val else None
@@ -326,7 +326,7 @@ def _accuracy_figures(m: dict, cfg, reference: dict, epoch_times: list, rank0: l
 def summarise(m: dict, cfg, reference: dict | None = None) -> dict:
     """The headline numbers. train_time_s is the slowest rank's total training time (the seed
     study's metric); steady_epoch_time_s the median epoch after the warm-up (see steady_state).
-    `reference` (runners.accuracy.reference) supplies the accuracy target and baseline."""
+    `reference` (runners.rank.accuracy.reference) supplies the accuracy target and baseline."""
     reference = reference or {}
     infos = m["infos"]
     all_ranks = next((i["all_ranks"] for i in infos.values() if i.get("all_ranks")), None)
@@ -371,10 +371,10 @@ def learned(final_acc, chance, rank0_epochs: list):
 
 
 def precision_record(epoch_times: list, cfg, infos: dict) -> dict:
-    """How well the run pinned its steady-state epoch time down (runners.stopping): the rule and
+    """How well the run pinned its steady-state epoch time down (runners.rank.stopping): the rule and
     its settings, why it stopped (the ranks' own record), the epochs it used and the interval
     and drift reached. `stopped_by_cap` marks a run the caps stopped before it was precise."""
-    from runners import stopping
+    from runners.rank import stopping
 
     stop = next((i["stop"] for i in infos.values() if i.get("stop")), {})
     a = stopping.assess(epoch_times, cfg.precision)

@@ -17,7 +17,7 @@ from runners.launch.console import say
 from runners.launch.dataset import Dataset
 from runners.launch.ranks import (EXIT_SIGNAL_BASE, Launch, now_iso, rank_starter, report_disk_full, report_vanished,
                                   unwritable)
-from runners.probes import disk_full
+from runners.rank.probes import disk_full
 from runners.record import collect_measurements, summarise
 from runners.rundir import RunDir
 

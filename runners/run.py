@@ -70,7 +70,7 @@ try:
     from runners.launch.preflight import check_capacity, expected_output, preflight_with_output
     from runners.launch.ranks import (cpu_mark, free_port, launch, notice_vanished, report_disk_full, report_vanished,
                                       supervise, unwritable, vanished)
-    from runners.probes import disk_full
+    from runners.rank.probes import disk_full
     from runners.recording import launched_result, record_skipped, restage, write_and_report, write_run_files
     from runners.rundir import RunDir
 except ImportError as _exc:  # pragma: no cover (a bare interpreter: exercised by tests in a subprocess)

@@ -157,7 +157,7 @@ def declared(cls, option_only: tuple) -> tuple:
 
 
 def _until_choices():
-    from runners.stopping import UNTIL  # light: scipy only when the rule runs
+    from runners.rank.stopping import UNTIL  # light: scipy only when the rule runs
 
     return UNTIL
 
@@ -197,7 +197,7 @@ def parse_memory_limit(text) -> int:
         raise ConfigError(str(exc))
 
 
-_CONF, _STOP, _PROBES, _WATCHDOG = ("the configuration", "when to stop (runners/stopping.py)", "probes",
+_CONF, _STOP, _PROBES, _WATCHDOG = ("the configuration", "when to stop (runners/rank/stopping.py)", "probes",
                                     "watchdog")
 _MULTI_NODE = "multi-node (torchrun static rendezvous)"
 

@@ -124,7 +124,7 @@ def test_failures_json_has_diagnosis_and_real_stacks(agg, results):
     roles = {s["role"] for s in stall["stacks"]}
     assert roles == {"rank0", "rank1"}
     frames = [fr for s in stall["stacks"] for t in s["threads"] for fr in t["frames"]]
-    assert any("runners/harness.py" in fr for fr in frames)  # the real training loop's frames
+    assert any("runners/rank/harness.py" in fr for fr in frames)  # the real training loop's frames
     assert all(len(t["frames"]) <= deadlocks.TOP_FRAMES for s in stall["stacks"] for t in s["threads"])
 
 
@@ -308,7 +308,7 @@ def test_deadlock_section(page, results):
         assert results[rid]["command"]["shell"] in text
         for rank in d["ranks"]:
             assert rank["blocked_in"] in text
-    assert "Faults.at (runners/harness.py" in text or "at (runners/harness.py" in text  # the stalled rank's stack
+    assert "Faults.at (runners/rank/harness.py" in text or "at (runners/rank/harness.py" in text  # the stalled rank's stack
     assert "class='culprit'" in section
     # each framework's genuine deadlock, with both ranks' stacks: one rank in DDP's forward inside the
     # framework's own model, the other in the epoch-end all-reduce
@@ -382,7 +382,8 @@ def test_fairness_table_records_feature_gathering_and_edge_meaning(agg):
 
 
 def test_accuracy_reference_target_baseline_and_time_to_target(results, tmp_path):
-    from runners import accuracy, datasets
+    from runners import datasets
+    from runners.rank import accuracy
 
     for rid in _runs.OK_RUNS:
         ref, s = results[rid]["accuracy_reference"], results[rid]["summary"]

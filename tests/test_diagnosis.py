@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from runners.probes import exit_of, proc_stat
+from runners.rank.probes import exit_of, proc_stat
 from runners.watch.diagnosis import CAUSES, blame, decide_exit, decide_stop
 from runners.watch.evidence import ProcessLedger, process_states
 
@@ -27,7 +27,7 @@ def stop_ev(ranks, workers=(), counts=None):
 def test_frozen_rank_in_the_same_phase_as_its_victim_is_the_culprit():
     # Both ranks in 'backward': heartbeats alone cannot tell the culprit from the waiting rank.
     victim = rank(0, 0, 2, "backward", stack=["backward (torch/autograd/__init__.py:266)"])
-    frozen = rank(1, 0, 2, "backward", state="stopped", stack=["_freeze_self (runners/harness.py:112)"])
+    frozen = rank(1, 0, 2, "backward", state="stopped", stack=["_freeze_self (runners/rank/harness.py:112)"])
     assert decide_stop(stop_ev([victim, frozen]))[:2] == ("stalled_rank", 1)
     culprit, why = blame([victim, frozen])
     assert culprit == 1 and "stopped" in why[0] and "_freeze_self" in why[0]
@@ -51,7 +51,7 @@ def test_nccl_culprit_is_the_rank_behind_whatever_phase_the_waiting_ranks_block_
     # block later (a copy, the next forward, the optimiser), every one spinning on the GPU.
     ranks = [rank(0, 0, 3, "copy", state="running", cpu=1.0),
              rank(1, 0, 3, "forward", state="running", cpu=1.0),
-             rank(2, 0, 2, "forward", state="sleeping", cpu=0.0, stack=["at (runners/harness.py:90)"]),
+             rank(2, 0, 2, "forward", state="sleeping", cpu=0.0, stack=["at (runners/rank/harness.py:90)"]),
              rank(3, 0, 2, "optimizer", state="running", cpu=1.0)]
     key, culprit, why = decide_stop(stop_ev(ranks))
     assert (key, culprit) == ("stalled_rank", 2)

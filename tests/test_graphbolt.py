@@ -12,7 +12,7 @@ import pytest
 
 from runners import datasets
 from runners.config import ConfigError, build_parser, config_from_args
-from runners.seeds import split_seeds
+from runners.rank.seeds import split_seeds
 from tests.helpers import DATA_ROOT, run_config
 
 BATCH = 128

@@ -23,7 +23,7 @@ import psutil
 import pytest
 
 from runners import history
-from runners.probes import proc_stat, read_heartbeat
+from runners.rank.probes import proc_stat, read_heartbeat
 from tests.helpers import REPO, live_dir, run_env, runner_argv
 
 SCHEMA = json.loads((REPO / "runners" / "schemas" / "result.schema.json").read_text())

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from analysis import PHASE_COLUMNS, project, projection_measured, projection_model, projection_report
-from runners.seeds import split_seeds
+from runners.rank.seeds import split_seeds
 
 SEEDS, BATCH = 4096, 512        # 8 steps at 1 device, 4 at 2, 2 at 4, 1 at 8
 PARAMS = 100_000                # 400 kB of float32 gradients: one DDP bucket

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from runners import datasets
-from runners.seeds import seed_set_digest, split_seeds
+from runners.rank.seeds import seed_set_digest, split_seeds
 from tests.helpers import DATA_ROOT, run_config
 
 BATCH = 128

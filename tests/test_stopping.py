@@ -1,12 +1,12 @@
-"""The stop rule of timing runs (runners/stopping.py) on series with known properties."""
+"""The stop rule of timing runs (runners/rank/stopping.py) on series with known properties."""
 
 import math
 
 import numpy as np
 import pytest
 
-from runners import stopping
-from runners.stopping import StopRule, assess, decide, epochs_needed
+from runners.rank import stopping
+from runners.rank.stopping import StopRule, assess, decide, epochs_needed
 
 
 def run_until_stop(series, rule):

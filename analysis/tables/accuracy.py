@@ -75,6 +75,6 @@ def accuracy_table(points: pd.DataFrame) -> TableSet:
         "the features-only baseline (logistic regression on the node features, same splits); a configuration "
         "whose runs do not is marked 'not converged' and its accuracy is not compared. Time to target: "
         "training time (evaluation excluded) until the first evaluation at or above the dataset's target "
-        "accuracy (MLPerf-style; targets in runners/accuracy.py), mean ± 95% CI over the repeats that reached it.",
+        "accuracy (MLPerf-style; targets in runners/rank/accuracy.py), mean ± 95% CI over the repeats that reached it.",
         points[[c for c in KEEP if c in points]] if not points.empty else points,
         flat_grids(points, COLUMNS, "accuracy"))

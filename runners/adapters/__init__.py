@@ -2,7 +2,7 @@
 
 An adapter turns the canonical graph into the framework's graph object, builds the
 framework's neighbour-sampling loader and model, and unpacks a mini-batch. The shared
-harness (`runners.harness`) drives both adapters through the same `Adapter` interface, so
+harness (`runners.rank.harness`) drives both adapters through the same `Adapter` interface, so
 both frameworks are timed and probed by the same code.
 """
 
@@ -78,7 +78,7 @@ class Adapter:
         rather than copy it: persistent workers see the rewrite."""
         raise NotImplementedError
 
-    # The seed study's harness (runners/study_harness.py): True when the study built this
+    # The seed study's harness (runners/rank/study.py): True when the study built this
     # framework's training loader inside a LightningDataModule hook, where Lightning can
     # rebuild it with a DistributedSampler; False when it handed the loader to trainer.fit.
     study_loader_in_hook = False

@@ -19,7 +19,7 @@ class Dataset:
     verification: dict  # what datasets.verify_files found (compared again after the run)
     identity: dict  # the run's identity, which includes the dataset's content hash
     meta: dict  # sizes for the pre-flight models
-    reference: dict  # accuracy target and baselines (runners.accuracy)
+    reference: dict  # accuracy target and baselines (runners.rank.accuracy)
 
 
 def graph_meta(graph) -> dict:
@@ -36,7 +36,8 @@ def graph_meta(graph) -> dict:
 def prepare_dataset(cfg: RunConfig, env: dict) -> Dataset | None:
     """Prepare, load and verify the dataset, recording its hash in `env`; None (after saying
     why) when it is unusable."""
-    from runners import accuracy, datasets
+    from runners import datasets
+    from runners.rank import accuracy
 
     try:
         graph_path = datasets.prepare(cfg.dataset, root=cfg.data_root)

@@ -25,7 +25,7 @@ from typing import Any
 from runners import envinfo, history
 from runners.config import RunConfig
 from runners.launch.console import error, say
-from runners.probes import DISK_FULL_MARK, disk_full
+from runners.rank.probes import DISK_FULL_MARK, disk_full
 from runners.rundir import RunDir
 
 EXIT_DISK_FULL = 3
@@ -59,7 +59,7 @@ def rank_starter(cfg: RunConfig) -> str:
 
 
 def launch_command(cfg: RunConfig, config_path: Path) -> list:
-    rank_module = ["-m", "runners.study_harness" if cfg.harness == "study" else "runners.harness",
+    rank_module = ["-m", "runners.rank.study" if cfg.harness == "study" else "runners.rank.harness",
                    "--config", str(config_path)]
     if rank_starter(cfg) == SPAWN:
         return [sys.executable, "-m", "runners.launch.spawn", "--nproc-per-node", str(cfg.devices),

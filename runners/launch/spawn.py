@@ -3,7 +3,7 @@ torch) that starts N rank processes with the environment torchrun gives them, wa
 and stops the others when one fails, as torchrun does.
 
     python -m runners.launch.spawn --nproc-per-node 2 --master-addr 127.0.0.1 --master-port 29500 \
-        --store RUN_DIR/.pg-store -m runners.harness --config CONFIG
+        --store RUN_DIR/.pg-store -m runners.rank.harness --config CONFIG
 
 Why: on one node torchrun's agent only hands out ranks and an address, yet it imports torch
 first (about 1.5 s of a 2-core machine before any rank starts) and notices the ranks' exit at

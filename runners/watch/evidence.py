@@ -24,7 +24,7 @@ from pathlib import Path
 import psutil
 
 from runners import record
-from runners.probes import PHASE_BLOCKED_IN, describe_wait_status, proc_stat, read_heartbeat
+from runners.rank.probes import PHASE_BLOCKED_IN, describe_wait_status, proc_stat, read_heartbeat
 from runners.rundir import RunDir
 from runners.watch.stacks import other_threads, top_frames
 

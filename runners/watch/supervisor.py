@@ -1,6 +1,6 @@
 """Supervision of one launched run: watch its process tree, decide when to stop it, stop it.
 
-The supervisor polls every rank's heartbeat (see runners.probes). A hang is declared when
+The supervisor polls every rank's heartbeat (see runners.rank.probes). A hang is declared when
 some rank shows no progress for longer than `max(stall_floor, stall_factor x the slowest
 step seen so far)`; before its first step, when it stays in one start-up phase longer than that
 phase's own limit (`startup_limits`), or past the start-up timeout. It then has the stacks
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import psutil
 
-from runners.probes import STARTUP_PHASES, read_heartbeat
+from runners.rank.probes import STARTUP_PHASES, read_heartbeat
 from runners.rundir import RunDir
 from runners.watch.diagnosis import (Outcome, apply_oom, classify_exit, crash_before_hang, diagnose_interruption,
                                      diagnose_stop)
@@ -138,7 +138,7 @@ PARTIAL_EPOCH_WAIT_S = 2.0  # what an interrupted run gives its ranks to write t
 
 
 def keep_partial_epochs(watch: dict, wait_s: float) -> None:
-    """Ask every rank (SIGUSR2, runners.harness) to write the steps of the epoch in progress
+    """Ask every rank (SIGUSR2, runners.rank.harness) to write the steps of the epoch in progress
     and exit; wait up to `wait_s` for them. A rank blocked in a collective cannot answer and is
     stopped with the rest of the tree."""
     ranks = []
@@ -368,7 +368,7 @@ class Supervisor:
                        survivors=survivors)
 
     def _stop_tree(self) -> tuple:
-        """Stop every process of the run; (survivors' pids, torchrun's exit code or None)."""
+        """Stop every process of the run; (survivors' pids, the rank starter's exit code or None)."""
         survivors = stop_tree([p for p in self.seen.values() if is_alive(p)], self.cfg.kill_grace_s)
         try:
             rc = self.proc.wait(timeout=10)

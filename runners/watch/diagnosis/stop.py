@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from runners.adapters import registry
-from runners.probes import STARTUP_PHASES
+from runners.rank.probes import STARTUP_PHASES
 from runners.watch.diagnosis.causes import CAUSES, Diagnosis
 from runners.watch.diagnosis.ranks import (blame, describe_process, error_text, group_ranks, is_frozen, progress_key,
                                            progress_line, sole, worker_stuck)

@@ -1,6 +1,6 @@
 """What a rank of the training harness leaves behind when its run raised: its error record.
 
-`record_failure` runs in runners.harness.main's `except`, so the traceback is the one being
+`record_failure` runs in runners.rank.harness.main's `except`, so the traceback is the one being
 handled. The record names the exception, where the rank was (epoch, step, phase) and how its
 loader workers ended, which is often the real cause.
 """
@@ -13,7 +13,7 @@ import sys
 import time
 import traceback
 
-from runners.probes import DISK_FULL_MARK, disk_full
+from runners.rank.probes import DISK_FULL_MARK, disk_full
 
 
 def record_failure(rank, exc: BaseException) -> int:

@@ -1,7 +1,7 @@
 """The shared training harness: what every rank runs, for either framework (started by
 runners.launch.spawn on one node, torchrun across nodes).
 
-`python -m runners.harness --config RUN_DIR/config.json` (started by runners.run). It sets
+`python -m runners.rank.harness --config RUN_DIR/config.json` (started by runners.run). It sets
 up the process group, loads the canonical dataset, asks the framework adapter for the loader
 and model, and runs DDP training with the same timing and probes for both frameworks.
 Everything it measures is appended to files in the run directory as it goes (per step, per
@@ -28,15 +28,16 @@ T_PROCESS_START = time.time()
 
 import numpy as np  # noqa: E402
 
-from runners import record, stopping  # noqa: E402
+from runners import record  # noqa: E402
 from runners.config import RunConfig  # noqa: E402
 from runners.envinfo import RECORDED_ENV_VARS, process_created  # noqa: E402
-from runners.phase_timer import StepRecorder  # noqa: E402
-from runners.probes import CpuSampler, CsvAppender, Heartbeat, NvmlSampler, start_nvml  # noqa: E402
-from runners.rank_failure import record_failure  # noqa: E402
+from runners.rank import stopping  # noqa: E402
+from runners.rank.failure import record_failure  # noqa: E402
+from runners.rank.phase_timer import StepRecorder  # noqa: E402
+from runners.rank.probes import CpuSampler, CsvAppender, Heartbeat, NvmlSampler, start_nvml  # noqa: E402
+from runners.rank.seeds import SEED_SPLIT_RULE, rank_seed, seed_set_digest, split_seeds, worker_seed  # noqa: E402
 from runners.record import EpochRow, RowAppender, StepRow, ValidationRow  # noqa: E402
 from runners.rundir import RunDir  # noqa: E402
-from runners.seeds import SEED_SPLIT_RULE, rank_seed, seed_set_digest, split_seeds, worker_seed  # noqa: E402
 
 
 class Faults:
@@ -170,7 +171,7 @@ class Rank:
         The rank is their parent, so an unreaped worker's exit signal is still readable; a
         worker that is still exiting (it reset the batch channel on its way out) is waited for.
         """
-        from runners.probes import exit_of
+        from runners.rank.probes import exit_of
 
         dead = []
         for f in self.run_dir.worker_files():
@@ -535,7 +536,7 @@ class Rank:
 
 
 def main(argv=None, rank_class=None) -> int:
-    """Run one rank; `rank_class` (default Rank) lets runners.study_harness reuse the error record."""
+    """Run one rank; `rank_class` (default Rank) lets runners.rank.study reuse the error record."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--config", required=True)
     args = parser.parse_args(argv)

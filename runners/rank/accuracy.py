@@ -41,7 +41,7 @@ def target(dataset: str):
     """(target accuracy, reason) for a dataset, or (None, reason) when none is defined."""
     if dataset in TARGETS:
         return TARGETS[dataset]
-    return None, f"no target defined for dataset {dataset!r} (runners/accuracy.py TARGETS)"
+    return None, f"no target defined for dataset {dataset!r} (runners/rank/accuracy.py TARGETS)"
 
 
 def _softmax_regression(x: np.ndarray, y: np.ndarray, classes: int, l2: float) -> np.ndarray:

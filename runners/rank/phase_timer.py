@@ -1,7 +1,7 @@
 """The bookkeeping around a training loop, kept out of its body: phase times, progress marks,
 step-breakdown synchronisation and fault hooks.
 
-The fair harness's epoch (runners.harness.Rank.train_epoch) reads like the frameworks' own
+The fair harness's epoch (runners.rank.harness.Rank.train_epoch) reads like the frameworks' own
 examples: one line or two per phase, each inside `with recorder.phase(NAME):`. Entering a
 phase writes the heartbeat the supervisor watches and gives a deliberate fault its chance;
 leaving it synchronises the device in breakdown mode and takes the phase's end time. Phases

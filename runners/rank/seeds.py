@@ -1,6 +1,6 @@
 """Seeds of a run's ranks and loader workers, and which training seed nodes each rank trains.
 
-Used by the training harness (runners.harness) for both frameworks, so that PyG and DGL ranks
+Used by the training harness (runners.rank.harness) for both frameworks, so that PyG and DGL ranks
 draw the same numbers and train the same seed nodes in the same order.
 """
 

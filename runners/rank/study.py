@@ -1,8 +1,9 @@
 """The seed study's own harness, rebuilt: training through PyTorch Lightning's DDP strategy.
 
-`python -m runners.study_harness --config RUN_DIR/config.json` (started by runners.run for
-`--harness study`, under the same torchrun; Lightning detects torchrun's environment).
-It trains the same models on the same data as the fair harness (runners/harness.py), but
+`python -m runners.rank.study --config RUN_DIR/config.json` (started by runners.run for
+`--harness study`, under the same rank starter: runners.launch.spawn on one node, torchrun across
+nodes; Lightning detects either's environment as torchelastic's).
+It trains the same models on the same data as the fair harness (runners/rank/harness.py), but
 builds the loaders the way the seed study did (semiluna/R244), which is what decides how
 much work each rank does:
 
@@ -32,7 +33,7 @@ from __future__ import annotations
 import sys
 import time
 
-from runners.harness import Rank, main as harness_main
+from runners.rank.harness import Rank, main as harness_main
 from runners.record import StepRow, ValidationRow
 
 _now = time.perf_counter
