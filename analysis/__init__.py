@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runners import record  # light: no torch or pandas
 from runners.adapters import registry  # light: no torch, PyG or DGL
 from runners.config import field_names  # light: the settings' declarations
+from runners.records import rank_rows as record  # light: no torch or pandas
 
 # The aggregate's files (analysis.aggregate.Aggregate writes and loads them; the workflow's
 # aggregate rule lists them as its outputs and the report rule as its inputs): name -> file.
@@ -80,7 +80,7 @@ def model_label(name) -> str:
 
 # CPU use (%) by other work before a run's launch above which its timing is suspect: the
 # launcher warns at it, the report counts the runs above it.
-from runners.envinfo import BUSY_WARN_PERCENT  # noqa: E402
+from runners.records.envinfo import BUSY_WARN_PERCENT  # noqa: E402
 
 
 # -- the report's assets ----------------------------------------------------------------------

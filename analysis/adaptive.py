@@ -57,8 +57,8 @@ from analysis.stats import noise_dof
 from runners import sweep
 from runners.adapters import registry
 from runners.rank.stopping import t_quantile
-from runners.result import read as read_result
-from runners.rundir import RunDir
+from runners.records.result import read as read_result
+from runners.records.rundir import RunDir
 
 # What the report compares (each a ratio of one point's epoch time over another's that differ
 # in one key only): comparison -> (the key, numerator value, denominator value, how the report

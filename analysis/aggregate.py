@@ -16,7 +16,7 @@ result.json). Writes into --out-dir:
 - failures.json diagnosis and condensed stacks of every run that did not end "ok";
 - invalid.csv   every result that could not be used, with the reason (never silently dropped),
                 including results the runner itself found to break the schema;
-- history.csv   the earlier runs of every point, kept under its previous/ (runners.history);
+- history.csv   the earlier runs of every point, kept under its previous/ (runners.records.history);
                 only a point's current run enters the other tables;
 - datasets.json every graph the runs read, by name and content hash, with its shape (nodes,
                 edges, degrees, features, classes, homophily) from its meta.json when that
@@ -40,10 +40,10 @@ import pandas as pd
 
 from analysis import AGGREGATE_FILES, PHASE_COLUMNS
 from analysis import deadlocks, graphs
-from runners import history, record, result, rundir
 from runners.adapters import registry
 from runners.config import field_names
-from runners.rundir import RunDir
+from runners.records import history, rank_rows as record, result, rundir
+from runners.records.rundir import RunDir
 
 # Every setting declared as a runs.csv column (runners/settings.py), and the learning rate the
 # harness trained with after --lr-scaling (result.json config.lr_effective).
@@ -90,7 +90,7 @@ RUN_COLUMNS = (
     + ("scheduler", "scheduler_job", "scheduler_nodes")
     + ("command", "workflow_command", "previous_runs", "run_dir", "result_path")
 )
-# history.csv: the earlier runs of every point (runners.history keeps them under previous/).
+# history.csv: the earlier runs of every point (runners.records.history keeps them under previous/).
 HISTORY_COLUMNS = ("run_id", "run_name", "run_dir", "previous_dir", "status", "started_at", "finished_at",
                    "steady_epoch_time_s")
 # epochs.csv: every rank's epochs.csv rows with the epoch's validation accuracy.
@@ -218,7 +218,7 @@ def problems(data) -> list:
 
 
 def read_result(path: Path):
-    """(result dict upgraded to runners.result.SCHEMA_VERSION, None) or (None, reason)."""
+    """(result dict upgraded to runners.records.result.SCHEMA_VERSION, None) or (None, reason)."""
     try:
         data = result.read(path)
     except OSError as exc:
@@ -255,7 +255,7 @@ def commands(data: dict, run_dir: Path, workflow: str | None = None) -> dict:
     through the workflow (`workflow`, the snakemake command of the sweep, + --forcerun its
     result; None for a run outside the working directory, or without one), and how many
     earlier runs of the point are kept. Results from before the rerun commands named their
-    interpreter said `python`; runners.result's upgrade names the lane's interpreter instead."""
+    interpreter said `python`; runners.records.result's upgrade names the lane's interpreter instead."""
     argv = data["command"]["argv"]
     target = os.path.relpath(RunDir(run_dir).result)
     through = f"{workflow} --forcerun {shlex.quote(target)}" if workflow and not target.startswith("..") else None

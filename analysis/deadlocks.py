@@ -16,7 +16,7 @@ import pandas as pd
 
 from analysis import FRAMEWORK_ORDER, STATUS_SEVERITY, framework_label, model_label
 from analysis.grouping import truthy
-from runners.rundir import RunDir
+from runners.records.rundir import RunDir
 from runners.watch.stacks import OWN_CODE, main_first, parse_stack_text
 
 TOP_FRAMES = 6

@@ -46,7 +46,7 @@ class Axis:
 
 
 def fair_runs(runs: pd.DataFrame, axis: Axis) -> pd.DataFrame:
-    """Runs of the fair harness (runners.result's upgrade gives a result from before --harness
+    """Runs of the fair harness (runners.records.result's upgrade gives a result from before --harness
     the fair harness, and one from before lanes and loaders the pair and the framework's first)."""
     if runs.empty or "until" not in runs:
         return runs.iloc[0:0]

@@ -140,7 +140,7 @@ def time_all_reduce(procs: int, sizes: list, warmup: int, repeats: int, backend:
 
 def measure(procs: list, sizes: list, warmup: int, repeats: int, backend: str = "gloo") -> dict:
     """Every process count's timings, their medians, the alpha-beta fit and this machine."""
-    from runners import envinfo
+    from runners.records import envinfo
 
     cores = envinfo.cpu_cores()
     runs = []

@@ -60,10 +60,10 @@ from pathlib import Path
 from analysis.stats import mean_ci
 from benchmarks.measure_runs import (LOADER_VARIANTS, PY, REPO, MeasureError, Settings, execute, launch_parts, log,
                                      run_reference, run_runner, run_torchrun, runner_argv)
-from runners import datasets, envinfo
-from runners.config import build_parser as runner_parser
-from runners.config import config_from_args
-from runners.rundir import RunDir
+from runners import datasets
+from runners.config import build_parser as runner_parser, config_from_args
+from runners.records import envinfo
+from runners.records.rundir import RunDir
 
 FRAMEWORKS = ("pyg", "dgl")
 TIMED = FRAMEWORKS + tuple(LOADER_VARIANTS)  # the timing rows' "frameworks"

@@ -17,10 +17,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runners import envinfo, record
-from runners.config import build_parser as runner_parser
-from runners.config import config_from_args
-from runners.rundir import RunDir
+from runners.config import build_parser as runner_parser, config_from_args
+from runners.records import envinfo, rank_rows
+from runners.records.rundir import RunDir
 
 REPO = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -99,7 +98,7 @@ def run_runner(s: Settings, work: Path, framework: str, model: str, label: str, 
     steps = []
     for r in result["ranks"]:
         # The first epoch warms caches up; with more than one epoch it is left out.
-        steps += [float(row["step_s"]) for row in record.read_rank_rows(out, r["rank"], "steps") or []
+        steps += [float(row["step_s"]) for row in rank_rows.read_rank_rows(out, r["rank"], "steps") or []
                   if int(row["epoch"]) > 0 or s.epochs == 1]
     per_rank: dict = {}
     for e in result["epochs"]:
@@ -169,7 +168,7 @@ def launch_parts(result: dict, out: Path, command_s: float) -> dict:
     tl = result["timeline"]
     marks = [r["startup_detail"] for r in result["ranks"]]
     at = lambda name: max(m[name] for m in marks)  # noqa: E731  (the slowest rank reaches it last)
-    validation_s = max(sum(float(v["eval_s"]) for v in record.read_rank_rows(out, r["rank"], "validation") or [])
+    validation_s = max(sum(float(v["eval_s"]) for v in rank_rows.read_rank_rows(out, r["rank"], "validation") or [])
                        for r in result["ranks"])
     parts = {
         "launcher: interpreter + imports": tl["launcher_main"] - tl["launcher_created"],

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 
-from runners.rundir import RunDir
+from runners.records.rundir import RunDir
 from tests import netns_hosts
 from tests.helpers import REPO, run_env
 

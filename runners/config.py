@@ -24,7 +24,7 @@ from typing import Optional
 
 from runners import settings
 from runners.adapters import registry  # light: no torch, PyG or DGL
-from runners.rundir import RunDir
+from runners.records.rundir import RunDir
 from runners.settings import FAULTS, REQUIRED, STRATEGIES, ConfigError, parse_fanouts  # noqa: F401 (re-exported)
 
 FAULTS_NEEDING_WORKERS = ("hang-worker", "kill-worker")

@@ -15,8 +15,8 @@ import json
 import subprocess
 import sys
 
-from runners import envinfo
 from runners.adapters import registry
+from runners.records import envinfo
 
 FRAMEWORKS = registry.FRAMEWORK_NAMES
 

@@ -23,11 +23,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from runners import envinfo
-from runners.adapters.registry import FRAMEWORK_NAMES as FRAMEWORKS
-from runners.adapters.registry import MODEL_NAMES as MODELS
+from runners.adapters.registry import FRAMEWORK_NAMES as FRAMEWORKS, MODEL_NAMES as MODELS
+from runners.records import envinfo
 # Points a machine or a lane cannot run are recorded with their reason, not failures of the check.
-from runners.rundir import RunDir
+from runners.records.rundir import RunDir
 from runners.watch.diagnosis import SKIP_CAUSES
 
 

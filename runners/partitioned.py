@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from runners.launch.console import say
-from runners.rundir import RunDir
+from runners.records.rundir import RunDir
 from runners.settings import ConfigError
 
 SAMPLERS = 0
@@ -520,7 +520,7 @@ def _kill_group(proc: subprocess.Popen) -> None:
 def start_server(cfg, the_plan: Plan, out: Path) -> Server:
     """Start this host's DistGraphServer in a session of its own (stopped by its group)."""
     env = {**os.environ, **the_plan.server_env(cfg), "PYTHONUNBUFFERED": "1"}
-    from runners import envinfo
+    from runners.records import envinfo
 
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(envinfo.REPO_ROOT), os.environ.get("PYTHONPATH")]))
     log_path = RunDir(out).server_log(cfg.node_rank)

@@ -62,7 +62,6 @@ def _wrong_python(exc: ImportError) -> str:
 
 
 try:
-    from runners import envinfo, history
     from runners.config import ConfigError, RunConfig, build_parser, config_from_args
     from runners.launch import pointlock, strategy as strategies
     from runners.launch.console import error, say
@@ -71,8 +70,9 @@ try:
     from runners.launch.ranks import (cpu_mark, free_port, launch, notice_vanished, report_disk_full, report_vanished,
                                       supervise, unwritable, vanished)
     from runners.rank.probes import disk_full
-    from runners.recording import launched_result, record_skipped, restage, write_and_report, write_run_files
-    from runners.rundir import RunDir
+    from runners.records import envinfo, history
+    from runners.records.rundir import RunDir
+    from runners.records.settle import launched_result, record_skipped, restage, write_and_report, write_run_files
 except ImportError as _exc:  # pragma: no cover (a bare interpreter: exercised by tests in a subprocess)
     if __name__ != "__main__":
         raise
@@ -105,7 +105,7 @@ def check_lane(wanted, lane: dict) -> str:
 
 def check_out(out: Path) -> None:
     """Refuse an --out whose directory cannot be written (a read-only or virtual filesystem, no
-    permission) before any work: a run writes beside it first (runners.history). ConfigError."""
+    permission) before any work: a run writes beside it first (runners.records.history). ConfigError."""
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=out.parent):

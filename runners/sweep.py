@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from runners import datasets  # numpy only: the dataset names
 from runners import settings
 from runners.adapters import registry
-from runners.envinfo import lane_interpreter, visible_gpu_count
+from runners.records.envinfo import lane_interpreter, visible_gpu_count
 
 
 class ConfigError(ValueError):
@@ -222,7 +222,7 @@ def check(config: dict, basedir: str = ".", data_root: str = "results/datasets")
 
 
 def interpreter(lane: str, basedir: str) -> str:
-    """The Python of a lane beside the pair, under `basedir` (runners.envinfo says where)."""
+    """The Python of a lane beside the pair, under `basedir` (runners.records.envinfo says where)."""
     return os.path.join(basedir, lane_interpreter(lane))
 
 

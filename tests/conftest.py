@@ -10,7 +10,7 @@ test is `e2e`, so a new module is a slow one until it is listed here.
 
 import pytest
 
-from runners.envinfo import visible_gpu_count
+from runners.records.envinfo import visible_gpu_count
 
 
 UNIT_MODULES = {

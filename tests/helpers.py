@@ -27,9 +27,9 @@ def runner_argv(out, framework="pyg", model="sage", devices=2, workers=0, epochs
 
 
 def live_dir(out) -> Path:
-    """Where a run of `out` writes while it runs: its newest staging directory (runners.history),
+    """Where a run of `out` writes while it runs: its newest staging directory (runners.records.history),
     or `out` itself when there is none (the run has finished, or not begun)."""
-    from runners import history
+    from runners.records import history
 
     found = history.stagings(Path(out))
     return found[-1] if found else Path(out)

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from analysis import adaptive, stats
-from runners.result import SCHEMA_VERSION
+from runners.records.result import SCHEMA_VERSION
 
 
 def point(fw, times, wall=10.0, model="sage", devices=2, batch=256, workers=0):

@@ -51,7 +51,7 @@ def all_tables(agg):
 def test_every_status_has_a_colour_a_severity_and_a_place_in_the_schema():
     from analysis import STATUS_COLOURS, STATUS_SEVERITY, STATUSES
 
-    schema = json.loads((_runs.REPO / "runners" / "schemas" / "result.schema.json").read_text())
+    schema = json.loads((_runs.REPO / "runners" / "records" / "result.schema.json").read_text())
     assert set(schema["properties"]["status"]["enum"]) == set(STATUSES) == set(STATUS_SEVERITY)
     assert set(STATUSES) <= set(STATUS_COLOURS)
 
@@ -338,7 +338,7 @@ def test_report_works_with_one_run_or_only_failures(runs_dir, tmp_path, subset):
 # -- trustworthy numbers: warm-up, intervals, convergence, phases ----------------------------
 
 def test_steady_state_excludes_the_warmup_epoch(results):
-    from runners.record import steady_state
+    from runners.records.rank_rows import steady_state
 
     st = steady_state([9.0, 1.0, 3.0, 2.0, 100.0])
     assert st["warmup_epoch_time_s"] == 9.0 and st["steady_epochs"] == 4

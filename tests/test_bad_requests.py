@@ -37,7 +37,7 @@ def test_a_loss_that_becomes_nan_ends_the_run_as_diverged(tmp_path):
     (["--devices", "1", "--hidden", "200000"], "exceeds this machine's memory"),
 ], ids=["processes", "memory"])
 def test_an_impossible_run_is_refused_before_launch(tmp_path, extra, why):
-    from runners import envinfo
+    from runners.records import envinfo
 
     if "processes" in why and envinfo.cpu_cores() * 8 >= 27:
         pytest.skip("this machine has cores enough for 27 processes")
@@ -58,9 +58,9 @@ def test_an_impossible_run_is_refused_before_launch(tmp_path, extra, why):
 
 
 def test_force_launch_goes_on_and_is_recorded(tmp_path, capsys):
-    from runners import envinfo
     from runners.config import build_parser, config_from_args
     from runners.launch import preflight
+    from runners.records import envinfo
 
     argv = ["--framework", "pyg", "--model", "sage", "--devices", "1", "--batch-size", "64", "--workers", "0",
             "--dataset", "tiny", "--epochs", "1", "--hidden", "200000", "--out", str(tmp_path / "run")]

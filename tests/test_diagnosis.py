@@ -578,7 +578,7 @@ def test_the_result_schema_enumerates_every_cause_and_no_other():
 
     from runners.watch.diagnosis import OVERRIDES
 
-    path = Path(__file__).resolve().parents[1] / "runners" / "schemas" / "result.schema.json"
+    path = Path(__file__).resolve().parents[1] / "runners" / "records" / "result.schema.json"
     schema = json.loads(path.read_text())
     enum = schema["properties"]["diagnosis"]["properties"]["cause"]["enum"]
     assert sorted(enum) == sorted(CAUSES) and len(enum) == len(set(enum))

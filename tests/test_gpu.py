@@ -27,8 +27,8 @@ def _result(out):
 def test_nccl_run_trains_evaluates_and_samples_its_own_gpu(tmp_path, framework):
     """Evaluation's all-reduce on the device (NCCL takes CUDA tensors only), epoch times synchronised,
     and one NVML series per rank from the GPU that rank really trains on (matched by PCI bus id)."""
-    from runners import envinfo
     from runners.rank.probes import cuda_pci_bus_id, pci_key
+    from runners.records import envinfo
 
     unavailable = envinfo.framework_unavailable(framework, envinfo.collect())
     if unavailable:  # a lane without it (DGL on a current torch) records its runs as skipped

@@ -10,10 +10,10 @@ import jsonschema
 import pytest
 
 from analysis import aggregate, report
-from runners import envinfo
 from runners.config import ConfigError, build_parser, config_from_args
-from runners.recording import record_skipped
-from runners.result import SCHEMA_PATH
+from runners.records import envinfo
+from runners.records.result import SCHEMA_PATH
+from runners.records.settle import record_skipped
 from runners.run import check_lane
 from tests import _runs
 

@@ -1,4 +1,4 @@
-"""A rerun never destroys a measured result (runners.history), and the printed rerun command
+"""A rerun never destroys a measured result (runners.records.history), and the printed rerun command
 works as printed. Real runner processes on the tiny dataset, plus the moves on constructed
 directories."""
 
@@ -15,9 +15,9 @@ import psutil
 import pytest
 
 from analysis import aggregate
-from runners import envinfo, history
 from runners.config import build_parser, config_from_args
-from runners.recording import record_skipped
+from runners.records import envinfo, history
+from runners.records.settle import record_skipped
 from tests.helpers import REPO, live_dir, run_config, run_env, runner_argv
 
 WAIT_S = 300

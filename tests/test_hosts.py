@@ -20,7 +20,7 @@ import pytest
 from tests import netns_hosts
 from tests.helpers import REPO, live_dir, run_env, runner_argv
 
-SCHEMA = json.loads((REPO / "runners" / "schemas" / "result.schema.json").read_text())
+SCHEMA = json.loads((REPO / "runners" / "records" / "result.schema.json").read_text())
 RUN_TIMEOUT_S = 240
 _ports = itertools.count(29600)  # a fresh port per job: the namespaces are this session's own
 

@@ -35,8 +35,8 @@ def imported(node, module: str, is_package: bool, known: dict) -> list:
             parent = module.split(".") if is_package else module.split(".")[:-1]
             parent = parent[: len(parent) - (node.level - 1)]
             base = ".".join(parent + ([base] if base else []))
-        # `from runners import record` imports the module runners.record; `from runners.record
-        # import X` the module runners.record
+        # `from runners.records import rank_rows` imports the module runners.records.rank_rows;
+        # `from runners.records.rank_rows import X` the module runners.records.rank_rows
         names = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
     found = []
     for name in names:
@@ -123,9 +123,9 @@ def test_the_graph_sees_function_level_and_type_checking_imports():
     assert "runners.adapters" in graph["runners.memory.model"]
     assert "runners.config" in graph["runners.run"]
     source = ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from runners.config import RunConfig\n"
-              "def f():\n    from runners import record\n    from . import stacks\n")
+              "def f():\n    from runners.records import rank_rows\n    from . import stacks\n")
     found = module_imports(ast.parse(source), "runners.watch.supervisor", False, suite_modules())
-    assert found == {"runners.config", "runners.record", "runners.watch.stacks"}
+    assert found == {"runners.config", "runners.records.rank_rows", "runners.watch.stacks"}
 
 
 def test_the_finder_names_a_circle():

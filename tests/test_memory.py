@@ -130,7 +130,7 @@ def test_too_small_memory_cap_is_diagnosed_as_oom(tmp_path):
                             "--stall-floor", str(stall)], timeout=300)
     assert res.returncode == 0, res.stdout[-3000:]
     result = json.loads((out / "result.json").read_text())
-    jsonschema.validate(result, json.loads((REPO / "runners" / "schemas" / "result.schema.json").read_text()))
+    jsonschema.validate(result, json.loads((REPO / "runners" / "records" / "result.schema.json").read_text()))
     diag = result["diagnosis"]
     assert result["status"] == "killed", diag  # never "hang": the kill is what happened
     assert diag["cause"] == "oom", diag

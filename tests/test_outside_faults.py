@@ -22,11 +22,11 @@ import jsonschema
 import psutil
 import pytest
 
-from runners import history
 from runners.rank.probes import proc_stat, read_heartbeat
+from runners.records import history
 from tests.helpers import REPO, live_dir, run_env, runner_argv
 
-SCHEMA = json.loads((REPO / "runners" / "schemas" / "result.schema.json").read_text())
+SCHEMA = json.loads((REPO / "runners" / "records" / "result.schema.json").read_text())
 WAIT_S = 300  # for a run to reach a point the test acts at (start-up on a busy 2-core machine)
 
 
@@ -104,7 +104,7 @@ def test_signal_to_the_launcher_keeps_what_was_measured(tmp_path, sig):
     text = log.read_text()
     assert rc == 128 + sig, text[-3000:]  # non-zero: Snakemake and schedulers redo the run
     assert stopped_s < 20, stopped_s  # well inside SLURM's 30 s between SIGTERM and SIGKILL
-    # No finished output of the point: the interrupted run is kept under previous/ (runners.history).
+    # No finished output of the point: the interrupted run is kept under previous/ (runners.records.history).
     assert not (out / "result.json").exists()
     (out, _), = history.history(out)
     result = json.loads((out / "result.json").read_text())
@@ -182,7 +182,7 @@ mount -t tmpfs -o size=16m tmpfs "$MNT" || exit 90
 "$@" > "$LOG" 2>&1 &
 run=$!
 # Once both ranks have finished two epochs, fill the filesystem to the last byte. (The run
-# writes into its staging directory beside --out until it has a result: runners.history.)
+# writes into its staging directory beside --out until it has a result: runners.records.history.)
 until [ "$(cat "$MNT"/.run.run-*/rank0/epochs.csv "$MNT"/.run.run-*/rank1/epochs.csv 2>/dev/null | wc -l)" -ge 6 ]; do
     kill -0 $run 2>/dev/null || break
     sleep 0.2

@@ -7,8 +7,8 @@ import signal
 import subprocess
 import time
 
-from runners import history
 from runners.launch import pointlock
+from runners.records import history
 from tests.helpers import REPO, run_env, runner_argv
 
 

@@ -18,7 +18,7 @@ from runners.settings import default
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG_SCHEMA = yaml.safe_load((ROOT / "workflows" / "schemas" / "config.schema.yaml").read_text())
-RESULT_SCHEMA = json.loads((ROOT / "runners" / "schemas" / "result.schema.json").read_text())
+RESULT_SCHEMA = json.loads((ROOT / "runners" / "records" / "result.schema.json").read_text())
 FRAMEWORKS = set(registry.FRAMEWORK_NAMES)
 MODELS = set(registry.MODEL_NAMES)
 

@@ -1,4 +1,4 @@
-"""result.json has one builder and one reader (runners/result.py): a result of schema 1 as the
+"""result.json has one builder and one reader (runners/records/result.py): a result of schema 1 as the
 suite wrote it is upgraded and aggregated, a result claiming a newer schema is refused naming
 its version, and what the builder writes passes the schema."""
 
@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from analysis import aggregate
-from runners import result, settings
+from runners import settings
 from runners.config import build_parser, config_from_args
+from runners.records import result
 from runners.watch.diagnosis import skipped
 
 SCHEMA_1 = Path(__file__).resolve().parent / "data" / "schema1" / "result.json"

@@ -10,8 +10,8 @@ import threading
 import pytest
 
 from analysis import aggregate
-from runners import result
 from runners.config import NOT_IN_IDENTITY, RunConfig
+from runners.records import result
 from tests import _runs
 from tests.helpers import free_port, run_config
 

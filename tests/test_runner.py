@@ -14,7 +14,7 @@ import pytest
 from runners.adapters import registry
 from tests.helpers import REPO, free_port, run_config, steps_losses
 
-SCHEMA = json.loads((REPO / "runners" / "schemas" / "result.schema.json").read_text())
+SCHEMA = json.loads((REPO / "runners" / "records" / "result.schema.json").read_text())
 
 
 def check_ok_result(out: Path, devices: int) -> dict:

@@ -21,7 +21,7 @@ import yaml
 
 import jsonschema
 
-from runners import history
+from runners.records import history
 from tests import netns_hosts, slurm_cluster
 from tests.helpers import free_port, live_dir, runner_argv
 from tests.test_workflow import SNAKEMAKE, job_counts, minimal_with, project_copy
@@ -85,7 +85,7 @@ def test_slurm_sweep_through_profile(slurm, proj):
           f"runs' own wall time {runs_ran:.1f} s")
 
 
-SCHEMA = json.loads((ROOT / "runners" / "schemas" / "result.schema.json").read_text())
+SCHEMA = json.loads((ROOT / "runners" / "records" / "result.schema.json").read_text())
 
 
 def submit(slurm, tmp_path, name, command, *sbatch_args):

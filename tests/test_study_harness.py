@@ -18,7 +18,7 @@ import pytest
 
 from tests.helpers import DATA_ROOT, REPO
 
-SCHEMA = json.loads((REPO / "runners" / "schemas" / "result.schema.json").read_text())
+SCHEMA = json.loads((REPO / "runners" / "records" / "result.schema.json").read_text())
 BATCH = 256
 RUNS = {f"{h}-{fw}": (h, fw) for h in ("study", "fair") for fw in ("pyg", "dgl")}
 

@@ -229,6 +229,6 @@ def test_the_configs_of_the_project_pass(tmp_path):
 
 
 def test_the_lane_interpreter_is_envinfos():
-    from runners.envinfo import lane_interpreter
+    from runners.records.envinfo import lane_interpreter
 
     assert sweep.interpreter("current", "/project") == f"/project/{lane_interpreter('current')}"

@@ -167,7 +167,7 @@ def test_a_rank_held_in_its_start_up_is_a_hang_naming_the_phase(tmp_path):
     names the start-up phase, found within its start-up limit (a few times the other rank's
     measured imports, at least the floor) rather than at the time limit, nothing left behind."""
     from runners.rank.probes import read_heartbeat
-    from runners.rundir import RunDir
+    from runners.records.rundir import RunDir
     from tests.helpers import live_dir, run_env, runner_argv
 
     out = tmp_path / "held"

@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from runners import history
+from runners.records import history
 from tests.helpers import live_dir
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -116,7 +116,7 @@ def test_default_sweep_covers_every_axis():
     [
         ("", {}, 2),  # no GPU: 1..max_cpu_devices
         # A mask cannot add GPUs: with none on the machine, still 1..max_cpu_devices
-        # (the suite's one counter, runners.envinfo.visible_gpu_count, also for the runner).
+        # (the suite's one counter, runners.records.envinfo.visible_gpu_count, also for the runner).
         ("0,1,2,3", {}, 2),
         ("", {"node_gpus": 3}, 3),  # explicit node size wins
     ],
@@ -587,7 +587,7 @@ def test_slow_interrupted_run_is_recorded_and_redone(tmp_path, how):
     assert proc.returncode != 0
     out = logfile.read_text()
     result = run_dir / "result.json"
-    # Either way no finished output: the interrupted run is kept under previous/ (runners.history),
+    # Either way no finished output: the interrupted run is kept under previous/ (runners.records.history),
     # so the next sweep redoes the point whatever Snakemake recorded of the job.
     assert not result.exists()
     (_, data), = history.history(run_dir)

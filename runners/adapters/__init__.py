@@ -44,7 +44,7 @@ class Batch:
     feature_bytes: int = 0  # bytes of input features the batch gathered
 
     def work(self) -> dict:
-        """The step's work columns (runners.record.WORK_FIELDS): counts, per-layer sums and
+        """The step's work columns (runners.records.rank_rows.WORK_FIELDS): counts, per-layer sums and
         the per-layer lists (';'-joined, first layer first)."""
         per = {k: [getattr(w, k) for w in self.layers] for k in LayerWork._fields}
         return {"seed_nodes": self.seed_nodes, "sampled_nodes": self.sampled_nodes,

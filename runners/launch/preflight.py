@@ -152,7 +152,7 @@ def check_capacity(cfg: RunConfig, env: dict, argv: list, graph_meta: dict) -> i
     """Refuse an impossible run before anything is written (exit 2, one line), record it as
     skipped in a sweep (--skip-unavailable), or launch it anyway with --force-launch (recorded);
     None: go on."""
-    from runners.recording import record_skipped
+    from runners.records.settle import record_skipped
 
     why = impossible(cfg, env, graph_meta)
     if why is None:

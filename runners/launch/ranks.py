@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runners import envinfo, history
 from runners.config import RunConfig
 from runners.launch.console import error, say
 from runners.rank.probes import DISK_FULL_MARK, disk_full
-from runners.rundir import RunDir
+from runners.records import envinfo, history
+from runners.records.rundir import RunDir
 
 EXIT_DISK_FULL = 3
 EXIT_VANISHED = 4

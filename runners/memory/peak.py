@@ -15,7 +15,7 @@ def measured_peak(out: Path, local_ranks: list) -> dict:
     PSS counts shared pages (memory-mapped dataset, /dev/shm batches) once across the tree;
     USS leaves them out. RSS counts them in every process (an over-estimate).
     """
-    from runners.record import read_rank_rows
+    from runners.records.rank_rows import read_rank_rows
 
     per_rank = {}
     for r in local_ranks:

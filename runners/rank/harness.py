@@ -28,16 +28,16 @@ T_PROCESS_START = time.time()
 
 import numpy as np  # noqa: E402
 
-from runners import record  # noqa: E402
 from runners.config import RunConfig  # noqa: E402
-from runners.envinfo import RECORDED_ENV_VARS, process_created  # noqa: E402
 from runners.rank import stopping  # noqa: E402
 from runners.rank.failure import record_failure  # noqa: E402
 from runners.rank.phase_timer import StepRecorder  # noqa: E402
 from runners.rank.probes import CpuSampler, CsvAppender, Heartbeat, NvmlSampler, start_nvml  # noqa: E402
 from runners.rank.seeds import SEED_SPLIT_RULE, rank_seed, seed_set_digest, split_seeds, worker_seed  # noqa: E402
-from runners.record import EpochRow, RowAppender, StepRow, ValidationRow  # noqa: E402
-from runners.rundir import RunDir  # noqa: E402
+from runners.records import rank_rows  # noqa: E402
+from runners.records.envinfo import RECORDED_ENV_VARS, process_created  # noqa: E402
+from runners.records.rank_rows import EpochRow, RowAppender, StepRow, ValidationRow  # noqa: E402
+from runners.records.rundir import RunDir  # noqa: E402
 
 
 class Faults:
@@ -145,7 +145,7 @@ class Rank:
         self.info["startup"][name] = round(time.time() - self.launch_t, 4)
 
     def write_info(self) -> None:
-        record.write_rank_info(self.out, self.rank, self.info)
+        rank_rows.write_rank_info(self.out, self.rank, self.info)
 
     def worker_init(self, worker_id: int) -> None:
         """Runs in each loader worker: seeds, one thread, and a stack dump on SIGUSR1."""

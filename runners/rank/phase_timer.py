@@ -14,8 +14,8 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from runners import record
-from runners.record import StepRow
+from runners.records import rank_rows
+from runners.records.rank_rows import StepRow
 
 # Phase -> (heartbeat phase written on entry, fault point offered on entry, device sync on
 # exit in breakdown mode). The step's first phase has its entry hooks in StepRecorder.steps
@@ -29,7 +29,7 @@ PHASE_HOOKS = {
     "backward": ("backward", "backward", True),
     "optimizer": ("optimizer", None, True),
 }
-assert tuple(f"{p}_s" for p in PHASE_HOOKS) == record.PHASE_COLUMNS  # steps.csv's phase columns, in order
+assert tuple(f"{p}_s" for p in PHASE_HOOKS) == rank_rows.PHASE_COLUMNS  # steps.csv's phase columns, in order
 
 
 class StepRecorder:
@@ -105,7 +105,7 @@ class StepRecorder:
         """The finished step's steps.csv row (the loss stays on the device until written)."""
         edges = self._edges
         phases = ([b - a for a, b in zip(edges, edges[1:])] if self.phases_valid
-                  else [None] * len(record.PHASE_COLUMNS))
+                  else [None] * len(rank_rows.PHASE_COLUMNS))
         return StepRow(epoch=self.epoch, step=self.step, **batch.work(),
-                       **dict(zip(record.PHASE_COLUMNS, phases)), step_s=edges[-1] - edges[0],
+                       **dict(zip(rank_rows.PHASE_COLUMNS, phases)), step_s=edges[-1] - edges[0],
                        loss=loss.detach(), seed_id_sum=int(batch.seed_ids.sum()))

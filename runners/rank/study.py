@@ -34,7 +34,7 @@ import sys
 import time
 
 from runners.rank.harness import Rank, main as harness_main
-from runners.record import StepRow, ValidationRow
+from runners.records.rank_rows import StepRow, ValidationRow
 
 _now = time.perf_counter
 

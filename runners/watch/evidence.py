@@ -23,9 +23,9 @@ from pathlib import Path
 
 import psutil
 
-from runners import record
 from runners.rank.probes import PHASE_BLOCKED_IN, describe_wait_status, proc_stat, read_heartbeat
-from runners.rundir import RunDir
+from runners.records import rank_rows
+from runners.records.rundir import RunDir
 from runners.watch.stacks import other_threads, top_frames
 
 POLL_S = 0.5  # how often the supervisor samples heartbeats, processes and /dev/shm
@@ -38,12 +38,12 @@ FULL_SHARE = 0.95
 # -- what the run wrote ---------------------------------------------------------------------
 def rank_info(out: Path, rank: int):
     """The rank's own record (rank{rank}/rank.json), or None where it wrote none (yet)."""
-    return record.read_rank_info(out, rank)
+    return rank_rows.read_rank_info(out, rank)
 
 
 def recorded_rows(out: Path, rank: int, table: str) -> int:
     """How many rows the rank wrote to rank{rank}/{table}.csv (table: 'steps', 'epochs')."""
-    return record.count_rows(out, rank, table)
+    return rank_rows.count_rows(out, rank, table)
 
 
 LOG_READ_BYTES = 8 * 2**20  # of each end of torchrun's log: a worker failing in a loop writes MBs a second
@@ -280,7 +280,7 @@ def stop_evidence(out: Path, status: str, watch: dict, states: dict, stacks: dic
                             "stack_file": stacks.get(role)})
     counts = next((i.get("steps_per_rank") for i in infos.values() if i and i.get("steps_per_rank")), None)
     # A rank that failed (or a worker that printed an error) may say why the others wait.
-    errors = {r: e for r in watch if (e := record.read_json(RunDir(out).rank_error(r)))}
+    errors = {r: e for r in watch if (e := rank_rows.read_json(RunDir(out).rank_error(r)))}
     return {"status": status, "ranks": ranks, "workers": workers, "counts": counts, "shm": shm_usage(),
             "errors": errors, "log": launcher_log(out), "roles": roles, "fd": fd_facts(out)}
 
@@ -291,7 +291,7 @@ def exit_evidence(out: Path, rc: int, local_ranks: list, shm_peak=None) -> dict:
     its fullest during the run and the space left on the run directory's filesystem. Which
     error is the cause is runners.watch.diagnosis's to say."""
     infos = {r: rank_info(out, r) or {} for r in local_ranks}
-    errors = {r: e for r in local_ranks if (e := record.read_json(RunDir(out).rank_error(r)))}
+    errors = {r: e for r in local_ranks if (e := rank_rows.read_json(RunDir(out).rank_error(r)))}
     log = launcher_log(out)
     codes = torchrun_exit_codes(log)
     ranks = []
@@ -305,7 +305,7 @@ def exit_evidence(out: Path, rc: int, local_ranks: list, shm_peak=None) -> dict:
                       "epoch": last.get("epoch"), "step": last.get("step"),
                       "last_phase": (e.get("phase") if e else hb.get("phase")), "pid": infos[r].get("pid", hb.get("pid"))})
     return {"rc": rc, "ranks": ranks, "errors": errors, "log": log, "roles": process_roles(out),
-            "fd": fd_facts(out), "codes": codes, "ledger": record.read_json(RunDir(out).processes) or [],
+            "fd": fd_facts(out), "codes": codes, "ledger": rank_rows.read_json(RunDir(out).processes) or [],
             "counts": next((i.get("steps_per_rank") for i in infos.values() if i.get("steps_per_rank")), None),
             "shm_peak": shm_peak, "disk": disk_usage(out)}
 
@@ -426,7 +426,7 @@ def reported_kills(out: Path, ranks, roles: dict) -> list:
     ranks' error records, ranks that torchrun saw end by SIGKILL."""
     killed = []
     for r in ranks:
-        err = record.read_json(RunDir(out).rank_error(r)) or {}
+        err = rank_rows.read_json(RunDir(out).rank_error(r)) or {}
         m = WORKER_PIDS.search((err.get("worker_failure") or "") + err.get("message", ""))
         for pid in (int(x) for x in (m.group(1).replace(",", " ").split() if m else [])):
             killed.append({"pid": pid, "role": roles.get(pid, f"rank{r}-worker"), "source": f"rank {r}'s loader"})

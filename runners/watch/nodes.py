@@ -12,8 +12,8 @@ import socket
 import time
 from pathlib import Path
 
-from runners import history, record
-from runners.rundir import RunDir
+from runners.records import history, rank_rows
+from runners.records.rundir import RunDir
 from runners.watch import diagnosis as rulebook
 from runners.watch.diagnosis.causes import PREVIOUS, Diagnosis
 
@@ -27,7 +27,7 @@ CONTACT_TIMEOUT_S = 3.0
 def peers_of(out: Path, local_ranks: list) -> list | None:
     """Every rank's {rank, host, address}, as one of this node's ranks recorded it."""
     for r in local_ranks:
-        info = record.read_rank_info(out, r) or {}
+        info = rank_rows.read_rank_info(out, r) or {}
         if info.get("peers"):
             return info["peers"]
     return None
@@ -199,7 +199,7 @@ def other_results(cfg, out: Path, started_at: str) -> dict:
     deadline = time.time() + wait
     while True:
         for k in others:
-            res = record.read_json(result_of_node(cfg, out, k)) if k not in found else None
+            res = rank_rows.read_json(result_of_node(cfg, out, k)) if k not in found else None
             if res and _when(res.get("finished_at")) >= t0 and abs(_when(res.get("started_at")) - t0) <= cfg.startup_timeout_s:
                 found[k] = res
         if len(found) == len(others) or time.time() > deadline:

@@ -27,7 +27,7 @@ from pathlib import Path
 import psutil
 
 from runners.rank.probes import STARTUP_PHASES, read_heartbeat
-from runners.rundir import RunDir
+from runners.records.rundir import RunDir
 from runners.watch.diagnosis import (Outcome, apply_oom, classify_exit, crash_before_hang, diagnose_interruption,
                                      diagnose_stop)
 from runners.watch.evidence import (POLL_S, MemoryWatch, ProcessLedger, capture_stacks, exit_evidence, interruption_evidence,

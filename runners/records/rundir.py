@@ -142,7 +142,7 @@ class RunDir:
 
 
 _HERE = RunDir(Path())
-# What one run writes into its directory besides rank{R}/ (runners.history files these away as
+# What one run writes into its directory besides rank{R}/ (runners.records.history files these away as
 # one run): the top-level entries of its paths, and the temporary files of the atomic writes.
 ENTRIES = tuple(dict.fromkeys(
     p.parts[0] for p in (_HERE.result, _HERE.result.with_name(RESULT + ".tmp"), _HERE.config,

@@ -20,8 +20,8 @@ import re
 import time
 from pathlib import Path
 
-from runners import record, rundir
-from runners.rundir import RunDir
+from runners.records import rank_rows, rundir
+from runners.records.rundir import RunDir
 
 PREVIOUS = "previous"
 _STAGING = re.compile(r"^\.(?P<name>.+)\.run-(?P<stamp>\d{8}T\d{6}Z)-(?P<pid>\d+)$")
@@ -76,7 +76,7 @@ def current_result(out: Path) -> Path | None:
 def _label(d: Path) -> str:
     """previous/'s name for the run in `d`: its start (UTC) and status, from its result;
     'unfinished' (and the time of its newest file) when it never wrote one."""
-    data = record.read_json(RunDir(d).result)
+    data = rank_rows.read_json(RunDir(d).result)
     if data and data.get("started_at"):
         try:
             started = dt.datetime.fromisoformat(data["started_at"]).astimezone(dt.timezone.utc)
@@ -108,7 +108,7 @@ def _rename_paths(src: Path, dest: Path) -> None:
         if str(src) in text:
             # Both are JSON: the paths appear as JSON strings, so escape them as JSON does.
             new = text.replace(json.dumps(str(src))[1:-1], json.dumps(str(dest))[1:-1])
-            record.write_text_atomic(path, new)
+            rank_rows.write_text_atomic(path, new)
 
 
 def file_away(out: Path, src: Path | None = None) -> Path | None:
@@ -197,4 +197,4 @@ def history(out: Path) -> list:
     """The earlier runs of `out`, oldest first: (directory, its result or None)."""
     prev = Path(out) / PREVIOUS
     dirs = sorted(d for d in prev.iterdir() if d.is_dir()) if prev.is_dir() else []
-    return [(d, record.read_json(RunDir(d).result)) for d in dirs]
+    return [(d, rank_rows.read_json(RunDir(d).result)) for d in dirs]

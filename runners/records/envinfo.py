@@ -21,7 +21,7 @@ from pathlib import Path
 from runners.adapters import registry  # light: no torch, PyG or DGL
 from runners.adapters.registry import package_version  # noqa: F401 (the one version reader)
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]  # runners/records/envinfo.py: the repository
 # CPU use (%) by other work just before a run's launch above which its timing is suspect: the
 # launcher warns, and the report counts such runs (analysis re-exports it).
 BUSY_WARN_PERCENT = 25

@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import Optional
 
 from runners.launch.console import say
-from runners.record import write_atomic
-from runners.rundir import RunDir, relative_files
+from runners.records.rank_rows import write_atomic
+from runners.records.rundir import RunDir, relative_files
 
 SCHEMA_VERSION = 2
-SCHEMA_PATH = Path(__file__).resolve().parent / "schemas" / "result.schema.json"
+SCHEMA_PATH = Path(__file__).resolve().parent / "result.schema.json"
 
 
 class ResultVersionError(ValueError):
@@ -173,7 +173,7 @@ def watchdog(outcome) -> dict:
 
 def launched(cfg, m: dict, outcome, env: dict, *, reference: dict, summary: Optional[dict], pre: dict,
              memory_section: dict, busy_before: float, timeline: dict, rank_starter: str) -> Failed:
-    """The sections of a launched run from what its ranks wrote (`m`, runners.record's
+    """The sections of a launched run from what its ranks wrote (`m`, runners.records.rank_rows's
     collect_measurements) and what the launcher saw (`busy_before`: CPU % just before the
     launch): Ok with its summary, else Failed."""
     first_info = next(iter(m["infos"].values()), {})
@@ -234,7 +234,7 @@ def _from_1(data: dict) -> None:
     before the memory section moves there; a rerun command that said `python` names its lane's
     interpreter."""
     from runners.adapters import registry
-    from runners.envinfo import lane_interpreter
+    from runners.records.envinfo import lane_interpreter
 
     cfg = data.get("config") or {}
     cfg["harness"] = cfg.get("harness") or "fair"

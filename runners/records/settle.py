@@ -1,5 +1,5 @@
 """result.json of one run, and the files that let it be rerun: a skipped point's result, a
-launched run's result settled into its point (runners.history), and the lines that summarise
+launched run's result settled into its point (runners.records.history), and the lines that summarise
 it on the terminal."""
 
 from __future__ import annotations
@@ -11,15 +11,15 @@ import sys
 import time
 from pathlib import Path
 
-from runners import envinfo, history, result
 from runners.config import RunConfig
 from runners.launch.console import say
 from runners.launch.dataset import Dataset
 from runners.launch.ranks import (EXIT_SIGNAL_BASE, Launch, now_iso, rank_starter, report_disk_full, report_vanished,
                                   unwritable)
 from runners.rank.probes import disk_full
-from runners.record import collect_measurements, summarise
-from runners.rundir import RunDir
+from runners.records import envinfo, history, result
+from runners.records.rank_rows import collect_measurements, summarise
+from runners.records.rundir import RunDir
 
 
 def rerun_interpreter() -> str:
@@ -81,7 +81,7 @@ def record_skipped(cfg: RunConfig, env: dict, argv: list, cause: str = "not_enou
 
 def launched_result(cfg: RunConfig, argv: list, data: Dataset, env: dict, pre: dict, run: Launch) -> dict:
     """result.json of a run that was launched: the ranks' records, the summary (ok runs only)
-    and everything the launcher and the watchdog saw (runners.result builds it)."""
+    and everything the launcher and the watchdog saw (runners.records.result builds it)."""
     out, outcome = Path(cfg.out), run.outcome
     m = collect_measurements(out, run.local_ranks)
     codes = {x["rank"]: x.get("exit_code") for x in (outcome.diagnosis or {}).get("ranks", [])}
@@ -98,7 +98,7 @@ def launched_result(cfg: RunConfig, argv: list, data: Dataset, env: dict, pre: d
 
 
 def write_and_report(stage: Path, out: Path, document: dict, run: Launch) -> int:
-    """Write result.json into the staging directory, settle the run into `out` (runners.history:
+    """Write result.json into the staging directory, settle the run into `out` (runners.records.history:
     it replaces the point's current run, or is filed under previous/ when it was interrupted
     and the point has a result) and print its summary; the run's exit code (the module's doc)."""
     from runners.watch.supervisor import missing_file

@@ -1,7 +1,7 @@
 """The run record: the per-rank records of a run directory, how they are written and read, and
 the figures result.json's summary derives from them.
 
-Its paths come from runners.rundir (RunDir); result.json itself is runners.result's to build.
+Its paths come from runners.records.rundir (RunDir); result.json itself is runners.records.result's to build.
 Functions taking `cfg` take the run's runners.config.RunConfig (not imported: the settings
 import this module's neighbours, and the record stays below them). This module owns the per-rank record columns (named rows: StepRow, EpochRow, ValidationRow),
 the writers the harnesses append with, the readers the launcher, the watchdog, the benchmarks
@@ -22,7 +22,7 @@ import numpy as np
 
 from runners.rank.probes import CpuSampler, CsvAppender, NvmlSampler
 from runners.rank.stopping import WARMUP_EPOCHS
-from runners.rundir import RunDir
+from runners.records.rundir import RunDir
 
 
 

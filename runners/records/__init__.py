@@ -1,0 +1,1 @@
+"""What a run leaves behind: result.json, the per-rank rows, the run directory and its history."""
