@@ -377,7 +377,7 @@ def run_row(data: dict, result_path: Path, workflow: str | None = None) -> dict:
 
 def host_peak(data: dict):
     """The peak memory of the host whose result `data` is: a partitioned run's graph server and
-    trainers (runners.partitioned, env.partitioned.server.memory); else its ranks and workers."""
+    trainers (runners.partitioned.server, env.partitioned.server.memory); else its ranks and workers."""
     if (data["config"].get("strategy") or "replicated") == "partitioned":
         return ((data["env"].get("partitioned") or {}).get("server") or {}).get("memory", {}).get("host_peak_bytes")
     return (data.get("memory") or {}).get("peak_bytes")

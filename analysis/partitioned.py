@@ -1,4 +1,4 @@
-"""Replicated vs partitioned: DistDGL's partitioned runs (runners.partitioned) beside the
+"""Replicated vs partitioned: DistDGL's partitioned runs (runners.partitioned.server) beside the
 replicated runs of the same point (model, devices per host, batch size, loader workers).
 
 Per point a partitioned run reached: each strategy's steady-state epoch time, the peak memory
@@ -175,7 +175,7 @@ def partitioned_table(runs: pd.DataFrame) -> TableSet:
         "partitioned", "Replicated vs partitioned (DistDGL)",
         "At each point a partitioned run reached (model, devices per host, batch size, loader workers): DGL's "
         "replicated runs (every rank holds the whole graph) beside its partitioned runs (one partition per "
-        "host, served by a DistGraphServer; runners.partitioned). Per strategy the mean over repeats with its "
+        "host, served by a DistGraphServer; runners.partitioned.server). Per strategy the mean over repeats with its "
         "95% t-interval, and the partitioned over the replicated (" + CI_METHOD_WELCH + "): the steady-state "
         "epoch time; the peak memory of a host, the largest over the run's hosts with each host's beside it "
         "(partitioned: that host's graph server's PSS plus its trainers', as its launcher sampled them; "

@@ -219,7 +219,7 @@ def check_combinations(v: dict) -> None:
 
 
 def check_partitioned(v: dict) -> None:
-    """What the partitioned strategy (runners.partitioned) cannot do, refused with the value and
+    """What the partitioned strategy (runners.partitioned.server) cannot do, refused with the value and
     what is allowed."""
     f = registry.framework(v["framework"])
     if f.partitioned_adapter is None:

@@ -40,9 +40,9 @@ LR_SCALINGS = ("none", "linear")
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
 BREAKDOWN_CHOICES = ("auto", "on", "off")
 # replicated: every rank holds the whole graph (DDP); partitioned: one partition per host, served
-# by DistDGL's graph servers (runners/partitioned.py)
+# by DistDGL's graph servers (runners/partitioned/server.py)
 STRATEGIES = ("replicated", "partitioned")
-PART_METHODS = ("metis", "random")  # runners.partitions.METHODS
+PART_METHODS = ("metis", "random")  # runners.partitioned.split.METHODS
 
 
 class ConfigError(ValueError):
@@ -302,7 +302,7 @@ class RunSettings:
         "partition per host (--nnodes), each served by a DistGraphServer, trainers sampling and fetching "
         "features over RPC (DGL only)")
     part_method: str = setting(PART_METHODS[0], choices=PART_METHODS, sweep_omits_default=True,
-        help="partitioned: how the graph is split (runners.partitions)")
+        help="partitioned: how the graph is split (runners.partitioned.split)")
     lane: Optional[str] = setting(None, experiment=True, choices=LANES, metavar="LANE",
         help="the software stack the run must run in (scripts/setup.sh): pair (torch 2.2.1, PyG and DGL), "
         "current (the newest torch PyG tests), own (a Python's own torch); default: the lane of the "

@@ -606,7 +606,7 @@ def test_node1_adopts_the_graph_server_that_node0s_result_names(tmp_path):
     import json
     import types
 
-    from runners.partitioned import Server
+    from runners.partitioned.server import Server
     from runners.watch.diagnosis import Outcome
 
     job = tmp_path / "job"

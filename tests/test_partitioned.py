@@ -160,7 +160,7 @@ def test_slurm_allocation_that_cannot_serve_the_run_is_refused(nodes, master, ad
     anything starts, naming the nodes and values; one that can gives node k's address on line k."""
     import types
 
-    from runners.partitioned import DGL_PORT, hosts_of_allocation
+    from runners.partitioned.server import DGL_PORT, hosts_of_allocation
 
     cfg = types.SimpleNamespace(nodes=2, node_rank=0, master_addr=master)
     allocation = [{"name": n, "node_addr": n, "address": a} for n, a in nodes]
@@ -185,8 +185,9 @@ def test_partitioned_memory_model_is_the_hosts_partition():
     over P before (an estimate within 2x of the files); where the graph outweighs the graph
     server (a graph of 2 million nodes x 602 features), the host's model is below the replicated
     run's, and a --memory-limit between them refuses the replicated point but not the partitioned."""
-    from runners import datasets, partitioned, partitions
+    from runners import datasets
     from runners.launch import preflight, dataset as run_dataset
+    from runners.partitioned import server as partitioned, split as partitions
 
     point = ("--strategy", "partitioned", "--nnodes", "2", "--master-addr", "127.0.0.1",
              "--master-port", "29999", "--ip-config", "/dev/null")
@@ -374,7 +375,7 @@ def _server_process(tmp_path, command: str):
     import sys
     import types
 
-    from runners.partitioned import Server
+    from runners.partitioned.server import Server
 
     proc = subprocess.Popen(["sh", "-c", command], start_new_session=True)
     starter = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])

@@ -1,4 +1,4 @@
-"""Partitions of the canonical graph for the partitioned strategy (runners.partitions, made by
+"""Partitions of the canonical graph for the partitioned strategy (runners.partitioned.split, made by
 dgl.distributed.partition_graph): what they hold, their quality, the cache keyed by the
 dataset's hash, P and the method, verification of every file, and bad requests refused first."""
 
@@ -11,7 +11,8 @@ import sys
 import numpy as np
 import pytest
 
-from runners import datasets, partitions
+from runners import datasets
+from runners.partitioned import split as partitions
 from tests.helpers import DATA_ROOT, REPO, run_env
 
 
@@ -78,7 +79,7 @@ def test_bad_requests_are_refused_before_any_work(tmp_path, parts, method, messa
     with pytest.raises(partitions.PartitionError, match=message):
         partitions.prepare("tiny", parts, method, data_root=tmp_path / "no-datasets", root=tmp_path / "p")
     assert not (tmp_path / "no-datasets").exists() and not (tmp_path / "p").exists()
-    res = subprocess.run([sys.executable, "-m", "runners.partitions", "prepare", "tiny", "--parts", str(parts),
+    res = subprocess.run([sys.executable, "-m", "runners.partitioned.split", "prepare", "tiny", "--parts", str(parts),
                           "--method", method, "--root", str(tmp_path / "p")], cwd=REPO, env=run_env(),
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 2 and message in res.stderr, res.stderr
@@ -87,7 +88,7 @@ def test_bad_requests_are_refused_before_any_work(tmp_path, parts, method, messa
 def test_cli_writes_the_marker_snakemake_wants(made, tmp_path):
     root, dirs = made
     marker = tmp_path / "tiny-p2-metis.json"
-    res = subprocess.run([sys.executable, "-m", "runners.partitions", "prepare", "tiny", "--parts", "2",
+    res = subprocess.run([sys.executable, "-m", "runners.partitioned.split", "prepare", "tiny", "--parts", "2",
                           "--method", "metis", "--data-root", str(DATA_ROOT), "--root", str(root),
                           "--marker", str(marker)], cwd=REPO, env=run_env(), capture_output=True, text=True,
                          timeout=300)

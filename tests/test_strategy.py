@@ -32,7 +32,7 @@ def test_replicated_starts_nothing_and_leaves_the_run_alone(tmp_path):
 
 
 def test_partitioned_refusal_says_why_and_starts_nothing(tmp_path, monkeypatch, capsys):
-    from runners import partitioned
+    from runners.partitioned import server as partitioned
 
     def refuse(cfg, env, out):
         raise ConfigError("no hosts")
@@ -46,7 +46,7 @@ def test_partitioned_refusal_says_why_and_starts_nothing(tmp_path, monkeypatch, 
 
 
 def test_partitioned_hands_the_trainers_variables_to_the_launch_not_to_os_environ(tmp_path, monkeypatch):
-    from runners import partitioned
+    from runners.partitioned import server as partitioned
 
     trainer_env = {"DGL_ROLE": "client", "DGL_DIST_MODE": "distributed", "OMP_NUM_THREADS": "1"}
     plan = SimpleNamespace(describe=lambda cfg: {"strategy": "partitioned"}, trainer_env=lambda cfg: trainer_env)

@@ -1,7 +1,7 @@
 """DistDGL (`dgl.distributed`): partitioning, the graph server, and the partitioned trainer's adapter.
 
 The framework-specific half of the `partitioned` strategy (the launcher's half is
-runners/partitioned.py, the partition cache runners/partitions.py):
+runners/partitioned/server.py, the partition cache runners/partitioned/split.py):
 - `partition`: `dgl.distributed.partition_graph` of the canonical graph into P partitions
   (METIS or random), with the mapping between the canonical node ids and DGL's reshuffled ones;
 - `serve` (`python -m runners.adapters.dgl_dist serve`): one DistGraphServer, configured by the

@@ -45,7 +45,7 @@ class Framework:
     # How the framework's loader uses host memory, for the launcher's memory model
     # (runners.memory): see MEMORY_TRAIT_KEYS.
     memory: dict = field(default_factory=dict)
-    # The partitioned strategy (runners/partitioned.py): the module of its adapter, or why the
+    # The partitioned strategy (runners/partitioned/server.py): the module of its adapter, or why the
     # framework has none here (a run asking for it is refused with that reason).
     partitioned_adapter: Optional[str] = None
     partitioned_unavailable: str = ""

@@ -23,7 +23,7 @@ class Dataset:
 
 
 def graph_meta(graph) -> dict:
-    """The sizes the pre-flight models read (runners.memory, runners.partitioned)."""
+    """The sizes the pre-flight models read (runners.memory, runners.partitioned.server)."""
     return {"num_nodes": graph.num_nodes, "num_edges": graph.num_edges,
             "num_features": graph.num_features, "num_classes": graph.num_classes,
             "num_train": len(graph.train_idx),

@@ -2,7 +2,7 @@
 
 `replicated`: every rank loads the whole graph itself; the launcher starts nothing else.
 `partitioned`: DistDGL; this host's partition is served by a graph server the launcher starts
-before the trainers and stops after them (runners.partitioned). Each strategy answers the same
+before the trainers and stops after them (runners.partitioned.server). Each strategy answers the same
 calls, in the order runners.run.main makes them:
 
     prepare(cfg, env, stage, pre, meta)  before the launch; False: refused (said why)
@@ -45,15 +45,15 @@ class Replicated:
 
 
 class Partitioned(Replicated):
-    """DistDGL: this host's graph server (runners.partitioned.Server), started by prepare."""
+    """DistDGL: this host's graph server (runners.partitioned.server.Server), started by prepare."""
 
     def __init__(self) -> None:
         self.server = None
         self.trainer_env = {}
 
     def memory_model(self, cfg: RunConfig, graph_meta: dict) -> dict:
-        """This host's partition, graph server and trainers (runners.partitioned.model_peak)."""
-        from runners import partitioned
+        """This host's partition, graph server and trainers (runners.partitioned.server.model_peak)."""
+        from runners.partitioned import server as partitioned
 
         return partitioned.model_peak(cfg, graph_meta)
 
@@ -62,8 +62,9 @@ class Partitioned(Replicated):
         variables kept for the launch; env["partitioned"] records it, and `pre` the memory
         model of the partitions' own files. False (after saying why) when the partitions or
         hosts are unusable."""
-        from runners import datasets, partitioned, partitions
+        from runners import datasets
         from runners.launch.console import error
+        from runners.partitioned import server as partitioned, split as partitions
 
         try:
             plan = partitioned.plan(cfg, env, stage)

@@ -47,12 +47,12 @@ class RunDir:
         return self.path / "logs" / "launcher.log"
 
     def server_log(self, node: int) -> Path:
-        """logs/server{k}.log: the partitioned strategy's graph server of node k (runners.partitioned)."""
+        """logs/server{k}.log: the partitioned strategy's graph server of node k (runners.partitioned.server)."""
         return self.launcher_log.parent / f"server{node}.log"
 
     @property
     def ip_config(self) -> Path:
-        """ip_config.txt: the hosts of a partitioned run, as DGL reads them (runners.partitioned)."""
+        """ip_config.txt: the hosts of a partitioned run, as DGL reads them (runners.partitioned.server)."""
         return self.path / "ip_config.txt"
 
     @property

@@ -389,7 +389,7 @@ def interruption_evidence(out: Path, sig, watch: dict, after_s: float) -> Interr
 
 @dataclass(frozen=True)
 class ServerEvidence:
-    """A graph server of a partitioned run (runners.partitioned) through the stall the watchdog
+    """A graph server of a partitioned run (runners.partitioned.server) through the stall the watchdog
     detected: its process state and CPU time as its launcher sampled them over the stall window
     (the watchdog's threshold up to the detection), its main thread's stack when it was dumped,
     and which of its host's trainers were waiting for an answer over the framework's RPC."""

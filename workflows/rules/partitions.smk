@@ -1,6 +1,6 @@
 rule partitions:
     """Split a dataset into P partitions by METIS or at random for the partitioned strategy
-    (runners.partitions: cached under results/partitions/ by the dataset's content hash, P and
+    (runners.partitioned.split: cached under results/partitions/ by the dataset's content hash, P and
     the method; hashed, verified, its quality in quality.json). The output names the directory.
     """
     input:
@@ -15,6 +15,6 @@ rule partitions:
     conda:
         "../../environment.yml"
     shell:
-        "python -m runners.partitions prepare {wildcards.dataset} --parts {wildcards.parts}"
+        "python -m runners.partitioned.split prepare {wildcards.dataset} --parts {wildcards.parts}"
         " --method {wildcards.method} --data-root results/datasets --root results/partitions"
         " --marker {output} > {log} 2>&1"

@@ -1,7 +1,7 @@
 """What outranks the rulebook: findings made after the stop and exit rules named a cause, each
 superseding the diagnosis before it (Diagnosis.superseding keeps what it said). OVERRIDES lists
 them in the order they apply; the constructors here are what the launcher, runners.watch.nodes and
-runners.partitioned call."""
+runners.partitioned.server call."""
 
 from __future__ import annotations
 
@@ -36,9 +36,9 @@ OVERRIDES = (
              "a node sees only its own processes: the network, a lost node or another node's result names the cause"),
     Override((), "runners.watch.nodes.adopt_lost_culprit",
              "node 0 crashed on losing a node whose own watchdog had declared the hang"),
-    Override(("lost_server", "stalled_server"), "runners.partitioned.Server.explain",
+    Override(("lost_server", "stalled_server"), "runners.partitioned.server.Server.explain",
              "this host's graph server, dead or stalled, outranks the peers its trainers lost on the way"),
-    Override(("lost_server", "stalled_server"), "runners.partitioned.Server.adopt_remote",
+    Override(("lost_server", "stalled_server"), "runners.partitioned.server.Server.adopt_remote",
              "another host's graph server, from that node's result, or pointed to by this node's trainers waiting "
              "over RPC"),
 )

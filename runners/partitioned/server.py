@@ -1,7 +1,7 @@
 """The partitioned strategy, the launcher's side: one DistGraphServer per host beside the trainers.
 
 Each node's launcher (`python -m runners.run --strategy partitioned --nnodes P --node-rank K
---ip-config FILE|slurm ...`) makes sure the graph's P partitions exist and verify (runners.partitions),
+--ip-config FILE|slurm ...`) makes sure the graph's P partitions exist and verify (runners.partitioned.split),
 starts its host's graph server (partition K) with the variables DGL's tools/launch.py would set
 over ssh (no ssh here: every role is started by the suite), gives its trainers theirs, and after
 the run stops the server and records how it ended, with each host's memory: the server's PSS
@@ -167,8 +167,8 @@ class Plan:
 
 def plan(cfg, env: dict, out: Path) -> Plan:
     """Check the hosts, make or verify the partitions and write the run's ip_config. Raises
-    ConfigError (bad --ip-config), runners.partitions.PartitionError or DatasetError."""
-    from runners import partitions
+    ConfigError (bad --ip-config), runners.partitioned.split.PartitionError or DatasetError."""
+    from runners.partitioned import split as partitions
 
     hosts, hosts_from = read_ip_config(cfg, (env.get("network") or {}).get("address"))
     where = partitions.prepare(cfg.dataset, cfg.nodes, cfg.part_method, data_root=cfg.data_root,
@@ -462,8 +462,8 @@ EST_HALO_NODES, EST_HALO_EDGES = 1.0, 0.25  # more than `wide` showed: an estima
 
 def partition_files(cfg, graph_meta: dict) -> tuple:
     """(directory, this host's partition bytes from its manifest) when the run's partitions are
-    already made (runners.partitions caches them by dataset hash, P and method), else (None, None)."""
-    from runners import partitions
+    already made (runners.partitioned.split caches them by dataset hash, P and method), else (None, None)."""
+    from runners.partitioned import split as partitions
 
     if not graph_meta.get("dataset_hash"):
         return None, None

@@ -1,8 +1,8 @@
 """The canonical graph split into P partitions for the `partitioned` strategy: made once, cached,
 hashed and verified like a dataset, with its quality recorded.
 
-    python -m runners.partitions prepare tiny --parts 2 --method metis
-    python -m runners.partitions verify results/partitions/tiny-<hash>-p2-metis
+    python -m runners.partitioned.split prepare tiny --parts 2 --method metis
+    python -m runners.partitioned.split verify results/partitions/tiny-<hash>-p2-metis
 
 A partition directory `<root>/<dataset>-<dataset hash[:16]>-p<P>-<method>/` holds DGL's files
 (made by runners.adapters.dgl_dist.partition: `gnnscale.json`, `part<k>/`, the id maps),
@@ -162,7 +162,7 @@ def read_manifest(path: Path) -> dict:
         manifest = json.loads((Path(path) / MANIFEST).read_text())
     except (OSError, ValueError) as exc:
         raise PartitionError(f"{Path(path) / MANIFEST}: missing or unreadable ({exc}); make the partition again "
-                             "(python -m runners.partitions prepare ...)") from exc
+                             "(python -m runners.partitioned.split prepare ...)") from exc
     if manifest.get("format_version") != FORMAT_VERSION:
         raise PartitionError(f"{Path(path) / MANIFEST}: format_version {manifest.get('format_version')!r} is not "
                              f"the supported {FORMAT_VERSION}")
@@ -211,7 +211,7 @@ def verify(path, dataset_hash: str | None = None) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m runners.partitions", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m runners.partitioned.split", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     prep = sub.add_parser("prepare", help="make (or verify) the partitions of a dataset")
     prep.add_argument("dataset", help=", ".join(datasets.DATASET_NAMES) + ", or a dataset imported under --data-root")

@@ -1,0 +1,1 @@
+"""The partitioned strategy: the graph split into partitions and this host's graph server."""
