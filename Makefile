@@ -63,12 +63,12 @@ test-fast:
 	$(PY) -m pytest -q -m unit tests
 
 doctor: setup
-	$(LANE_VENV)/bin/python -m runners.doctor
+	$(LANE_VENV)/bin/python -m runners.checks.doctor
 
 # On a machine with NVIDIA GPUs: doctor, short NCCL runs of every framework x model at 1 and 2
 # GPUs, their report, and the `gpu` tests; prints one table. Fails loudly without a GPU.
 gpu-check: setup
-	$(LANE_VENV)/bin/python -m runners.gpu_check --analysis-python $(PY)
+	$(LANE_VENV)/bin/python -m runners.checks.gpu_check --analysis-python $(PY)
 
 # Regenerate a lane's lock from its environment (after deliberately changing a version).
 lock:

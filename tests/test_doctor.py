@@ -1,4 +1,4 @@
-"""`python -m runners.doctor`, and the open-files estimate against measured limits (the other pre-flight
+"""`python -m runners.checks.doctor`, and the open-files estimate against measured limits (the other pre-flight
 models: test_preflight)."""
 
 import json
@@ -10,7 +10,7 @@ from tests.helpers import REPO
 
 
 def test_doctor_finds_both_frameworks_usable():
-    res = subprocess.run([sys.executable, "-m", "runners.doctor", "--json"], cwd=REPO, capture_output=True,
+    res = subprocess.run([sys.executable, "-m", "runners.checks.doctor", "--json"], cwd=REPO, capture_output=True,
                          text=True, timeout=600)
     assert res.returncode == 0, res.stderr
     report = json.loads(res.stdout)
@@ -24,7 +24,7 @@ def test_doctor_finds_both_frameworks_usable():
 
 
 def test_doctor_text_names_the_sampler_backend():
-    res = subprocess.run([sys.executable, "-m", "runners.doctor"], cwd=REPO, capture_output=True, text=True,
+    res = subprocess.run([sys.executable, "-m", "runners.checks.doctor"], cwd=REPO, capture_output=True, text=True,
                          timeout=600)
     assert "PyG sampler backend" in res.stdout and "dgl usable" in res.stdout
 

@@ -92,7 +92,7 @@ def test_gpu_check_fails_loudly_without_a_gpu():
 
     if envinfo.visible_gpu_count() > 0:
         pytest.skip("this machine has a GPU: `make gpu-check` runs the real check")
-    proc = subprocess.run([sys.executable, "-m", "runners.gpu_check", "--out", "results/gpu-check-test"],
+    proc = subprocess.run([sys.executable, "-m", "runners.checks.gpu_check", "--out", "results/gpu-check-test"],
                           cwd=envinfo.REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1
     assert "FAILED: no GPU" in proc.stderr

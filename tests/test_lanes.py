@@ -64,7 +64,7 @@ def test_dgl_is_skipped_in_current_lane(tmp_path):
 
 
 def test_doctor_names_the_lane_and_its_frameworks():
-    res = subprocess.run([str(current_python()), "-m", "runners.doctor", "--json"], cwd=REPO,
+    res = subprocess.run([str(current_python()), "-m", "runners.checks.doctor", "--json"], cwd=REPO,
                          capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr
     report = json.loads(res.stdout)

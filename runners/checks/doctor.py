@@ -1,4 +1,4 @@
-"""Environment check: `python -m runners.doctor [--json]`.
+"""Environment check: `python -m runners.checks.doctor [--json]`.
 
 Prints the lane (pair, current, own; scripts/setup.sh), which frameworks it carries, Python/torch/PyG/DGL versions, PyG's sampler backend, whether DGL has CUDA, visible
 GPUs and NVML status, cores, memory, /dev/shm and the open-files limit. Each framework is

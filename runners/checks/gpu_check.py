@@ -1,4 +1,4 @@
-"""One-command check of the GPU path: `make gpu-check` (python -m runners.gpu_check).
+"""One-command check of the GPU path: `make gpu-check` (python -m runners.checks.gpu_check).
 
 On a machine with one or more NVIDIA GPUs it runs, in order: the doctor; one short real run
 per registered framework x model at 1 and 2 GPUs (NCCL, step breakdown on, so every phase edge
@@ -167,7 +167,7 @@ def main(argv=None) -> int:
         return 1
     print(f"GPUs: {', '.join(g['name'] for g in env['gpus'])}; driver {env['nvml']['driver']}; "
           f"torch {env['torch']}", flush=True)
-    if _run([py, "-m", "runners.doctor"], out / "doctor.log") != 0:
+    if _run([py, "-m", "runners.checks.doctor"], out / "doctor.log") != 0:
         print(f"gpu-check: FAILED: the doctor found an unusable framework; see {out / 'doctor.log'}",
               file=sys.stderr)
         return 1

@@ -1,0 +1,1 @@
+"""Checks of the environment: the doctor and the one-command GPU check."""
