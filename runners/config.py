@@ -92,7 +92,7 @@ class RunConfig(settings.RunSettings):
         default_loader = self.loader is None or self.loader == registry.framework(self.framework).loaders[0]
         if default_loader:
             settings.pop("loader", None)
-        # Every run before --strategy replicated the graph: left out likewise (partitioned.py).
+        # Every run before --strategy replicated the graph: left out likewise (runners/partitioned/).
         replicated = self.strategy == STRATEGIES[0]
         if replicated:
             settings.pop("strategy", None)

@@ -30,8 +30,9 @@ from runners.rank.probes import STARTUP_PHASES, read_heartbeat
 from runners.records.rundir import RunDir
 from runners.watch.diagnosis import (Outcome, apply_oom, classify_exit, crash_before_hang, diagnose_interruption,
                                      diagnose_stop)
-from runners.watch.evidence import (POLL_S, MemoryWatch, ProcessLedger, capture_stacks, exit_evidence, interruption_evidence,
-                                    is_alive, oom_evidence, process_roles, process_states, shm_usage)
+from runners.watch.evidence import (POLL_S, MemoryWatch, ProcessLedger, capture_stacks, exit_evidence,
+                                    interruption_evidence, is_alive, oom_evidence, process_roles, process_states,
+                                    shm_usage)
 
 # Phases in which a rank waits for the others (the rendezvous waits for every rank to arrive).
 COLLECTIVE_PHASES = ("backward", "epoch-sync", "evaluation", "rendezvous")

@@ -16,8 +16,8 @@ interrupted), servers (the partitioned strategy's graph servers), overrides (wha
 from runners.watch.diagnosis.causes import CAUSES, RUN_CAUSES, SKIP_CAUSES, Cause, Diagnosis, Outcome
 from runners.watch.diagnosis.exits import (PEER_LOST, cause_errors, classify_exit, decide_exit, diagnose_divergence,
                                            diagnose_exit, diagnose_interruption, shm_exhaustion, skipped, worker_deaths)
-from runners.watch.diagnosis.overrides import (OVERRIDES, Override, adopted, apply_oom, crash_before_hang, diagnose_vanished,
-                                               vanished_line)
+from runners.watch.diagnosis.overrides import (OVERRIDES, Override, adopted, apply_oom, crash_before_hang,
+                                               diagnose_vanished, vanished_line)
 from runners.watch.diagnosis.ranks import (FROZEN_STATES, blame, group_ranks, is_frozen, progress_key, progress_line,
                                            rank_ranges)
 from runners.watch.diagnosis.servers import (diagnose_stalled_server, lost_server, remote_server, remote_server_stall,
