@@ -324,7 +324,7 @@ def outcome_columns(data: dict, result_path: Path, workflow: str | None = None) 
         "epochs_completed": min(per_rank_epochs.values()) if per_rank_epochs else 0,
         "steps_per_epoch": record.steps_per_epoch(data["ranks"]),
         # The model's parameter count (every rank builds the same model): the size of the
-        # gradient each step all-reduces, which analysis/project.py scales to more devices.
+        # gradient each step all-reduces, which analysis/projection/predict.py scales to more devices.
         "parameters": next((r["parameters"] for r in data["ranks"] if r.get("parameters")), None),
         "seed_base": data["seeds"]["base"],
         "adapter_choices": _scalar(cfg.get("adapter_choices")),

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from analysis import BUSY_WARN_PERCENT, FRAMEWORK_ORDER, PHASE_COLUMNS, PHASE_LABELS, framework_label, model_label
-from analysis import adaptive, deadlocks, speedup_gap
+from analysis import adaptive, deadlocks
+from analysis.projection import speedup_gap
 from analysis.comparisons import comparison_labels, framework_comparison, framework_pairs
 from analysis.context import Context, main_experiment
 from analysis.display import row_anchor
@@ -415,16 +416,16 @@ def loader_answer(loaders_data: pd.DataFrame) -> Answer:
 
 
 def projection_answer(projection: dict | None, runs: pd.DataFrame, exp) -> Answer:
-    """What more devices would give (analysis.project on the runs): the main experiment's median
+    """What more devices would give (analysis.projection.predict on the runs): the main experiment's median
     configuration's projected speed-up, where the host is oversubscribed and how the projection
     fared on the measured multi-device points. Its intervals are the model's, not a sweep's, so
     they stay out of the open answers (more repeats of the same points would not settle them)."""
-    from analysis import project
+    from analysis.projection import predict
 
     ans = Answer("projection", "What would more devices give?")
     ok = runs[(runs["experiment"] == exp) & (runs["status"] == "ok")] if exp is not None and len(runs) else runs
     measured = sorted(int(d) for d in ok["devices"].dropna().unique()) if len(ok) else []
-    ans.parts = project.answer_parts(projection, exp, measured)
+    ans.parts = predict.answer_parts(projection, exp, measured)
     return ans
 
 
@@ -489,7 +490,7 @@ def all_answers(runs, points, speed, scaling, gap, workers, batch, failures, loa
     the report's top. The loaders' answer comes only where another loader ran (`loaders`:
     analysis.loaders rows); `precision`: the relative half-width an answer should reach (the
     sweep's adaptive.precision); the projection's only where one was made (`projection`:
-    analysis.project.project's frames)."""
+    analysis.projection.predict.project's frames)."""
     exp = main_experiment(speed, points)
     perf = performance_runs(runs)
     answers = [speed_answer(speed, exp)] + ([loader_answer(loaders)] if loaders is not None and len(loaders) else []) + [

@@ -71,14 +71,14 @@ class Context:
     @cached_property
     def gap(self) -> pd.DataFrame:
         """speedup_gap.gap_data: where each multi-device point's missing speed-up went."""
-        from analysis import speedup_gap
+        from analysis.projection import speedup_gap
         return speedup_gap.gap_data(self.runs, self.agg.epochs, self.agg.steps, self.scaling)
 
     @cached_property
     def projection(self) -> dict:
-        """analysis.project.project's frames at the report's device counts."""
-        from analysis import project
-        return project.project(self.runs, self.agg.epochs, self.agg.steps, project.REPORT_DEVICES, self.collectives)
+        """analysis.projection.predict.project's frames at the report's device counts."""
+        from analysis.projection import predict
+        return predict.project(self.runs, self.agg.epochs, self.agg.steps, predict.REPORT_DEVICES, self.collectives)
 
     @cached_property
     def paper(self) -> pd.DataFrame:
@@ -105,9 +105,9 @@ class Context:
 
     @cached_property
     def main_projection(self) -> tuple:
-        """The projection's frames of the main experiment (project.of_experiment)."""
-        from analysis import project
-        return project.of_experiment(self.projection, self.experiment)
+        """The projection's frames of the main experiment (predict.of_experiment)."""
+        from analysis.projection import predict
+        return predict.of_experiment(self.projection, self.experiment)
 
     @cached_property
     def resource_runs(self):

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import REPORT_PLOTS, plots, speedup_gap
+from analysis import REPORT_PLOTS, plots
+from analysis.projection import speedup_gap
 
 FULL_GRIDS = {"runtime_vs_devices": "runtime_vs_devices_all", "speedup": "speedup_all", "breakdown": "breakdown_all"}
 CAPTIONS = {

@@ -11,7 +11,8 @@ from collections import Counter
 import pandas as pd
 
 from analysis import BUSY_WARN_PERCENT, FRAMEWORK_ORDER, GRID_KEYS, framework_label, model_label
-from analysis import planning, speedup_gap
+from analysis import planning
+from analysis.projection import speedup_gap
 from analysis.comparisons import comparison_labels, framework_comparison, framework_pairs
 from analysis.formatting import config_text, fmt_pct, interval_text
 from analysis.grouping import paper_order, performance_runs, truthy

@@ -19,7 +19,8 @@ from matplotlib.transforms import blended_transform_factory  # noqa: E402
 
 from analysis import (FRAMEWORK_COLOURS, FRAMEWORK_ORDER, MODEL_ORDER, PHASE_COLUMNS, PHASE_LABELS,  # noqa: E402
                       STATUS_COLOURS, STATUSES, framework_label, model_label)
-from analysis import speedup_gap, tables  # noqa: E402
+from analysis import tables  # noqa: E402
+from analysis.projection import speedup_gap  # noqa: E402
 from analysis.formatting import fmt_si, worst_status  # noqa: E402
 from analysis.grouping import paper_order  # noqa: E402
 
@@ -429,7 +430,7 @@ def _gap_bar(ax, y: float, r: dict) -> None:
 
 def gap_bars(gap: pd.DataFrame):
     """Per multi-device point: the ideal epoch time (base / N) and the measured gap to it, split
-    into its parts (analysis.speedup_gap), one horizontal stacked bar per point."""
+    into its parts (analysis.projection.speedup_gap), one horizontal stacked bar per point."""
     title = "Where the missing speed-up goes (seconds per epoch, slowest rank, steady epochs)"
     ok = gap[gap["reason"].isna()] if not gap.empty else gap
     if ok.empty:
@@ -576,7 +577,7 @@ def _projection_panel(ax, proj: pd.DataFrame, val: pd.DataFrame, model, framewor
 
 
 def projection_bands(proj: pd.DataFrame, val: pd.DataFrame):
-    """Speed-up over 1 device against devices (analysis.project), one panel per model, at each
+    """Speed-up over 1 device against devices (analysis.projection.predict), one panel per model, at each
     framework's median configuration: measured points, the projection's line and interval band, and
     the measured multi-device points as predicted out of sample (hollow, with their intervals)."""
     title = "What more devices would give: speed-up over 1 device, measured and projected"

@@ -27,7 +27,8 @@ from pathlib import Path
 import jinja2
 
 from analysis import REPORT_PLOTS, REPORT_TABLES, STATUS_COLOURS, declared
-from analysis import answers, lanes, loaders, project
+from analysis import answers, lanes, loaders
+from analysis.projection import predict
 from analysis.aggregate import Aggregate
 from analysis.context import Context
 from analysis.figures import write_figures
@@ -68,7 +69,7 @@ def page(ctx: Context, top: dict, figures: dict, source: str) -> str:
         tables={k: {"title": t.title, "description": t.description, "html": t.html(), "empty": not t.grids
                     and t.body is None} for k, t in ctx.tables.items()},
         figures=figures, n_failures=len(ctx.agg.failures),
-        projection=project.page_notes(ctx.projection, answers.timing_only(ctx.perf), top["experiment"]),
+        projection=predict.page_notes(ctx.projection, answers.timing_only(ctx.perf), top["experiment"]),
         experiments=list(dict.fromkeys(runs["experiment"])),
         excluded_faults=int(len(runs) - len(ctx.perf)),
     )
@@ -106,7 +107,7 @@ def main(argv=None) -> int:
     out = Path(args.out)
     # the all-reduce micro-benchmark where it writes by default, beside the aggregate, if there is one
     page = render(Aggregate.load(agg_dir), out, Path(args.assets) if args.assets else out.parent, source=str(agg_dir),
-                  collectives=project.default_collectives(agg_dir))
+                  collectives=predict.default_collectives(agg_dir))
     print(f"[analysis] report: {page} ({page.stat().st_size / 1024:.0f} KiB)")
     return 0
 

@@ -3,7 +3,7 @@
     python -m benchmarks.keep_sweep results/aggregate tests/data/sweeps/NAME
 
 Writes runs.csv, epochs.csv.gz and steps.csv.gz of the aggregate's fair-harness timing runs, with only
-the columns analysis.project reads, and checks that the projection's out-of-sample check gives the
+the columns analysis.projection.predict reads, and checks that the projection's out-of-sample check gives the
 same rows on the kept copy as on the whole aggregate (so the copy is small and loses nothing the
 projection uses).
 """
@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import EXPERIMENT_KEYS, PHASE_COLUMNS, project
-from analysis.projection_measured import CONFIG, SCHEDULE_KEYS
+from analysis import EXPERIMENT_KEYS, PHASE_COLUMNS
+from analysis.projection import predict
+from analysis.projection.inputs import CONFIG, SCHEDULE_KEYS
 
 RUN_COLUMNS = ("run_id", "run_name", "status", "devices", "repeat", "dataset", "device_type", "harness", "inject",
                "strategy", "loader", "loader_variant", "train_split_seed_nodes", "max_steps_per_epoch", "parameters",
@@ -39,12 +40,12 @@ def keep(agg: Path, out: Path) -> dict:
     epochs = epochs.loc[epochs["run_id"].isin(ids), [c for c in EPOCH_COLUMNS if c in epochs]]
     steps = steps.loc[steps["run_id"].isin(ids), [c for c in STEP_COLUMNS if c in steps]]
     out.mkdir(parents=True, exist_ok=True)
-    # the per-epoch and per-step tables gzipped (analysis.project.project_aggregate reads either)
+    # the per-epoch and per-step tables gzipped (analysis.projection.predict.project_aggregate reads either)
     files = {"runs": "runs.csv", "epochs": "epochs.csv.gz", "steps": "steps.csv.gz"}
     for name, df in (("runs", timing), ("epochs", epochs), ("steps", steps)):
         df.to_csv(out / files[name], index=False)
-    whole = project.project_aggregate(agg, [4, 8], collectives=None, draws=50)["validation"]
-    kept = project.project_aggregate(out, [4, 8], collectives=None, draws=50)["validation"]
+    whole = predict.project_aggregate(agg, [4, 8], collectives=None, draws=50)["validation"]
+    kept = predict.project_aggregate(out, [4, 8], collectives=None, draws=50)["validation"]
     cols = ["framework", "model", "batch_size", "workers", "devices", "predicted_s", "measured_s", "inside"]
     if len(whole) or len(kept):
         pd.testing.assert_frame_equal(whole[cols].reset_index(drop=True), kept[cols].reset_index(drop=True))

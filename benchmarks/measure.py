@@ -31,7 +31,7 @@ Prints one markdown table (measurement, figure, target, verdict, detail) and wri
 9. projection      the projection's out-of-sample check replayed on stored sweeps (their
                    aggregates: tests/data/sweeps/*, and results/aggregate when there is one): per
                    sweep, the share of held-out multi-device points inside their calibrated
-                   intervals (analysis.project.calibrate), beside the sweep's launch noise.
+                   intervals (analysis.projection.predict.calibrate), beside the sweep's launch noise.
 
 The configurations of 1, 2, 4 and 6 run interleaved (repeat i runs every variant once, in an
 order rotated by i) so that drift of a shared machine hits all variants alike; each figure
@@ -439,9 +439,9 @@ def projection_sweeps(s: Settings) -> list:
 def projection_coverage(agg_dir: Path) -> dict:
     """The projection's out-of-sample check on one stored aggregate: held-out points, how many its
     calibrated intervals held, the median error, the calibration and the sweep's launch noise."""
-    from analysis import project
+    from analysis.projection import predict
 
-    res = project.project_aggregate(agg_dir, [4, 8], collectives=None)
+    res = predict.project_aggregate(agg_dir, [4, 8], collectives=None)
     v = res["validation"]
     done = v[v["reason"].isna()] if len(v) and "reason" in v else v.iloc[0:0]
     cal = res["calibration"]

@@ -10,8 +10,8 @@ import re
 import pandas as pd
 import pytest
 
-from analysis import (PHASE_COLUMNS, PHASE_LABELS, answers, findings, formatting, grouping, planning, records,
-                      speedup_gap)
+from analysis import PHASE_COLUMNS, PHASE_LABELS, answers, findings, formatting, grouping, planning, records
+from analysis.projection import speedup_gap
 from analysis.display import frame_table
 from analysis.aggregate import Aggregate
 from analysis.tables.axes import batch_table, workers_table

@@ -1,5 +1,5 @@
 """The projection's intervals cover on stored sweeps (issue 57): every sweep kept as test data
-(benchmarks.keep_sweep: its timing runs, as analysis.project reads them) replayed through the
+(benchmarks.keep_sweep: its timing runs, as analysis.projection.predict reads them) replayed through the
 out-of-sample check, as `python -m benchmarks.measure --only projection` prints it. The sweeps
 differ in launch noise (quiet and noisy hours), so an interval that holds only on one of them fails."""
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis import (REPORT_PLOTS, REPORT_TABLES, aggregate, answers, caption_name, declared, project,
-                      projection_report, report)
+from analysis import REPORT_PLOTS, REPORT_TABLES, aggregate, answers, caption_name, declared, report
+from analysis.projection import predict, text
 from analysis.aggregate import Aggregate
 from tests.test_project import COLL, PHASES, expected, world
 
@@ -22,12 +22,12 @@ SCHEMA_1 = Path(__file__).resolve().parent / "data" / "schema1" / "result.json"
 
 
 def res_of(frames, **kw):
-    return project.project(*frames, devices=list(projection_report.REPORT_DEVICES), draws=kw.pop("draws", 20), **kw)
+    return predict.project(*frames, devices=list(text.REPORT_DEVICES), draws=kw.pop("draws", 20), **kw)
 
 
 def said(res, measured=(1, 2)) -> str:
     exp = res["projection"]["experiment"].iloc[0] if len(res["projection"]) else "e"
-    return "".join(t for t, _ in projection_report.answer_parts(res, exp, list(measured)))
+    return "".join(t for t, _ in text.answer_parts(res, exp, list(measured)))
 
 
 def test_the_sentence_quotes_the_median_configuration_the_host_and_the_check():
@@ -40,9 +40,9 @@ def test_the_sentence_quotes_the_median_configuration_the_host_and_the_check():
                          f"({s['dgl']:.1f}–{s['dgl']:.1f}) over 1 (median configuration); a 2-core host is "
                          "oversubscribed from 3 ranks; checked on the measured 2-device points: 2 of 2 inside their "
                          "intervals, median error 0 %.")
-    parts = projection_report.answer_parts(res, res["projection"]["experiment"].iloc[0], [1, 2])
+    parts = text.answer_parts(res, res["projection"]["experiment"].iloc[0], [1, 2])
     links = [h for _, h in parts if h]
-    assert projection_report.VALIDATION_ANCHOR in links and sum(h.startswith("#projection-") for h in links) == 2
+    assert text.VALIDATION_ANCHOR in links and sum(h.startswith("#projection-") for h in links) == 2
     assert len(said(res).split()) <= 50
 
 
@@ -63,28 +63,28 @@ def test_a_failed_check_is_said_first_and_plainly():
     pyg = world(phases={"pyg": PHASES["pyg"]}, r=1.1, cores=2)
     dgl = world(phases={"dgl": PHASES["dgl"]}, r=1.6, cores=2)
     res = res_of([pd.concat([a, b], ignore_index=True) for a, b in zip(pyg, dgl)], collectives=COLL)
-    text = said(res)
+    sentence = said(res)
     # no number past the measured device counts, and which configurations the model gets most wrong
     assert re.fullmatch(r"Not reliable: 0 of 2 measured 2-device points inside their intervals, median error \d+ % "
                         r"\(largest misses: (PyG|DGL) GraphSAGE.* N=2 [+-]\d+ %, (PyG|DGL) GraphSAGE.* N=2 [+-]\d+ %\); "
-                        r"no projection past 2 devices\.", text), text
-    assert "4 devices" not in text and "checked on" not in text and len(text.split()) <= 50
+                        r"no projection past 2 devices\.", sentence), sentence
+    assert "4 devices" not in sentence and "checked on" not in sentence and len(sentence.split()) <= 50
     # where each miss sits: the parts add up to the whole error; PyG's (predicted from DGL's 60 %
     # contention) overshoots in every part, DGL's undershoots
     for r in res["validation"].to_dict("records"):
         parts = [r["miss_loader_s"], r["miss_steps_s"], r["miss_outside_s"]]
         assert sum(parts) == pytest.approx(r["predicted_s"] - r["measured_s"])
         assert all(x > 0 for x in parts) if r["framework"] == "pyg" else all(x < 0 for x in parts)
-    shown = projection_report.validation_frame(res["validation"])["error by part"]
+    shown = text.validation_frame(res["validation"])["error by part"]
     assert all(re.fullmatch(r"(rest of the steps|loader|outside) [+-]\d+ ms(, (rest of the steps|loader|outside) "
                             r"[+-]\d+ ms){2}", t) for t in shown), list(shown)
 
 
 def test_the_conformal_quantile_needs_enough_points():
     # ceil((n + 1) 0.9)-th smallest: with 9 scores the largest, with 19 the 18th; with 8, none
-    assert project.conformal_quantile(range(1, 10)) == 9
-    assert project.conformal_quantile(range(1, 20)) == 18
-    assert project.conformal_quantile(range(1, 9)) == float("inf")
+    assert predict.conformal_quantile(range(1, 10)) == 9
+    assert predict.conformal_quantile(range(1, 20)) == 18
+    assert predict.conformal_quantile(range(1, 9)) == float("inf")
 
 
 def calibration_frames(errors, devices=(1, 2, 4, 8)):
@@ -102,7 +102,7 @@ def calibration_frames(errors, devices=(1, 2, 4, 8)):
 
 def test_intervals_are_calibrated_on_the_other_configurations_held_out_errors():
     errors = [0.02, -0.04, 0.06, -0.08, 0.10, -0.12, 0.14, -0.16, 0.18, -0.30]
-    out = project.calibrate(*calibration_frames(errors))
+    out = predict.calibrate(*calibration_frames(errors))
     v, p, cal = out["validation"], out["projection"], out["calibration"]
     scores = [abs(math.log(1 + e)) for e in errors]
     assert cal["calibrated"] and cal["n"] == 10 and cal["q"] == pytest.approx(sorted(scores)[9])  # ceil(11 x 0.9)
@@ -116,13 +116,13 @@ def test_intervals_are_calibrated_on_the_other_configurations_held_out_errors():
         grow = cal["q"] * (r["devices"] - 1)
         assert r["speedup_low"] == pytest.approx(min(0.99, math.exp(-grow)) * r["devices"])
         assert r["high_s"] == pytest.approx(max(1.01, math.exp(grow)) / r["devices"])
-    text = projection_report.interval_text(cal)
-    assert "split-conformal 90% quantile of the 10 held-out points" in text and "times N - 1" in text
+    said = text.interval_text(cal)
+    assert "split-conformal 90% quantile of the 10 held-out points" in said and "times N - 1" in said
 
 
 def test_too_few_held_out_points_leave_the_intervals_as_they_are():
     proj, val = calibration_frames([0.05, -0.2, 0.1])
-    out = project.calibrate(proj, val)
+    out = predict.calibrate(proj, val)
     assert not out["calibration"]["calibrated"] and out["calibration"]["needed"] == 9
     pd.testing.assert_frame_equal(out["projection"], proj)
     assert list(out["validation"]["inside"]) == list(val["inside"])
@@ -131,10 +131,10 @@ def test_too_few_held_out_points_leave_the_intervals_as_they_are():
 def test_a_large_median_error_fails_the_check_even_with_every_point_inside():
     v = pd.DataFrame([{"experiment": "e", "framework": "pyg", "model": "sage", "batch_size": 1, "workers": 0,
                        "devices": 2, "error": e, "inside": True, "reason": None} for e in (0.2, -0.3, 0.25)])
-    c = projection_report.check(v)
+    c = text.check(v)
     assert c["inside"] == 3 and c["fails"] and c["median_error"] == pytest.approx(0.25)
-    assert "FAILS this check: a median error above 15%" in projection_report.verdict(v)
-    assert not projection_report.check(v.assign(error=0.05))["fails"]
+    assert "FAILS this check: a median error above 15%" in text.verdict(v)
+    assert not text.check(v.assign(error=0.05))["fails"]
 
 
 def test_nothing_projected_says_not_measured():
@@ -143,7 +143,7 @@ def test_nothing_projected_says_not_measured():
                               "devices.")
     res = res_of(world(devices=(2,)), collectives=COLL)
     assert said(res, [2]).startswith("Not measured: ok timing runs at 2 devices only")
-    assert projection_report.answer_parts(None, None, []) == [
+    assert text.answer_parts(None, None, []) == [
         ("Not measured: no ok timing run to project from.", "#projection")]
 
 

@@ -38,7 +38,7 @@ def test_a_schema_1_result_of_todays_suite_is_upgraded_and_aggregated(tmp_path):
     assert row["run_id"] == old["run_id"] and row["status"] == "ok"
     assert row["precision_reached"] == old["summary"]["precision"]["rel_halfwidth"]
     assert row["steady_epoch_mean_s"] == old["summary"]["precision"]["mean_s"]
-    assert row["parameters"] == old["ranks"][0]["parameters"]  # the gradient size analysis/project.py scales
+    assert row["parameters"] == old["ranks"][0]["parameters"]  # the gradient size analysis/projection/predict.py scales
     assert len(agg.epochs) == len(old["epochs"])
     # Upgraded when read, never rewritten: the file stays what the run wrote.
     assert json.loads((d / "result.json").read_text()) == old

@@ -1,4 +1,4 @@
-"""The split of the missing speed-up (analysis/speedup_gap.py): on constructed runs, epochs and
+"""The split of the missing speed-up (analysis/projection/speedup_gap.py): on constructed runs, epochs and
 steps whose parts are known, and on the session's real runs (tests/_runs.py)."""
 
 import random
@@ -6,7 +6,8 @@ import random
 import pandas as pd
 import pytest
 
-from analysis import PHASE_COLUMNS, plots, speedup_gap
+from analysis import PHASE_COLUMNS, plots
+from analysis.projection import speedup_gap
 from analysis.aggregate import Aggregate
 from tests import _runs
 

@@ -280,7 +280,7 @@ def gap_table(gap: pd.DataFrame):
         "and the backward's compute assumed to slow down as the forward did: ranks share cores and memory "
         "bandwidth); gradient all-reduce and waiting for the slowest rank (the rest of the backward); "
         "unexplained (the residual: time in the epoch outside the steps, and noise). The parts sum to the gap; "
-        "a negative part gave time back. Mean over the repeats (runs) of each point; analysis/speedup_gap.py.",
+        "a negative part gave time back. Mean over the repeats (runs) of each point; analysis/projection/speedup_gap.py.",
         empty_text="No multi-device point with ok timing runs at its base: nothing to split.",
         group_col="experiment", row_id=[gap_anchor(r) for r in gap.to_dict("records")])
     table.data = gap  # the CSV keeps the numbers

@@ -1,6 +1,6 @@
 """What the projection stands on: the ok timing runs of each configuration and device count as
 per-step profiles (Measured), their 1 -> 2 device contention, the all-reduce micro-benchmark's
-fit, the pooled launch noise, and where a configuration outgrows its host (analysis.project)."""
+fit, the pooled launch noise, and where a configuration outgrows its host (analysis.projection.predict)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import pandas as pd
 
 from analysis import EXPERIMENT_KEYS, PHASE_COLUMNS
 from analysis.grouping import _key_text
-from analysis.projection_model import OUTSIDE, wait_factor
-from analysis.speedup_gap import run_profiles, timing_runs
+from analysis.projection.formulas import OUTSIDE, wait_factor
+from analysis.projection.speedup_gap import run_profiles, timing_runs
 from runners.rank.stopping import WARMUP_EPOCHS
 
 CONFIG = ("experiment", "framework", "model", "batch_size", "workers")
@@ -218,7 +218,7 @@ def beyond_fit(res: dict) -> pd.DataFrame:
     at a measured device count above FIT_DEVICES, with `error` (predicted / measured - 1) and
     `inside` (the measured mean in the interval). The model reads the 1- and 2-device runs only,
     so these points are out of sample by construction: the check a machine with more cores
-    (4 and 8 processes) runs with `python -m analysis.project`."""
+    (4 and 8 processes) runs with `python -m analysis.projection`."""
     p = res.get("projection", pd.DataFrame())
     if p.empty:
         return p

@@ -1,6 +1,6 @@
 """The projection's formulas: a rank's steps per epoch, contention, waiting for the slowest rank,
 the ring all-reduce in DDP's buckets, the epoch time they sum to, and the Universal Scalability
-Law (analysis.project states the model these pieces make up)."""
+Law (analysis.projection.predict states the model these pieces make up)."""
 
 from __future__ import annotations
 

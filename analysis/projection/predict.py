@@ -15,7 +15,7 @@ the slowest rank's steady epoch time is modelled as
     A(N) = k 2(N-1) alpha + 2(N-1)/N n beta          ring all-reduce of n gradient bytes in k buckets
     O                                                the 1-device epoch's time outside its steps
 
-phi_p are the 1-device per-step phase times (analysis.speedup_gap.run_profiles: slowest rank,
+phi_p are the 1-device per-step phase times (analysis.projection.speedup_gap.run_profiles: slowest rank,
 steady epochs, mean over runs); at one device the backward holds no all-reduce. r_p is the
 phase's per-step time at 2 devices over 1 device; the backward's compute is taken to slow as the
 forward does (its 2-device time also holds the all-reduce and the waiting). w_N treats ranks as
@@ -39,34 +39,32 @@ around a prediction that may be 20 % off: calibrate() widens it to a split-confo
 the out-of-sample errors (90 %; times N - 1 at N devices) wherever enough points were held out. Where 3+ device counts are measured the Universal Scalability Law
 C(N) = N / (1 + sigma (N-1) + kappa N (N-1)) is fitted (kappa > 0: retrograde scaling).
 
-    python -m analysis.project --aggregate results/aggregate --devices 4,8,16 \
+    python -m analysis.projection --aggregate results/aggregate --devices 4,8,16 \
         [--collectives results/benchmarks/collectives.json]
 
-The report (analysis.report) calls project() on the aggregate it holds in memory, projects to
-REPORT_DEVICES, and states the answer (answer_parts), the tables (report_tables) and what the
-projection rests on (page_notes) for its main experiment (analysis.projection_report, in words).
-The model's formulas are in analysis.projection_model, what it stands on in
-analysis.projection_measured.
+(its command line: analysis/projection/__main__.py). The report (analysis.report) calls
+project() on the aggregate it holds in memory, projects to REPORT_DEVICES, and states the
+answer (answer_parts), the tables (report_tables) and what the projection rests on (page_notes)
+for its main experiment (analysis.projection.text, in words). The model's formulas are in
+analysis.projection.formulas, what it stands on in analysis.projection.inputs.
 """
 
 from __future__ import annotations
 
-import argparse
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from analysis import PHASE_COLUMNS
-from analysis.projection_measured import (COL, CONFIG, CONTENDED, FIT_DEVICES, Measured, beyond_fit,  # noqa: F401
-                                          collectives_notes, contention_pool, geomean_ratios, host_limits, inside,
-                                          launch_noise_sd, load_collectives, parameter_count, relative_steps)
-from analysis.projection_model import LOADER_PHASES, OUTSIDE, epoch_time, fit_usl, step_seeds, steps_at
-# analysis.report and analysis.answers read the page's parts as project.*
-from analysis.projection_report import (REPORT_DEVICES, answer_parts, format_tables, of_experiment,  # noqa: F401
-                                        page_notes, report_tables)
+from analysis.projection.formulas import LOADER_PHASES, OUTSIDE, epoch_time, fit_usl, step_seeds, steps_at
+from analysis.projection.inputs import (COL, CONFIG, CONTENDED, FIT_DEVICES, Measured, beyond_fit,  # noqa: F401
+                                        collectives_notes, contention_pool, geomean_ratios, host_limits, inside,
+                                        launch_noise_sd, load_collectives, parameter_count, relative_steps)
+# analysis.report and analysis.answers read the page's parts as predict.*
+from analysis.projection.text import (REPORT_DEVICES, answer_parts, of_experiment, page_notes,  # noqa: F401
+                                      report_tables)
 
 BOOTSTRAP = 400
 ASSUMPTIONS = (
@@ -81,21 +79,6 @@ ASSUMPTIONS = (
     "model error: the held-out 2-device points' errors are exchangeable with a new configuration's, and grow "
     "linearly in N - 1 past them (calibrated intervals only)",
 )
-
-
-def parse_devices(text: str) -> list:
-    """'4,8,16' -> [4, 8, 16]; anything but positive whole numbers is refused by name."""
-    out = []
-    for part in str(text).split(","):
-        try:
-            n = int(part.strip())
-        except ValueError:
-            n = 0
-        if n < 1 or part.strip() != str(n):
-            raise ValueError(f"--devices {text!r}: {part.strip()!r} is not a positive whole number of devices "
-                             "(give e.g. 4,8,16)")
-        out.append(n)
-    return sorted(set(out))
 
 
 # -- projection and validation ------------------------------------------------------------------
@@ -388,29 +371,3 @@ def project_aggregate(agg_dir, devices=(4, 8, 16), collectives="auto", draws: in
     runs, epochs, steps = (pd.read_csv(d / f"{n}.csv" if (d / f"{n}.csv").exists() else d / f"{n}.csv.gz",
                                        low_memory=False) for n in ("runs", "epochs", "steps"))
     return project(runs, epochs, steps, devices, collectives, draws)
-
-
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m analysis.project", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--aggregate", default="results/aggregate", help="an aggregate directory (runs.csv, ...)")
-    ap.add_argument("--devices", default="4,8,16", help="device counts to project to, comma-separated")
-    ap.add_argument("--collectives", default=None,
-                    help="benchmarks/collectives.py's JSON (alpha-beta fit); default: the one beside the aggregate "
-                    "(../benchmarks/collectives.json) if there is one, else alpha from the measured runs")
-    ap.add_argument("--draws", type=int, default=BOOTSTRAP, help="bootstrap draws for the intervals")
-    args = ap.parse_args(argv)
-    try:
-        devices = parse_devices(args.devices)
-    except ValueError as exc:
-        ap.error(str(exc))
-    if args.collectives and not Path(args.collectives).is_file():
-        ap.error(f"--collectives {args.collectives!r}: no such file (python -m benchmarks.collectives writes it)")
-    if not (Path(args.aggregate) / "runs.csv").is_file():
-        ap.error(f"--aggregate {args.aggregate!r}: no runs.csv there (python -m analysis.aggregate writes it)")
-    res = project_aggregate(args.aggregate, devices, args.collectives or "auto", args.draws)
-    print(format_tables(res))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
-"""The projection in words: its tables as text (python -m analysis.project), the out-of-sample
+"""The projection in words: its tables as text (python -m analysis.projection), the out-of-sample
 check's verdict, and on the report's page the first-screen answer, the section's tables and
-what the projection rests on (analysis.project makes the frames these read)."""
+what the projection rests on (analysis.projection.predict makes the frames these read)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import math
 import pandas as pd
 
 from analysis.display import frame_table, row_anchor
-from analysis.projection_measured import CONFIG
+from analysis.projection.inputs import CONFIG
 
 
 def _ms(v) -> str:
@@ -104,9 +104,9 @@ def _usl_lines(u: pd.DataFrame, common: str) -> list:
 
 
 def _beyond_lines(res: dict, common: str) -> list:
-    """The measured points past the fitted device counts (project.beyond_fit), and how many the
+    """The measured points past the fitted device counts (predict.beyond_fit), and how many the
     projection's intervals held; or where such points come from when there are none."""
-    from analysis.projection_measured import FIT_DEVICES, beyond_fit
+    from analysis.projection.inputs import FIT_DEVICES, beyond_fit
 
     past = beyond_fit(res)
     fitted = " and ".join(map(str, FIT_DEVICES))
@@ -383,7 +383,7 @@ def report_tables(res: dict | None) -> dict:
     proj = frame_table(
         projection_frame(p), "projection", "Projected epoch time and speed-up at more devices",
         f"Per timing configuration and device count (measured ones and {n}): the slowest rank's steady epoch "
-        "time as the model gives it (analysis/project.py: the 1-device runs' phases per step, slowed per rank as "
+        "time as the model gives it (analysis/projection/predict.py: the 1-device runs' phases per step, slowed per rank as "
         "the second rank slowed them, waiting for the slowest rank, the ring all-reduce), its interval "
         f"({interval_text(res.get('calibration'))}), the measured mean where there "
         "is one, the speed-up over 1 device with its paired interval, and the model's parts per epoch. 'past': "

@@ -1,0 +1,1 @@
+"""What more devices would give: the scaling model, its inputs, its formulas, its words and the missing speed-up."""
