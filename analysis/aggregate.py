@@ -114,7 +114,7 @@ class Aggregate:
     invalid: pd.DataFrame
     failures: list = field(default_factory=list)
     history: pd.DataFrame = field(default_factory=lambda: _frame([], HISTORY_COLUMNS))
-    plan: dict = field(default_factory=dict)  # the adaptive second round's plan (analysis.adaptive), if any
+    plan: dict = field(default_factory=dict)  # the adaptive second round's plan (analysis.repeats.second_round), if any
     datasets: list = field(default_factory=list)  # the graphs the runs read (analysis.graphs.records)
 
     FILES = {"runs": RUN_COLUMNS, "epochs": EPOCH_COLUMNS,
@@ -542,7 +542,7 @@ def main(argv=None) -> int:
                    help="the snakemake command of the sweep; each run's rerun through it (+ --forcerun its "
                         "result) goes into runs.csv")
     p.add_argument("--plan", default=None, metavar="FILE",
-                   help="the adaptive second round's plan (python -m analysis.adaptive), for the report")
+                   help="the adaptive second round's plan (python -m analysis.repeats.second_round), for the report")
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
                    help="run directories, or directories to search for result.json")
     args = p.parse_args(argv)

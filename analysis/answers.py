@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from analysis import BUSY_WARN_PERCENT, FRAMEWORK_ORDER, PHASE_COLUMNS, PHASE_LABELS, framework_label, model_label
-from analysis import adaptive, deadlocks
+from analysis import deadlocks
+from analysis.repeats import second_round
 from analysis.projection import speedup_gap
 from analysis.comparisons import comparison_labels, framework_comparison, framework_pairs
 from analysis.context import Context, main_experiment
@@ -224,8 +225,8 @@ def scaling_answer(scaling: pd.DataFrame, gap: pd.DataFrame, exp) -> Answer:
 
 # -- loader workers and batch size ----------------------------------------------------------
 
-# The ratios the second round's planner plans for (analysis.adaptive.AXES): axis -> (from, to).
-PLANNED = {axis: (adaptive.AXES[axis][2], adaptive.AXES[axis][1]) for axis in ("workers", "batch_size")}
+# The ratios the second round's planner plans for (analysis.repeats.second_round.AXES): axis -> (from, to).
+PLANNED = {axis: (second_round.AXES[axis][2], second_round.AXES[axis][1]) for axis in ("workers", "batch_size")}
 AXES = {  # axis -> section, question, what the ratio is, verdict words, leads for yes / no / neither
     "workers": ("workers", "Do loader workers help?", "epoch speed-up", "faster", "slower",
                 ("Yes", "No, they slow it down", "Not clearly")),
@@ -450,7 +451,7 @@ def open_answers(answers: list, precision: float, repeats: float, run_s: float) 
 
 
 def planned_cost(rows: list, runs: pd.DataFrame, exp, precision: float) -> dict | None:
-    """What the second round's planner (analysis.adaptive.settling_cost) projects would settle the
+    """What the second round's planner (analysis.repeats.second_round.settling_cost) projects would settle the
     open answers `rows` (open_answers), from the experiment's timing runs and its other loaders':
     {"runs", "minutes", "settled"}; None where an open answer is not one the planner knows (another
     pair of device counts, say) or the planner already finds it within the precision."""
@@ -459,9 +460,9 @@ def planned_cost(rows: list, runs: pd.DataFrame, exp, precision: float) -> dict 
         return None
     main = runs[runs["experiment"] == exp]
     same = [c for c in ("dataset", "device_type", "lane") if c in runs]
-    other = runs[(runs["loader_variant"] != adaptive.DEFAULT_LOADER)
+    other = runs[(runs["loader_variant"] != second_round.DEFAULT_LOADER)
                  & runs[same].isin({c: set(main[c]) for c in same}).all(axis=1)]
-    cost = adaptive.settling_cost(adaptive.points_from_runs(pd.concat([main, other])), precision, keys)
+    cost = second_round.settling_cost(second_round.points_from_runs(pd.concat([main, other])), precision, keys)
     if sorted(cost["answers"]) != sorted(keys) or not cost["runs"]:
         return None
     return {"runs": cost["runs"], "minutes": cost["seconds"] / 60, "settled": cost["settled"]}

@@ -11,7 +11,7 @@ import pandas as pd
 
 from analysis import FRAMEWORK_ORDER, framework_label
 from analysis.grouping import paper_order
-from analysis.noise import pooled_noise
+from analysis.repeats.noise import pooled_noise
 from analysis.stats import verdict, welch_interval
 
 
@@ -34,7 +34,7 @@ def framework_comparison(runs: pd.DataFrame, value: str, kind: str = "ratio", pa
 
     kind "ratio": a / b (for times: above 1 means b is faster); "diff": a - b.
     A ratio's interval rests on the launch noise pooled over the experiment's configurations
-    (analysis.noise); `dof` is its degrees of freedom.
+    (analysis.repeats.noise); `dof` is its degrees of freedom.
     Columns: experiment, model, devices, batch_size, workers, n_a, n_b, estimate, low, high, dof,
     verdict (comparison_labels, or "no clear difference")."""
     pair = tuple(pair or FRAMEWORK_ORDER[:2])

@@ -88,9 +88,9 @@ class Context:
 
     @cached_property
     def plan(self) -> pd.DataFrame:
-        """analysis.planning.plan_data of the performance runs: noise, cost and the next sweep's plan."""
-        from analysis import planning
-        return planning.plan_data(self.perf)
+        """analysis.repeats.next_sweep.plan_data of the performance runs: noise, cost and the next sweep's plan."""
+        from analysis.repeats import next_sweep
+        return next_sweep.plan_data(self.perf)
 
     @cached_property
     def experiment(self):

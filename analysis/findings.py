@@ -11,7 +11,7 @@ from collections import Counter
 import pandas as pd
 
 from analysis import BUSY_WARN_PERCENT, FRAMEWORK_ORDER, GRID_KEYS, framework_label, model_label
-from analysis import planning
+from analysis.repeats import next_sweep
 from analysis.projection import speedup_gap
 from analysis.comparisons import comparison_labels, framework_comparison, framework_pairs
 from analysis.formatting import config_text, fmt_pct, interval_text
@@ -452,7 +452,7 @@ def precision_findings(runs: pd.DataFrame, plan: pd.DataFrame) -> list:
         out.append("No run needed a cap.")
     if not plan.empty and plan["plan_cost_s"].notna().any():
         p = plan.dropna(subset=["plan_cost_s"])
-        out.append(f"Plan for the next sweep (Kalibera & Jones two-level design, ±{100 * planning.PLAN_PRECISION:.0f}% "
+        out.append(f"Plan for the next sweep (Kalibera & Jones two-level design, ±{100 * next_sweep.PLAN_PRECISION:.0f}% "
                    f"per configuration): median {p['plan_repeats'].median():.0f} repeats of "
                    f"{p['plan_epochs'].median():.0f} steady epochs.")
         out.append(f"That is {p['plan_cost_s'].sum() / 60:.1f} min of runs for these {len(p)} configurations, against "

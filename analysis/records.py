@@ -13,7 +13,8 @@ from collections import Counter
 import pandas as pd
 
 from analysis import FRAMEWORK_ORDER, framework_label, model_label
-from analysis import deadlocks, planning
+from analysis import deadlocks
+from analysis.repeats import next_sweep
 from analysis.display import TableSet, frame_table, row_anchor
 from analysis.formatting import fmt_bytes, fmt_duration, fmt_pct
 from analysis.grouping import paper_order, truthy
@@ -153,7 +154,7 @@ def _stop_text(r) -> str | None:
 
 
 def plan_frame(plan: pd.DataFrame) -> pd.DataFrame:
-    """The plan (analysis.planning) with readable columns and times in ms/s/min."""
+    """The plan (analysis.repeats.next_sweep) with readable columns and times in ms/s/min."""
     cols = {"experiment": "experiment", "framework": "framework", "model": "model", "devices": "devices",
             "batch_size": "batch", "workers": "workers", "runs": "repeats", "epochs_used": "epochs used (median)",
             "epoch_s": "epoch", "within_cv": "CV within a run", "between_cv": "CV between launches",
@@ -269,16 +270,16 @@ def memory_table(runs: pd.DataFrame) -> TableSet | None:
 
 
 def plan_table(plan: pd.DataFrame) -> TableSet:
-    """The plan for the next sweep (planning.plan_data): readable on the page, raw in the CSV."""
+    """The plan for the next sweep (next_sweep.plan_data): readable on the page, raw in the CSV."""
     table = frame_table(
         plan_frame(plan), "plan", "Plan the next sweep",
         "Per timing configuration: the noise within a run (CV of the steady epochs) and between launches "
         "(CV of the run means beyond what the within-run noise explains), the cost of a launch (start-up, "
         "warm-up, validation) and of an epoch, the precision the repeats reached now (95% CI of the mean "
-        f"epoch time over repeats, relative), and the cheapest plan for ±{100 * planning.PLAN_PRECISION:.0f}%: "
+        f"epoch time over repeats, relative), and the cheapest plan for ±{100 * next_sweep.PLAN_PRECISION:.0f}%: "
         "epochs per run "
         "sqrt(launch cost × within variance / (epoch cost × between variance)) within the caps, and the repeats "
-        "that then reach it (Kalibera & Jones, ISMM 2013; analysis/planning.py).",
+        "that then reach it (Kalibera & Jones, ISMM 2013; analysis/repeats/next_sweep.py).",
         empty_text="No timing run with the stop rule (--until precise) has finished ok.", group_col="experiment",
         row_id=lambda r: row_anchor("plan", r["experiment"], r["framework"], r["model"], r["devices"], r["batch"],
                                     r["workers"]))
@@ -290,7 +291,7 @@ def adaptive_table(plan: dict) -> TableSet:
     """The second round (the aggregate's adaptive plan): one row per first-screen answer."""
     table = frame_table(
         adaptive_frame(plan), "adaptive", "Second round: repeats where an answer was open",
-        "Every first-screen answer (analysis/adaptive.py: the geometric mean of its comparisons over the "
+        "Every first-screen answer (analysis/repeats/second_round.py: the geometric mean of its comparisons over the "
         "configurations): the 95% interval's half-width after the first round, the repeats the second round "
         "added to its points, and the half-width those are projected to give, at the launch noise pooled over "
         "the first round. Repeats go only where the interval was wider than the precision asked for (config "

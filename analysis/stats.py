@@ -76,7 +76,7 @@ def noise_dof(sd_a: float, dof_a: float, va: float, sd_b: float, dof_b: float, v
 
 def _pooled_difference(a: list, b: list, sd_a: float, dof_a: float, sd_b: float, dof_b: float) -> tuple:
     """(mean(a) - mean(b), low, high, dof): a 95% interval whose spread comes from pooled launch
-    noise (each side's SD and its degrees of freedom, analysis.noise), not from the samples
+    noise (each side's SD and its degrees of freedom, analysis.repeats.noise), not from the samples
     themselves, so one value a side is enough. Welch-Satterthwaite combines the sides' dof."""
     d = sum(a) / len(a) - sum(b) / len(b)
     va, vb = sd_a ** 2 / len(a), sd_b ** 2 / len(b)
@@ -100,7 +100,7 @@ def ratio_interval_dof(a, b, noise=None) -> tuple:
 def ratio_interval(a, b, noise=None) -> tuple:
     """(ratio, low, high): geometric mean of `a` over that of `b` with a 95% interval on the logs
     (multiplicative, as timing noise is). `noise`: (sd_a, dof_a, sd_b, dof_b), the pooled launch
-    noise of each side on the log scale (analysis.noise.Noise.pair); without it, Welch t on the
+    noise of each side on the log scale (analysis.repeats.noise.Noise.pair); without it, Welch t on the
     samples' own spread, with NaN bounds below 2 repeats per side."""
     return ratio_interval_dof(a, b, noise)[:3]
 

@@ -19,7 +19,7 @@ from analysis import FRAMEWORK_ORDER, framework_label, model_label
 from analysis.display import Cell, GridTable, TableSet
 from analysis.formatting import fmt_num
 from analysis.grouping import performance_runs
-from analysis.noise import SPLIT_AXES, pooled_noise
+from analysis.repeats.noise import SPLIT_AXES, pooled_noise
 from analysis.stats import mean_ci, verdict
 # The run's epoch time every time comparison of the report reads (speed, scaling, axes, variants).
 from analysis.tables.scaling import SCALING_VALUE
@@ -102,7 +102,7 @@ def variant_rows(runs: pd.DataFrame, axis: Axis) -> pd.DataFrame:
 
 def _row(axis: Axis, key, fw: str, variant: str, g: pd.DataFrame, other, speedup: tuple, gap: tuple) -> dict:
     """A table row; `speedup`: (est, low, high, dof) of the base over this variant, `gap`: (est, low,
-    high) of this variant over the other framework's base (analysis.noise.Noise.ratio)."""
+    high) of this variant over the other framework's base (analysis.repeats.noise.Noise.ratio)."""
     times = _times(g)
     mean, ci = mean_ci(times)
     is_base = variant == axis.base

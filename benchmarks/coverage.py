@@ -6,7 +6,7 @@ Runs PyG and DGL timing runs (the default sweep's stop rule) at two configuratio
 times each, interleaved so that a drift of the machine hits every cell alike. Then it draws
 `--draws` subsamples of the default design's size (2 rounds of launches, every cell's launches of a
 round together, as the sweep's repeat blocks are) and computes, for each framework comparison, the
-report's 95% interval on the subsample (analysis.noise: configuration + block fit, the noise within
+report's 95% interval on the subsample (analysis.repeats.noise: configuration + block fit, the noise within
 the blocks) and, beside it, the two earlier ones: launch noise pooled without blocks, and the
 per-comparison Welch interval. The coverage is the
 share of those intervals that contain the all-launch estimate (the ratio of geometric means
@@ -28,7 +28,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import stats
-from analysis.noise import pooled_noise
+from analysis.repeats.noise import pooled_noise
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIGS = ({"model": "sage", "devices": 1, "batch_size": 1024, "workers": 0},

@@ -2,7 +2,7 @@
 
 The checks the config schema cannot express, the runs of each config block, their names (one
 formatter, `Run.name`, and one parser, `parse`), their execution order and the command that
-reruns one point. workflows/rules/common.smk calls into this at parse time; analysis.adaptive
+reruns one point. workflows/rules/common.smk calls into this at parse time; analysis.repeats.second_round
 reads run names with the same parser. Light on purpose (no torch, no Snakemake): `snakemake -n`
 imports it.
 """
@@ -330,7 +330,7 @@ def interleaved_order(results, repeats, seed, configurations=None, blocks=None) 
     """Execution order of the runs: all of repeat 0, then repeat 1, ...: drift over the sweep
     and bursts of outside load hit every configuration alike instead of one block of runs.
     Within a repeat the runs of one block (`blocks[i]`, the model of `results[i]`: the analysis
-    fits a shift per repeat x model, analysis.noise) run together, the blocks in a shuffled
+    fits a shift per repeat x model, analysis.repeats.noise) run together, the blocks in a shuffled
     order; within a block the configurations are shuffled, and the runs of one configuration
     that differ only in their framework (`configurations[i]` names the configuration of
     `results[i]` without it) run back to back in a shuffled order, so a drift of the machine

@@ -1,4 +1,4 @@
-"""The adaptive second round (analysis/adaptive.py) on constructed first rounds: its intervals
+"""The adaptive second round (analysis/repeats/second_round.py) on constructed first rounds: its intervals
 are the report's, it adds repeats only where an interval is too wide, never because of where
 an interval lies, and it keeps to its budget and cap."""
 
@@ -9,14 +9,15 @@ import time
 
 import pytest
 
-from analysis import adaptive, stats
+from analysis import stats
+from analysis.repeats import second_round
 from runners.records.result import SCHEMA_VERSION
 
 
 def point(fw, times, wall=10.0, model="sage", devices=2, batch=256, workers=0):
     key = (fw, model, devices, batch, workers, "default")
     name = f"{fw}-{model}-d{devices}-b{batch}-w{workers}"
-    return key, adaptive.Point(key, list(times), [wall] * len(times), {"dataset": "small", "name": name})
+    return key, second_round.Point(key, list(times), [wall] * len(times), {"dataset": "small", "name": name})
 
 
 def points(*items):
@@ -27,13 +28,13 @@ def test_half_width_is_the_reports_interval():
     """The planner's half-width at the pooled spread is the report's pooled interval."""
     a, b = [1.00, 1.06, 0.97], [0.50, 0.52]
     ratio, low, high = stats.ratio_interval(a, b, (0.05, 12, 0.05, 12))
-    hw = adaptive.answer_half_width(0.05, 12, [(len(a), len(b))])
+    hw = second_round.answer_half_width(0.05, 12, [(len(a), len(b))])
     assert hw == pytest.approx(high / ratio - 1, rel=1e-9)
     assert hw == pytest.approx(ratio / low - 1, rel=1e-9)
     # an answer over configurations is the report's combined interval
     rows = [stats.ratio_interval_dof(a, b, (0.05, 12, 0.05, 12))] * 4
     est, lo, hi = stats.combined_ratio(rows)
-    assert adaptive.answer_half_width(0.05, 12, [(3, 2)] * 4) == pytest.approx(hi / est - 1, rel=1e-9)
+    assert second_round.answer_half_width(0.05, 12, [(3, 2)] * 4) == pytest.approx(hi / est - 1, rel=1e-9)
 
 
 def test_only_open_answers_get_repeats_within_the_budget_and_cap():
@@ -42,7 +43,7 @@ def test_only_open_answers_get_repeats_within_the_budget_and_cap():
     spread = (1.0, 1.1, 0.95, 1.05, 0.98, 1.02)
     pts = points(point("pyg", spread, model="gat"), point("dgl", [0.5 * x for x in spread], model="gat"),
                  point("pyg", [1.0, 1.1]), point("dgl", [0.5, 0.53]))
-    plan = adaptive.plan(pts, precision=0.08, budget_s=10_000, max_repeats=6)
+    plan = second_round.plan(pts, precision=0.08, budget_s=10_000, max_repeats=6)
     by = {p.label(): p for p in pts.values()}
     assert by["pyg gat d2 b256 w0"].added == 0 and by["dgl gat d2 b256 w0"].added == 0
     assert by["pyg sage d2 b256 w0"].added > 0 and by["dgl sage d2 b256 w0"].added > 0
@@ -55,27 +56,27 @@ def test_only_open_answers_get_repeats_within_the_budget_and_cap():
     assert comps["PyG over DGL (gat d2 b256 w0)"]["status"] == "settled"
     # the budget: one run costs its wall time plus the job around it; an answer it cannot settle
     # is narrowed as far as it goes
-    cost = 10.0 + adaptive.JOB_OVERHEAD_S
+    cost = 10.0 + second_round.JOB_OVERHEAD_S
     tight = points(point("pyg", [1.0, 1.3]), point("dgl", [0.5, 0.6]))
-    plan = adaptive.plan(tight, precision=0.01, budget_s=2.5 * cost, max_repeats=50)
+    plan = second_round.plan(tight, precision=0.01, budget_s=2.5 * cost, max_repeats=50)
     assert sum(p.added for p in tight.values()) == 2 and plan.spent_s == pytest.approx(2 * cost)
     assert plan.answers[0]["status"].startswith("open") and plan.answers[0]["projected_half_width"] > 0.01
     tight = points(point("pyg", [1.0, 1.3]), point("dgl", [0.5, 0.6]))
-    plan = adaptive.plan(tight, precision=0.2, budget_s=100 * cost, max_repeats=50)
+    plan = second_round.plan(tight, precision=0.2, budget_s=100 * cost, max_repeats=50)
     assert plan.answers[0]["status"] == "settled by the repeats added"
     assert plan.spent_s == pytest.approx(sum(p.added for p in tight.values()) * cost)
     assert 0 < plan.spent_s < 100 * cost
     # what settling a comparison would take at the pooled spread, in runs and minutes: the fewest
     # runs (shared between the sides) that bring its interval within the precision
-    plan = adaptive.plan(points(point("pyg", [1.0, 1.1]), point("dgl", [0.5, 0.53])), precision=0.1, budget_s=0,
+    plan = second_round.plan(points(point("pyg", [1.0, 1.1]), point("dgl", [0.5, 0.53])), precision=0.1, budget_s=0,
                          max_repeats=50)
     row = plan.comparisons[0]
     sd, dof = plan.pooled_sd, plan.pooled_dof
     k = row["to_settle_runs"]
     assert k > 0 and row["to_settle_min"] == pytest.approx(k * cost / 60, abs=0.06)
     assert row["status"] == f"open: {k} more runs (about {k * cost / 60:.1f} min) would settle it"
-    assert adaptive.answer_half_width(sd, dof, [(2 + k - k // 2, 2 + k // 2)]) <= 0.1
-    assert adaptive.answer_half_width(sd, dof, [(2 + (k - 1) - (k - 1) // 2, 2 + (k - 1) // 2)]) > 0.1
+    assert second_round.answer_half_width(sd, dof, [(2 + k - k // 2, 2 + k // 2)]) <= 0.1
+    assert second_round.answer_half_width(sd, dof, [(2 + (k - 1) - (k - 1) // 2, 2 + (k - 1) // 2)]) > 0.1
 
 
 def test_where_the_interval_lies_plays_no_part():
@@ -84,7 +85,7 @@ def test_where_the_interval_lies_plays_no_part():
         pts = points(point("pyg", [1.0 * ratio, 1.1 * ratio, 0.95 * ratio]), point("dgl", [1.0, 1.04, 0.98]),
                      point("pyg", [2.0 * ratio, 2.02 * ratio, 1.97 * ratio], devices=1),
                      point("dgl", [2.0, 2.1, 2.05], devices=1))
-        adaptive.plan(pts, precision=0.06, budget_s=3000, max_repeats=30)
+        second_round.plan(pts, precision=0.06, budget_s=3000, max_repeats=30)
         return {p.label(): p.added for p in pts.values()}
 
     assert added(1.0) == added(2.0) and sum(added(1.0).values()) > 0
@@ -93,7 +94,7 @@ def test_where_the_interval_lies_plays_no_part():
 def test_the_pooled_spread_keeps_two_equal_times_from_looking_precise():
     pts = points(point("pyg", [1.0, 1.0]), point("dgl", [0.5, 0.5]),  # spread 0 by chance
                  point("pyg", [1.0, 1.2], devices=1), point("dgl", [1.0, 1.25], devices=1))
-    plan = adaptive.plan(pts, precision=0.15, budget_s=10_000, max_repeats=30)
+    plan = second_round.plan(pts, precision=0.15, budget_s=10_000, max_repeats=30)
     # PyG over DGL at d2 measured no spread, but the pooled spread says its answer is still open
     rows = {c["comparison"]: c for c in plan.comparisons}
     assert rows["PyG over DGL (sage d2 b256 w0)"]["measured_half_width"] > 0.15
@@ -116,7 +117,7 @@ def test_a_replan_keeps_the_repeats_an_earlier_plan_ran(tmp_path):
              for rep, noise in enumerate((1.0, 1.25))]
     write_result(tmp_path, "pyg", 2, 1.1)  # an earlier second round ran r2 of PyG
     out = tmp_path / "plan.json"
-    adaptive.main(["--precision", "0.01", "--budget-min", "1", "--max-repeats", "5", "--out", str(out), *first])
+    second_round.main(["--precision", "0.01", "--budget-min", "1", "--max-repeats", "5", "--out", str(out), *first])
     plan = json.loads(out.read_text())
     pyg = sorted(r["repeat"] for r in plan["runs"] if r["name"].startswith("pyg"))
     dgl = sorted(r["repeat"] for r in plan["runs"] if r["name"].startswith("dgl"))
@@ -142,7 +143,7 @@ def test_command_line_plans_from_result_files(tmp_path):
                 "summary": {"steady_epoch_time_s": base * noise}}))
             results.append(str(d / "result.json"))
     out = tmp_path / "plan.json"
-    assert adaptive.main(["--precision", "0.25", "--budget-min", "1", "--max-repeats", "4", "--out", str(out),
+    assert second_round.main(["--precision", "0.25", "--budget-min", "1", "--max-repeats", "4", "--out", str(out),
                           *results]) == 0
     plan = json.loads(out.read_text())
     assert plan["first_round"] == 2 and plan["runs"]
@@ -150,7 +151,7 @@ def test_command_line_plans_from_result_files(tmp_path):
     assert min(r["repeat"] for r in plan["runs"]) == 2 and max(r["repeat"] for r in plan["runs"]) <= 3
     assert plan["planned_s"] <= 60
     with pytest.raises(SystemExit):
-        adaptive.main(["--precision", "5", "--budget-min", "1", "--max-repeats", "4", "--out", str(out)])
+        second_round.main(["--precision", "5", "--budget-min", "1", "--max-repeats", "4", "--out", str(out)])
 
 
 def test_a_plan_whose_first_round_is_gone_or_redone_is_set_aside(tmp_path):
@@ -164,11 +165,11 @@ def test_a_plan_whose_first_round_is_gone_or_redone_is_set_aside(tmp_path):
     plan.parent.mkdir()
     plan.write_text("{}")
     os.utime(plan, (time.time() + 5, time.time() + 5))
-    assert adaptive.set_aside_stale_plan(plan, [str(f) for f in first]) is None and plan.exists()
-    assert adaptive.set_aside_stale_plan(tmp_path / "none.json", [str(f) for f in first]) is None
+    assert second_round.set_aside_stale_plan(plan, [str(f) for f in first]) is None and plan.exists()
+    assert second_round.set_aside_stale_plan(tmp_path / "none.json", [str(f) for f in first]) is None
 
     first[1].unlink()
-    said = adaptive.set_aside_stale_plan(plan, [str(f) for f in first])
+    said = second_round.set_aside_stale_plan(plan, [str(f) for f in first])
     assert "1 of 2 results it was made from are gone" in said and str(first[1]) in said
     assert not plan.exists()
     (aside,) = (plan.parent / "previous").glob("repeats-*.json")
@@ -179,7 +180,7 @@ def test_a_plan_whose_first_round_is_gone_or_redone_is_set_aside(tmp_path):
     first[1].write_text("{}")
     os.utime(first[0], (time.time() - 10, time.time() - 10))
     os.utime(plan, (time.time() - 5, time.time() - 5))
-    said = adaptive.set_aside_stale_plan(plan, [str(f) for f in first])
+    said = second_round.set_aside_stale_plan(plan, [str(f) for f in first])
     assert "1 of 2 results are newer" in said and not plan.exists()
 
 
@@ -192,8 +193,8 @@ def test_the_budget_goes_first_to_the_answers_it_can_settle():
     pts = dict(point(fw, t) for fw, t in times.items())
     pts.update(point(fw, t, model="gat", devices=d, batch=b) for fw, t in times.items() for d in (1, 2)
                for b in (256, 1024))
-    cost = 10.0 + adaptive.JOB_OVERHEAD_S
-    plan = adaptive.plan(pts, precision=0.045, budget_s=10 * cost, max_repeats=40)
+    cost = 10.0 + second_round.JOB_OVERHEAD_S
+    plan = second_round.plan(pts, precision=0.045, budget_s=10 * cost, max_repeats=40)
     rows = {a["answer"]: a for a in plan.answers}
     assert rows["PyG over DGL, sage"]["measured_half_width"] > 2 * 0.045
     assert 0.045 < rows["PyG over DGL, gat"]["measured_half_width"] < 0.06
@@ -211,7 +212,7 @@ def test_the_projection_uses_the_reports_noise_within_repeat_blocks():
     the shift out, and the plan projects with the same noise, not with the raw spread."""
     import pandas as pd
 
-    from analysis.noise import pooled_noise
+    from analysis.repeats.noise import pooled_noise
 
     slow = {("pyg", 256): (1.0, 1.31, 0.99), ("dgl", 256): (0.5, 0.64, 0.52),
             ("pyg", 1024): (0.3, 0.41, 0.31), ("dgl", 1024): (0.2, 0.25, 0.21)}
@@ -222,11 +223,11 @@ def test_the_projection_uses_the_reports_noise_within_repeat_blocks():
         pts[key] = p
         rows += [{"experiment": "e", "framework": fw, "model": "sage", "devices": 2, "batch_size": batch,
                   "workers": 0, "repeat": r, "status": "ok", "t": t} for r, t in enumerate(times)]
-    plan = adaptive.plan(pts, precision=0.05, budget_s=0, max_repeats=5)
+    plan = second_round.plan(pts, precision=0.05, budget_s=0, max_repeats=5)
     report = pooled_noise(pd.DataFrame(rows), "t").describe().iloc[0]
     assert plan.pooled_sd == pytest.approx(report["sd_within_blocks"], rel=1e-9)
     assert plan.pooled_dof == report["dof_within_blocks"]
-    assert plan.pooled_sd < adaptive.pooled_spread(pts)[0] / 2
+    assert plan.pooled_sd < second_round.pooled_spread(pts)[0] / 2
 
 
 def test_a_comparison_across_loaders_is_the_loaders_tables_interval():
@@ -245,7 +246,7 @@ def test_a_comparison_across_loaders_is_the_loaders_tables_interval():
             for d in (1, 2):
                 key = ("dgl", model, d, 1024, 0, loader)
                 times = [base / d * next(noise) for _ in range(3)]
-                pts[key] = adaptive.Point(key, times, [10.0] * 3, {"dataset": "small", "name": f"{loader}-{model}-{d}"},
+                pts[key] = second_round.Point(key, times, [10.0] * 3, {"dataset": "small", "name": f"{loader}-{model}-{d}"},
                                           repeats=[0, 1, 2])
                 rows += [{"framework": "dgl", "model": model, "devices": d, "batch_size": 1024, "workers": 0,
                           "loader_variant": loader, "loader": "classic" if loader == "default" else loader,
@@ -254,8 +255,8 @@ def test_a_comparison_across_loaders_is_the_loaders_tables_interval():
     # a convergence run at a point of the grid, far off: the table leaves it out of the noise
     rows.append({**rows[0], "until": "epochs", "epochs": 40, "repeat": 0, "steady_epoch_time_s": 5.0})
     table = loader_rows(pd.DataFrame(rows)).set_index(["model", "devices", "loader_variant"])
-    plan = adaptive.plan(pts, precision=0.05, budget_s=0, max_repeats=5)
-    for c in adaptive.comparisons(pts):
+    plan = second_round.plan(pts, precision=0.05, budget_s=0, max_repeats=5)
+    for c in second_round.comparisons(pts):
         if c.axis == "graphbolt":
             row = table.loc[(c.den.key[1], c.den.key[2], "graphbolt")]
             assert plan.width(c, 3, 3) == pytest.approx(row["high"] / row["speedup_vs_default"] - 1, rel=1e-6)
@@ -268,9 +269,9 @@ def test_another_loaders_own_comparisons_get_no_repeats_of_their_own():
     for loader, times in (("default", (1.0, 1.02, 0.99)), ("graphbolt", (1.0, 1.5, 0.7))):
         for d in (1, 2):
             key = ("dgl", "sage", d, 1024, 0, loader)
-            pts[key] = adaptive.Point(key, [t / d for t in times], [10.0] * 3,
+            pts[key] = second_round.Point(key, [t / d for t in times], [10.0] * 3,
                                       {"dataset": "small", "name": f"{loader}-dgl-sage-d{d}-b1024-w0"})
-    plan = adaptive.plan(pts, precision=0.05, budget_s=10_000, max_repeats=8)
+    plan = second_round.plan(pts, precision=0.05, budget_s=10_000, max_repeats=8)
     rows = {a["answer"]: a for a in plan.answers}
     assert rows["2 devices over 1, dgl graphbolt"]["status"] == "open: not a first-screen answer, so no repeats of its own"
     assert "2 devices over 1, dgl graphbolt" not in {w for p in pts.values() for w in p.why}
@@ -291,7 +292,7 @@ def test_a_second_round_repeat_is_a_whole_block_the_reports_fit_can_use():
     where one run narrowed the projection most: at one point, alone in a new block.)"""
     import numpy as np
 
-    from analysis.noise import fit_blocks
+    from analysis.repeats.noise import fit_blocks
 
     pts = {}
     noise = iter(np.exp(np.random.default_rng(1).normal(0, 0.1, size=24)))
@@ -302,8 +303,8 @@ def test_a_second_round_repeat_is_a_whole_block_the_reports_fit_can_use():
                                model=model, devices=d, batch=1024, workers=w)
                 p.repeats = [0, 1, 2]
                 pts[key] = p
-    cost = 10.0 + adaptive.JOB_OVERHEAD_S
-    plan = adaptive.plan(pts, precision=0.02, budget_s=9 * cost, max_repeats=10)
+    cost = 10.0 + second_round.JOB_OVERHEAD_S
+    plan = second_round.plan(pts, precision=0.02, budget_s=9 * cost, max_repeats=10)
     assert [p.added for p in pts.values()] == [1] * 8 and plan.spent_s == pytest.approx(8 * cost)
     doc = plan.to_json(pts, 3)
     assert {r["repeat"] for r in doc["runs"]} == {3} and len(doc["runs"]) == 8
@@ -311,7 +312,7 @@ def test_a_second_round_repeat_is_a_whole_block_the_reports_fit_can_use():
     rng = np.random.default_rng(0)
     cells = {k: ([float(v) for v in rng.normal(size=4)], [(str(r), k[1]) for r in (0, 1, 2, 3)]) for k in pts}
     fit = fit_blocks(cells)
-    for c in adaptive.comparisons(pts):
+    for c in second_round.comparisons(pts):
         _, se, _ = fit.contrast(c.num.key, c.den.key)
         assert se / fit.sd == pytest.approx(math.sqrt(1 / c.num.n + 1 / c.den.n), rel=1e-9)
     # the projected degrees of freedom grow as the fit's: two blocks (one per model) of 4 runs
@@ -335,12 +336,12 @@ def test_what_settling_costs_is_the_planners_projection_from_all_runs():
                              "loader_variant": "default", "repeat": r, "status": "ok", "until": "precise",
                              "steady_epoch_time_s": base / d * next(noise), "wall_time_s": 10.0})
     runs = pd.DataFrame(rows)
-    cost = adaptive.settling_cost(adaptive.points_from_runs(runs), 0.08, [("framework", "sage")])
+    cost = second_round.settling_cost(second_round.points_from_runs(runs), 0.08, [("framework", "sage")])
     assert cost["settled"] and cost["answers"] == [("framework", "sage")]
     assert cost["runs"] > 0 and cost["runs"] % 4 == 0  # blocks of the answer's 4 points
-    assert cost["seconds"] == pytest.approx(cost["runs"] * (10.0 + adaptive.JOB_OVERHEAD_S))
-    pts = adaptive.points_from_runs(runs)
-    plan, _, answers, _ = adaptive._answers(pts, 0.08, 0, 40)
+    assert cost["seconds"] == pytest.approx(cost["runs"] * (10.0 + second_round.JOB_OVERHEAD_S))
+    pts = second_round.points_from_runs(runs)
+    plan, _, answers, _ = second_round._answers(pts, 0.08, 0, 40)
     cs = answers["PyG over DGL, sage"]
     for p in pts.values():
         p.added = cost["runs"] // 4
@@ -349,7 +350,7 @@ def test_what_settling_costs_is_the_planners_projection_from_all_runs():
         p.added -= 1
     assert plan.answer_width(cs) > 0.08
     # an answer that is already within the precision costs nothing
-    assert adaptive.settling_cost(adaptive.points_from_runs(runs), 0.5, [("framework", "sage")])["runs"] == 0
+    assert second_round.settling_cost(second_round.points_from_runs(runs), 0.5, [("framework", "sage")])["runs"] == 0
 
 
 def test_the_projection_counts_a_run_as_the_block_fit_will():
@@ -364,9 +365,9 @@ def test_the_projection_counts_a_run_as_the_block_fit_will():
         key, p = point(fw, [(2.0 if fw == "pyg" else 1.0) / d * next(noise) for _ in range(3)], devices=d)
         p.repeats = [0, 1, 2]
         pts[key] = p
-    plan = adaptive.plan(pts, precision=0.5, budget_s=0, max_repeats=10)
+    plan = second_round.plan(pts, precision=0.5, budget_s=0, max_repeats=10)
     pyg, dgl2, dgl1 = pts.values()
-    (c,) = [c for c in adaptive.comparisons(pts) if c.axis == "framework"]
+    (c,) = [c for c in second_round.comparisons(pts) if c.axis == "framework"]
     before = plan.projected_part(c)[0]
     dgl2.added = dgl1.added = 1
     aside = plan.projected_part(c)[0]

@@ -417,7 +417,7 @@ def test_intervals_that_include_one_are_no_clear_difference():
 def _repeated(agg, factor_pyg, factor_dgl, jitter=(1.0, 1.03, 0.97)):
     """The real d1 runs as three repeats each, their times scaled (to set a known difference).
     Each framework meets the jitter in another order: a factor shared by a repeat's runs is a
-    drift the block fit (analysis.noise) takes out, not launch noise."""
+    drift the block fit (analysis.repeats.noise) takes out, not launch noise."""
     runs = grouping.add_experiment(agg.runs)
     base = runs[runs["run_name"].isin(["pyg-sage-d1", "dgl-sage-d1"])]
     base = base.assign(steady_epoch_time_s=1.0, train_time_s=5.0)

@@ -10,7 +10,8 @@ import re
 import pandas as pd
 import pytest
 
-from analysis import PHASE_COLUMNS, PHASE_LABELS, answers, findings, formatting, grouping, planning, records
+from analysis import PHASE_COLUMNS, PHASE_LABELS, answers, findings, formatting, grouping, records
+from analysis.repeats import next_sweep
 from analysis.projection import speedup_gap
 from analysis.display import frame_table
 from analysis.aggregate import Aggregate
@@ -338,7 +339,7 @@ def test_findings_on_the_grid_stay_short(agg):
     scaling = scaling_data(points, runs)
     groups = findings.all_findings(runs, points, scaling, paper_comparison(points, load_paper()).data, agg.invalid,
                                    workers=workers_table(points, runs).data, batch=batch_table(points, runs).data,
-                                   plan=planning.plan_data(runs))
+                                   plan=next_sweep.plan_data(runs))
     items = [t for g in groups for t in g["items"]]
     assert any("95% CI" in t for t in items) and any("workers 0 → 1" in t for t in items)
     assert not [t for t in items if len(t.split()) > MAX_WORDS]
@@ -399,7 +400,7 @@ def test_memory_table_in_mib_and_gib():
 def test_plan_and_runs_tables_say_the_experiment_once(agg):
     runs = grouping.add_experiment(_grid_runs(agg).assign(until="precise", steady_epoch_mean_s=1.0,
                                                           steady_epochs=5, steady_epoch_cv=0.02, wall_time_s=9.0))
-    frame = records.plan_frame(planning.plan_data(runs))
+    frame = records.plan_frame(next_sweep.plan_data(runs))
     table = frame_table(frame, "plan", "Plan", "", group_col="experiment")
     label = runs["experiment"].iloc[0]
     assert len(frame) > 1 and table.html().count(html.escape(label)) == 1  # its grid's caption, not every row
@@ -424,7 +425,7 @@ def test_an_answer_wider_than_the_precision_is_named_with_what_would_settle_it()
 
 def test_the_cost_of_an_open_answer_is_the_planners_from_the_runs():
     """Where the runs are there, the first screen quotes the second round's planner (whole repeat
-    blocks, analysis.adaptive.settling_cost), not the per-answer scaling of open_answers; where the
+    blocks, analysis.repeats.second_round.settling_cost), not the per-answer scaling of open_answers; where the
     planner cannot say (an answer it does not plan for), the scaling stays."""
     import numpy as np
 
@@ -453,7 +454,7 @@ def test_the_planners_widths_are_the_first_screens(agg):
     the page states, so "settled" means the same to both."""
     import numpy as np
 
-    from analysis import adaptive
+    from analysis.repeats import second_round
 
     rng = np.random.default_rng(6)
     base = {fw: agg.runs[(agg.runs["status"] == "ok") & (agg.runs["framework"] == fw)].iloc[0] for fw in ("pyg", "dgl")}
@@ -472,7 +473,7 @@ def test_the_planners_widths_are_the_first_screens(agg):
     top = answers.from_aggregate(grid)
     page = {i["answer"]: math.sqrt(i["high"] / i["low"]) - 1 for a in top["answers"] for i in a.intervals
             if i.get("answer")}
-    _, _, planned, measured = adaptive._answers(adaptive.points_from_runs(runs), 0.1, 0, 5)
+    _, _, planned, measured = second_round._answers(second_round.points_from_runs(runs), 0.1, 0, 5)
     keys = {cs[0].answer_key(): name for name, cs in planned.items()}
     assert {("framework", "sage"), ("devices", "pyg"), ("workers", "dgl")} <= set(keys) & set(page)
     for key in set(keys) & set(page):

@@ -9,7 +9,8 @@ import math
 import pandas as pd
 import pytest
 
-from analysis import findings, grouping, planning, records, report
+from analysis import findings, grouping, records, report
+from analysis.repeats import next_sweep
 from analysis.aggregate import Aggregate
 from analysis.tables.axes import batch_table, workers_table
 from analysis.tables.scaling import scaling_data
@@ -77,7 +78,7 @@ def test_workers_and_batch_axes_have_numbers(grid_runs):
 
 
 def test_plan_and_precision_findings(grid_runs):
-    plan = planning.plan_data(grid_runs)
+    plan = next_sweep.plan_data(grid_runs)
     assert len(plan) == 2 * 2 * 2 * 2 and plan["plan_repeats"].notna().all()
     assert (plan["plan_epochs"] >= 4).all() and (plan["plan_cost_s"] > 0).all()
     text = " ".join(findings.precision_findings(grid_runs, plan))

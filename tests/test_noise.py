@@ -1,4 +1,4 @@
-"""Launch noise pooled over configurations (analysis.noise) and the intervals built on it."""
+"""Launch noise pooled over configurations (analysis.repeats.noise) and the intervals built on it."""
 
 import math
 
@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from analysis import stats
-from analysis.noise import pooled_noise
+from analysis.repeats.noise import pooled_noise
 
 
 def _runs(sd_by_framework: dict, repeats=2, seed=0, configs=((1, 256), (1, 1024), (2, 256), (2, 1024))) -> pd.DataFrame:

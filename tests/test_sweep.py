@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from analysis import adaptive
+from analysis.repeats import second_round
 from runners import settings, sweep
 from runners.adapters import registry
 
@@ -79,9 +79,9 @@ def test_a_name_outside_the_grammar_is_refused(name):
 
 def test_the_adaptive_plan_reads_names_with_the_same_parser():
     point = Path("results/runs/small/graphbolt-dgl-gat-d1-b1024-w0-r10")
-    assert adaptive.run_wildcards(point) == {"dataset": "small", "name": "graphbolt-dgl-gat-d1-b1024-w0"}
+    assert second_round.run_wildcards(point) == {"dataset": "small", "name": "graphbolt-dgl-gat-d1-b1024-w0"}
     with pytest.raises(ValueError, match="is no run name"):
-        adaptive.run_wildcards(Path("results/runs/small/somebody-else-r1"))
+        second_round.run_wildcards(Path("results/runs/small/somebody-else-r1"))
 
 
 # --- the runs of each block -----------------------------------------------------------------
@@ -156,7 +156,7 @@ def test_the_order_is_reproducible_interleaved_and_pairs_the_frameworks():
                      for run in ordered]
     blocks = [key for key, _ in itertools.groupby(configuration)]
     assert len(blocks) == len(set(configuration))
-    # and one model's runs of a repeat run together (the block analysis.noise fits a shift for)
+    # and one model's runs of a repeat run together (the block analysis.repeats.noise fits a shift for)
     model_blocks = [key for key, _ in itertools.groupby((run.repeat, run.model) for run in ordered)]
     assert len(model_blocks) == len(set(model_blocks)) == 3 * 2
 

@@ -157,7 +157,7 @@ def geomean_ratios(rs: list) -> dict:
 
 def launch_noise_sd(runs: pd.DataFrame) -> float:
     """The pooled launch noise (SD of log epoch time between repeats) over every configuration."""
-    from analysis.noise import pooled_variance
+    from analysis.repeats.noise import pooled_variance
 
     ok = runs.dropna(subset=["steady_epoch_mean_s"])
     samples = [list(np.log(g["steady_epoch_mean_s"].astype(float))) for _, g in

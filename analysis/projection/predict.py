@@ -32,7 +32,7 @@ by the factor the second one did (linear in N - 1; a phase that got faster keeps
 factor); ranks' step times are independent; the all-reduce in training costs what the
 micro-benchmark measured alone. The inputs' interval is the 2.5-97.5% percentile of a bootstrap
 over the repeats (runs) of each side, over the configurations the contention is pooled from, over
-the all-reduce fit's relative errors, plus the pooled launch noise (analysis.noise) of the mean of
+the all-reduce fit's relative errors, plus the pooled launch noise (analysis.repeats.noise) of the mean of
 the runs predicted; the speed-up's interval pairs each draw's T(1) with its T(N), with one launch's
 noise at each end. It carries no error of the model itself, so on a quiet machine it is narrow
 around a prediction that may be 20 % off: calibrate() widens it to a split-conformal quantile of

@@ -10,7 +10,7 @@ from analysis import GRID_KEYS, framework_label, model_label
 from analysis.display import Cell, GridTable, TableSet, index_cells, row_anchor
 from analysis.formatting import fmt_pct
 from analysis.grouping import paper_order
-from analysis.noise import pooled_noise
+from analysis.repeats.noise import pooled_noise
 from analysis.stats import CI_METHOD_RATIO, verdict
 from analysis.tables.scaling import OVERSUBSCRIBED_MARK, OVERSUBSCRIBED_TEXT, SCALING_VALUE, noise_cell, ok_values
 

@@ -9,7 +9,7 @@ import pandas as pd
 from analysis import GRID_KEYS, framework_label, model_label
 from analysis.display import Cell, GridTable, TableSet, index_cells, row_anchor
 from analysis.grouping import paper_order
-from analysis.noise import pooled_noise
+from analysis.repeats.noise import pooled_noise
 from analysis.stats import CI_METHOD_RATIO, verdict
 
 EFFICIENCY_WARN = 0.5   # parallel efficiency below this: scaling has stopped paying off
@@ -38,7 +38,7 @@ SCALING_VALUE = "steady_epoch_time_s"  # per pass over the split: comparable wha
 
 
 def noise_cell(point) -> dict:
-    """The cell (analysis.noise.CELL_KEYS) of a grid point: a row of grid_points."""
+    """The cell (analysis.repeats.noise.CELL_KEYS) of a grid point: a row of grid_points."""
     return {k: getattr(point, k) for k in ("experiment", *GRID_KEYS)}
 
 

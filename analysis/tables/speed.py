@@ -10,8 +10,8 @@ from analysis import framework_label, model_label
 from analysis.comparisons import framework_comparison, framework_pairs
 from analysis.display import Cell, GridTable, TableSet, index_cells, row_anchor
 from analysis.grouping import paper_order, performance_runs
-from analysis.noise import caption as noise_caption
-from analysis.noise import pooled_noise
+from analysis.repeats.noise import caption as noise_caption
+from analysis.repeats.noise import pooled_noise
 from analysis.stats import CI_METHOD_RATIO
 from analysis.tables.work import with_work
 from analysis.tables.scaling import OVERSUBSCRIBED_MARK, OVERSUBSCRIBED_TEXT, SCALING_VALUE

@@ -1,16 +1,17 @@
 # The second round (config `adaptive`): after every first-round timing run of the grid, plan
-# more repeats where a comparison's interval is still too wide (analysis/adaptive.py); the
-# aggregate then waits for those runs too. Without `adaptive` the plan is not made at all.
+# more repeats where a comparison's interval is still too wide
+# (analysis/repeats/second_round.py); the aggregate then waits for those runs too. Without
+# `adaptive` the plan is not made at all.
 #
 # A plan made by an earlier sweep is read directly, not through the checkpoint: Snakemake does
 # not look again at a job downstream of a checkpoint whose output exists, so a deleted run or an
 # edit to the analysis would not make the aggregate run again. A stale plan is set aside first
-# (analysis.adaptive.set_aside_stale_plan), and the checkpoint makes a new one.
+# (analysis.repeats.second_round.set_aside_stale_plan), and the checkpoint makes a new one.
 
 PLAN = "results/plan/repeats.json"
 
 if config.get("adaptive"):
-    _stale = adaptive.set_aside_stale_plan(PLAN, TIMING_RESULTS)
+    _stale = second_round.set_aside_stale_plan(PLAN, TIMING_RESULTS)
     if _stale:
         print(f"[gnnscale] {_stale}", file=sys.stderr)
 EARLIER_PLAN = PLAN if config.get("adaptive") and os.path.exists(PLAN) else None
@@ -31,7 +32,7 @@ checkpoint plan_repeats:
         budget=lambda wildcards: config["adaptive"]["budget_min"],
         max_repeats=lambda wildcards: config["adaptive"]["max_repeats"],
     shell:
-        "python -m analysis.adaptive --precision {params.precision} --budget-min {params.budget}"
+        "python -m analysis.repeats.second_round --precision {params.precision} --budget-min {params.budget}"
         " --max-repeats {params.max_repeats} --out {output} {input} > {log} 2>&1"
 
 

@@ -140,7 +140,7 @@ def _fit(cell_blocks: dict, y=None):
 
 def design_fit(cell_blocks: dict):
     """The block design of {cell: [block of each run]} without values: a BlockFit whose `sd` is 1,
-    so contrast() gives a comparison's standard error in units of the noise SD (analysis.adaptive
+    so contrast() gives a comparison's standard error in units of the noise SD (analysis.repeats.second_round
     projects a planned design with it); None where it leaves no degrees of freedom."""
     return _fit(cell_blocks)
 

@@ -1,12 +1,12 @@
 """Repeats where an answer is still open: plan a sweep's second round from its first.
 
-    python -m analysis.adaptive --precision 0.05 --budget-min 4 --max-repeats 6 \
+    python -m analysis.repeats.second_round --precision 0.05 --budget-min 4 --max-repeats 6 \
         --out results/plan/repeats.json results/runs/small/*/result.json
 
 The report answers with ratios of timing runs' steady epoch times: PyG over DGL, 2 devices over
 1, 1 loader worker over none, batch 1024 over 256, a framework's other loader over its first
 (DGL's GraphBolt over its classic DataLoader). Each comparison's 95% interval rests on the launch
-noise pooled over the experiment's configurations (analysis.noise), and each first-screen answer
+noise pooled over the experiment's configurations (analysis.repeats.noise), and each first-screen answer
 is the geometric mean of its comparisons over the configurations (per model for the framework
 and loader questions, per framework for devices, workers and batch size) with its own interval.
 The first round runs every point a few times. This plans more repeats for the answers whose
@@ -18,7 +18,7 @@ excludes 1x but is wider than the precision still gets repeats, and one that is 
 none even if it straddles 1x. So the second round never depends on the estimate, and the
 estimates stay unbiased.
 
-The projection uses the report's launch noise (analysis.noise): per experiment (a loader is
+The projection uses the report's launch noise (analysis.repeats.noise): per experiment (a loader is
 one), log epoch time fitted as configuration + block (repeat x model), and the noise left within
 the blocks, on its degrees of freedom; never a point's own spread (two or three repeats estimate
 it poorly; two equal times would say zero). A comparison across experiments (a loader over the
@@ -103,7 +103,7 @@ class Point:
         return statistics.stdev(logs) if len(logs) > 1 else float("nan")
 
     def blocks(self) -> list:
-        """The block of each time (repeat x model, as analysis.noise fits them); one block for all
+        """The block of each time (repeat x model, as analysis.repeats.noise fits them); one block for all
         where the repeats are not known, which leaves the plain pooled spread."""
         if len(self.repeats) != len(self.times):
             return [("all",)] * len(self.times)
@@ -260,7 +260,7 @@ class Plan:
         """(c'(X'X)^+c, dof) of cells a - b in the block design (configuration + repeat x model) of
         the pool's runs, done and planned (a planned run's repeat follows its point's last); None
         where the design cannot tell the two apart."""
-        from analysis.noise import design_fit
+        from analysis.repeats.noise import design_fit
 
         state = (pool, tuple(p.added for p in self.points))
         if state not in self._designs:
@@ -373,11 +373,11 @@ class Plan:
 
 def launch_noise(points: dict) -> dict:
     """{loader: (SD, dof)}: each experiment's launch noise as the report computes it
-    (analysis.noise.fit_blocks: log epoch time = configuration + block, the noise within the
+    (analysis.repeats.noise.fit_blocks: log epoch time = configuration + block, the noise within the
     blocks), and under ACROSS the loaders' runs fitted together, as the report's loaders table
     pools them (analysis.variants). An experiment whose fit leaves no degrees of freedom gets none
     (its comparisons take the plan's fallback, the points' plain pooled spread)."""
-    from analysis.noise import fit_blocks
+    from analysis.repeats.noise import fit_blocks
 
     cells: dict = {}
     for p in points.values():
@@ -393,8 +393,8 @@ def launch_noise(points: dict) -> dict:
 
 
 def pooled_spread(points: dict) -> tuple:
-    """(SD, dof): log epoch time's variance between launches pooled over the points (analysis.noise)."""
-    from analysis.noise import pooled_variance
+    """(SD, dof): log epoch time's variance between launches pooled over the points (analysis.repeats.noise)."""
+    from analysis.repeats.noise import pooled_variance
 
     var, dof = pooled_variance([[math.log(t) for t in p.times] for p in points.values()])
     return (math.sqrt(var) if dof else 0.0), dof
@@ -547,7 +547,7 @@ def set_aside_stale_plan(plan: Path, first_round: list) -> str | None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m analysis.adaptive", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m analysis.repeats.second_round", description=__doc__.split("\n")[0])
     p.add_argument("--precision", type=float, required=True, help="relative 95%% half-width wanted, e.g. 0.05")
     p.add_argument("--budget-min", type=float, required=True, help="minutes the second round may take")
     p.add_argument("--max-repeats", type=int, required=True, help="repeats per point at most, both rounds")
