@@ -408,8 +408,8 @@ def caveats(runs: pd.DataFrame, points: pd.DataFrame, scaling: pd.DataFrame, exp
 
 def loader_answer(loaders_data: pd.DataFrame) -> Answer:
     """Whether a framework's other loader (DGL's GraphBolt) is faster than its first, and whether
-    it changes which framework is faster (analysis.loaders)."""
-    from analysis.loaders import loader_answer_parts
+    it changes which framework is faster (analysis.variants.loaders)."""
+    from analysis.variants.loaders import loader_answer_parts
 
     ans = Answer("loaders", "Classic DataLoader or GraphBolt?")
     ans.parts = loader_answer_parts(loaders_data, ans.intervals)
@@ -489,7 +489,7 @@ def all_answers(runs, points, speed, scaling, gap, workers, batch, failures, loa
                 precision: float = DEFAULT_PRECISION, projection: dict | None = None) -> dict:
     """{'experiment', 'answers': [Answer], 'caveats': [(text, href)], 'open': open_answers rows} for
     the report's top. The loaders' answer comes only where another loader ran (`loaders`:
-    analysis.loaders rows); `precision`: the relative half-width an answer should reach (the
+    analysis.variants.loaders rows); `precision`: the relative half-width an answer should reach (the
     sweep's adaptive.precision); the projection's only where one was made (`projection`:
     analysis.projection.predict.project's frames)."""
     exp = main_experiment(speed, points)
@@ -536,7 +536,7 @@ def with_graphs(top: dict, runs, points, speed, scaling, gap, workers, batch, fa
     Table rows are anchored by experiment, and an experiment holds one graph, so every link of
     a graph's answers lands on that graph's rows."""
     from analysis import graphs
-    from analysis.loaders import loader_rows
+    from analysis.variants.loaders import loader_rows
 
     names = graph_names(runs, top["experiment"])
     lines = {n: graphs.line(n, [r for r in datasets or [] if r.get("name") == n]) for n in names}

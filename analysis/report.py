@@ -27,7 +27,8 @@ from pathlib import Path
 import jinja2
 
 from analysis import REPORT_PLOTS, REPORT_TABLES, STATUS_COLOURS, declared
-from analysis import answers, lanes, loaders
+from analysis import answers
+from analysis.variants import lanes, loaders
 from analysis.projection import predict
 from analysis.aggregate import Aggregate
 from analysis.context import Context

@@ -232,12 +232,12 @@ def test_the_projection_uses_the_reports_noise_within_repeat_blocks():
 
 def test_a_comparison_across_loaders_is_the_loaders_tables_interval():
     """GraphBolt over DGL's classic loader: the plan projects with the noise of both loaders' timing
-    runs fitted together, as the report's loaders table pools them (analysis.variants), so its
+    runs fitted together, as the report's loaders table pools them (analysis.variants.pairing), so its
     half-width is that table's interval; a convergence run at a grid point is not in that pool."""
     import numpy as np
     import pandas as pd
 
-    from analysis.loaders import loader_rows
+    from analysis.variants.loaders import loader_rows
 
     noise = iter(np.exp(np.random.default_rng(4).normal(0, 0.1, size=24)))
     pts, rows = {}, []

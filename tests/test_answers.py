@@ -300,7 +300,7 @@ def loader_runs(agg, graphbolt_over_classic: float) -> pd.DataFrame:
 
 
 def test_loader_answer_says_classic_or_graphbolt_and_whether_the_verdict_holds(agg):
-    from analysis import loaders
+    from analysis.variants import loaders
 
     slower = loaders.loader_answer_parts(loaders.loader_rows(loader_runs(agg, 1.2)))
     text = "".join(t for t, _ in slower)

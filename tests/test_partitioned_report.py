@@ -1,4 +1,4 @@
-"""The report's "replicated vs partitioned" section (analysis.partitioned) from real runs: a
+"""The report's "replicated vs partitioned" section (analysis.variants.partitioned) from real runs: a
 DistDGL run across the two test hosts (tests/test_partitioned.py's launch) and a replicated DGL
 run of the same point, aggregated; their rows spread into repeats with known effects give the
 intervals. PyG and GLT partitioned are rows skipped with the reason; without a partitioned run
@@ -14,7 +14,7 @@ import pytest
 
 from analysis import aggregate, report
 from analysis.formatting import fmt_bytes
-from analysis.partitioned import GLT_REASON, partitioned_rows, partitioned_table
+from analysis.variants.partitioned import GLT_REASON, partitioned_rows, partitioned_table
 from analysis.tables.memory import memory_model_table
 from runners.adapters import registry
 from tests.helpers import run_config

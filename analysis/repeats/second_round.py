@@ -23,7 +23,7 @@ one), log epoch time fitted as configuration + block (repeat x model), and the n
 the blocks, on its degrees of freedom; never a point's own spread (two or three repeats estimate
 it poorly; two equal times would say zero). A comparison across experiments (a loader over the
 framework's first) takes the noise of both loaders' timing runs fitted together, as the report's
-loaders table pools them (analysis.variants; it splits that pool only where Bartlett's test finds
+loaders table pools them (analysis.variants.pairing; it splits that pool only where Bartlett's test finds
 the spreads unequal, which the plan does not follow).
 
 The budget buys settled answers first: of the answers still open, the one that is cheapest to
@@ -375,7 +375,7 @@ def launch_noise(points: dict) -> dict:
     """{loader: (SD, dof)}: each experiment's launch noise as the report computes it
     (analysis.repeats.noise.fit_blocks: log epoch time = configuration + block, the noise within the
     blocks), and under ACROSS the loaders' runs fitted together, as the report's loaders table
-    pools them (analysis.variants). An experiment whose fit leaves no degrees of freedom gets none
+    pools them (analysis.variants.pairing). An experiment whose fit leaves no degrees of freedom gets none
     (its comparisons take the plan's fallback, the points' plain pooled spread)."""
     from analysis.repeats.noise import fit_blocks
 

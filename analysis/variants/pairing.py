@@ -2,8 +2,8 @@
 variant changes the gap to the other framework.
 
 A variant is a value of one run column that is not the base's: a lane beside the pair (another
-torch; analysis.lanes) or a loader beside the framework's first (DGL's GraphBolt beside its
-classic DataLoader; analysis.loaders). At every point a variant ran, each framework gets one row
+torch; analysis.variants.lanes) or a loader beside the framework's first (DGL's GraphBolt beside its
+classic DataLoader; analysis.variants.loaders). At every point a variant ran, each framework gets one row
 per variant it ran there: its mean steady-state epoch time, its speed-up over its own base runs,
 and its epoch time over the other framework's base runs (the gap, with the variant in place).
 Only runs of the fair harness that stop alike (timing runs against timing runs) take part.

@@ -2,7 +2,7 @@
 in every lane beside it (scripts/setup.sh) at the points those lanes ran, the lane's speed-up over
 the pair, and the PyG/DGL gap with PyG on each lane's torch. A framework a lane cannot import
 shows its skipped points with their reason. Runs of the fair harness that stop alike (timing runs
-against timing runs) take part (analysis.variants).
+against timing runs) take part (analysis.variants.pairing).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pandas as pd
 from analysis import framework_label, model_label
 from analysis.display import TableSet
 from analysis.stats import CI_METHOD_RATIO
-from analysis.variants import Axis, ratio_text, variant_table
+from analysis.variants.pairing import Axis, ratio_text, variant_table
 
 BASE_LANE = "pair"
 AXIS = Axis("lane", BASE_LANE, "env_torch", "torch")

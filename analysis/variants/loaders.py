@@ -2,7 +2,7 @@
 DataLoader (config `loaders`), at the points the other loader ran. Per point: each loader's
 steady-state epoch time, the other loader's epoch time over the first's, and the gap to the
 other framework with either loader, so that the report can say whether the loader changes
-which framework is faster (analysis.variants).
+which framework is faster (analysis.variants.pairing).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from analysis import framework_label, model_label
 from analysis.display import TableSet
 from analysis.grouping import paper_order
 from analysis.stats import CI_METHOD_RATIO, over_configurations
-from analysis.variants import Axis, variant_rows, variant_table
+from analysis.variants.pairing import Axis, variant_rows, variant_table
 
 BASE = "default"  # aggregate's loader_variant of a framework's first loader
 AXIS = Axis("loader_variant", BASE, "loader", "loader", named_by_detail=True)

@@ -18,7 +18,7 @@ from analysis.display import Cell, GridTable, TableSet
 from analysis.formatting import fmt_bytes, fmt_num, fmt_pct
 from analysis.grouping import performance_runs
 from analysis.stats import CI_METHOD_WELCH, mean_ci, ratio_interval
-from analysis.variants import ratio_text
+from analysis.variants.pairing import ratio_text
 from runners.adapters import registry
 
 POINT_KEYS = ("model", "devices", "batch_size", "workers")

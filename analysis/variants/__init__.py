@@ -1,0 +1,1 @@
+"""Variants beside the main pair: other torch lanes, other loaders and partitioned training, paired per point."""
