@@ -89,8 +89,9 @@ from runners.records.envinfo import BUSY_WARN_PERCENT  # noqa: E402
 class Asset:
     """A table or plot analysis.report writes beside index.html (a table as NAME.csv and
     NAME.html, a plot as NAME.png). `section`: where `snakemake --report` files it; `builder`:
-    "module:function" under analysis, imported only when the report renders, called with the
-    attributes `inputs` of the render's analysis.context.Context ("*name" unpacks one);
+    "module:function", the module's dotted path under analysis ("report.plots"), imported only
+    when the report renders, called with the attributes `inputs` of the render's
+    analysis.report.context.Context ("*name" unpacks one);
     `part`: the key of this asset where the builder returns several; `caption`: its caption
     file under workflows/report/ (default: its name); `optional`: written only when it has rows,
     so the workflow does not declare it."""
@@ -118,35 +119,35 @@ REPORT_TABLES = {
                                    part="projection_validation"),
     "workers": Asset("Timing", "tables.axes:workers_table", ("points", "runs")),
     "batch": Asset("Timing", "tables.axes:batch_table", ("points", "runs")),
-    "plan": Asset("Timing", "records:plan_table", ("plan",)),
-    "adaptive": Asset("Timing", "records:adaptive_table", ("agg.plan",)),
+    "plan": Asset("Timing", "report.sweep_record:plan_table", ("plan",)),
+    "adaptive": Asset("Timing", "report.sweep_record:adaptive_table", ("agg.plan",)),
     "lanes": Asset("Timing", "variants.lanes:lanes_table", ("runs",)),
     "loaders": Asset("Timing", "variants.loaders:loaders_table", ("runs",)),
     "partitioned": Asset("Timing", "variants.partitioned:partitioned_table", ("runs",)),
-    "memory_model": Asset("Resources", "records:memory_table", ("runs",), optional=True),
+    "memory_model": Asset("Resources", "report.sweep_record:memory_table", ("runs",), optional=True),
     "breakdown": Asset("Timing", "tables.steps:breakdown_table", ("points",)),
     "throughput": Asset("Timing", "tables.steps:throughput_table", ("points",)),
     "accuracy": Asset("Accuracy", "tables.accuracy:accuracy_table", ("points",)),
-    "deadlocks": Asset("Hangs and failures", "records:deadlocks_table", ("agg.failures",)),
-    "environment": Asset("Setup", "records:environment_table", ("runs",)),
-    "fairness": Asset("Setup", "records:fairness_table", ("runs",)),
-    "runs": Asset("Runs", "records:runs_table", ("runs",)),
-    "invalid": Asset("Runs", "records:invalid_table", ("agg.invalid",)),
+    "deadlocks": Asset("Hangs and failures", "report.sweep_record:deadlocks_table", ("agg.failures",)),
+    "environment": Asset("Setup", "report.sweep_record:environment_table", ("runs",)),
+    "fairness": Asset("Setup", "report.sweep_record:fairness_table", ("runs",)),
+    "runs": Asset("Runs", "report.sweep_record:runs_table", ("runs",)),
+    "invalid": Asset("Runs", "report.sweep_record:invalid_table", ("agg.invalid",)),
 }
 REPORT_PLOTS = {
-    "summary": Asset("Timing", "plots:framework_ratios", ("main_speed",)),
-    "status_map": Asset("Hangs and failures", "plots:status_map", ("runs",)),
-    "runtime_vs_devices": Asset("Timing", "plots:runtime_vs_devices", ("drawn.runtime_vs_devices",)),
-    "runtime_vs_devices_all": Asset("Timing", "plots:runtime_vs_devices", ("drawn.runtime_vs_devices_all",)),
-    "speedup": Asset("Timing", "plots:speedup_vs_devices", ("drawn.speedup",)),
-    "speedup_all": Asset("Timing", "plots:speedup_vs_devices", ("drawn.speedup_all",)),
+    "summary": Asset("Timing", "report.plots:framework_ratios", ("main_speed",)),
+    "status_map": Asset("Hangs and failures", "report.plots:status_map", ("runs",)),
+    "runtime_vs_devices": Asset("Timing", "report.plots:runtime_vs_devices", ("drawn.runtime_vs_devices",)),
+    "runtime_vs_devices_all": Asset("Timing", "report.plots:runtime_vs_devices", ("drawn.runtime_vs_devices_all",)),
+    "speedup": Asset("Timing", "report.plots:speedup_vs_devices", ("drawn.speedup",)),
+    "speedup_all": Asset("Timing", "report.plots:speedup_vs_devices", ("drawn.speedup_all",)),
     "work": Asset("Timing", "tables.work:work_bars", ("work",), caption="work_plot"),
-    "speedup_gap": Asset("Timing", "plots:gap_bars", ("gap",), caption="speedup_gap_plot"),
-    "projection": Asset("Timing", "plots:projection_bands", ("*main_projection",), caption="projection_plot"),
-    "breakdown": Asset("Timing", "plots:breakdown_bars", ("drawn.breakdown",), caption="breakdown_plot"),
-    "breakdown_all": Asset("Timing", "plots:breakdown_bars", ("drawn.breakdown_all",)),
-    "throughput": Asset("Timing", "plots:throughput_vs_batch", ("drawn.throughput",), caption="throughput_plot"),
-    "resources": Asset("Resources", "plots:resources_over_time", ("runs", "agg.cpu", "agg.nvml", "resource_runs")),
+    "speedup_gap": Asset("Timing", "report.plots:gap_bars", ("gap",), caption="speedup_gap_plot"),
+    "projection": Asset("Timing", "report.plots:projection_bands", ("*main_projection",), caption="projection_plot"),
+    "breakdown": Asset("Timing", "report.plots:breakdown_bars", ("drawn.breakdown",), caption="breakdown_plot"),
+    "breakdown_all": Asset("Timing", "report.plots:breakdown_bars", ("drawn.breakdown_all",)),
+    "throughput": Asset("Timing", "report.plots:throughput_vs_batch", ("drawn.throughput",), caption="throughput_plot"),
+    "resources": Asset("Resources", "report.plots:resources_over_time", ("runs", "agg.cpu", "agg.nvml", "resource_runs")),
 }
 
 

@@ -39,7 +39,8 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import AGGREGATE_FILES, PHASE_COLUMNS
-from analysis import deadlocks, graphs
+from analysis import graphs
+from analysis.report import deadlocks
 from runners.adapters import registry
 from runners.config import field_names
 from runners.records import history, rank_rows as record, result, rundir

@@ -277,7 +277,7 @@ def test_another_loaders_own_comparisons_get_no_repeats_of_their_own():
     assert "2 devices over 1, dgl graphbolt" not in {w for p in pts.values() for w in p.why}
     assert rows["2 devices over 1, dgl"]["measured_half_width"] < rows["2 devices over 1, dgl graphbolt"]["measured_half_width"]
     # the report's sentence counts the first-screen answers only
-    from analysis.records import adaptive_findings
+    from analysis.report.sweep_record import adaptive_findings
 
     text = adaptive_findings(plan.to_json(pts, 3))[0]
     first_screen = [a for a in plan.answers if "not a first-screen" not in a["status"]]

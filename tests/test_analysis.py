@@ -10,9 +10,10 @@ import shutil
 import pandas as pd
 import pytest
 
-from analysis import aggregate, deadlocks, display, findings, formatting, grouping, records, report, stats
+from analysis import aggregate, grouping, stats
+from analysis.report import deadlocks, display, findings, formatting, sweep_record, render
 from analysis.aggregate import Aggregate
-from analysis.context import Context
+from analysis.report.context import Context
 from analysis.tables.accuracy import accuracy_table
 from analysis.tables.paper import load_paper, paper_comparison
 from tests import _runs
@@ -151,7 +152,7 @@ def test_malformed_results_are_listed_not_dropped(runs_dir, results, tmp_path):
     assert "without result.json" in reasons["unfinished"]
 
     out = tmp_path / "report" / "index.html"
-    report.render(agg, out, out.parent)
+    render.render(agg, out, out.parent)
     text = text_of(out.read_text())
     assert "3 results could not be used" in text
     for rid in ("broken", "bad-schema", "unfinished"):
@@ -266,7 +267,7 @@ def test_report_is_self_contained_with_all_assets(page):
     # Every figure drawn is embedded; one with nothing to compare is left out, and says why.
     drawn = text.count("<figure>")
     assert drawn >= 4 and text.count("data:image/png;base64,") == drawn
-    for name in report.ASSETS:
+    for name in render.ASSETS:
         assert (page.parent / name).exists(), name
 
 
@@ -325,7 +326,7 @@ def test_deadlock_section(page, results):
 def test_report_works_with_one_run_or_only_failures(runs_dir, tmp_path, subset):
     picked = ["dgl-sage-d1"] if subset == "single" else ["pyg-sage-d2-uneven", "pyg-sage-d2-stall"]
     agg = aggregate.aggregate([runs_dir / rid for rid in picked])
-    out = report.render(agg, tmp_path / "index.html", tmp_path)
+    out = render.render(agg, tmp_path / "index.html", tmp_path)
     text = text_of(out.read_text())
     assert f"{len(picked)} valid run" in text
     if subset == "all_failed":
@@ -375,7 +376,7 @@ def test_prepare_phase_is_timed_apart_from_loader_wait(results, runs_dir):
 
 
 def test_fairness_table_records_feature_gathering_and_edge_meaning(agg):
-    fair = records.fairness_frame(grouping.add_experiment(agg.runs)).set_index("setting")
+    fair = sweep_record.fairness_frame(grouping.add_experiment(agg.runs)).set_index("setting")
     assert "prefetch_node_feats" in fair.loc["where node features are gathered", "DGL"]
     assert fair.loc["what a sampled-edge count counts", "PyG"] != fair.loc["what a sampled-edge count counts", "DGL"]
     assert "first epoch" in fair.loc["warm-up (outside the steady-state time)", "PyG"]
@@ -470,7 +471,7 @@ def test_per_model_epochs_keep_one_experiment(agg):
 def test_cpu_per_second_is_each_process_mean_summed_over_processes():
     """Sampled four times a second (the GPU check does), a process at 100% stays at 100%, and two
     processes add up: the samples of one process in a second are averaged, not added."""
-    from analysis.plots import per_second
+    from analysis.report.plots import per_second
 
     samples = pd.DataFrame({"sec": [0] * 8, "pid": [1, 1, 1, 1, 2, 2, 2, 2],
                             "cpu_percent": [100.0] * 4 + [50.0] * 4, "rss_bytes": [2**30] * 4 + [2**29] * 4})
@@ -501,7 +502,7 @@ def test_ratio_axis_labels_leave_room_for_each_other():
     (0.67x to 6x once gave 1.25x and 1.5x on top of each other), and 1x whenever it is in range."""
     import math
 
-    from analysis.plots import spaced_ticks
+    from analysis.report.plots import spaced_ticks
 
     for lo, hi in ((0.7, 6.2), (0.67, 1.5), (0.9, 1.2), (0.05, 25.0)):
         ticks = spaced_ticks(lo, hi)

@@ -1,4 +1,4 @@
-"""The report's answers first (issue 25): the answer sentences (analysis/answers.py) on the
+"""The report's answers first (issue 25): the answer sentences (analysis/report/answers.py) on the
 session's real runs (tests/_runs.py) and on their rows spread over a grid with known effects,
 findings in short sentences, the human-unit formatters, tables grouped by experiment."""
 
@@ -10,10 +10,11 @@ import re
 import pandas as pd
 import pytest
 
-from analysis import PHASE_COLUMNS, PHASE_LABELS, answers, findings, formatting, grouping, records
-from analysis.repeats import next_sweep
+from analysis import PHASE_COLUMNS, PHASE_LABELS, grouping
 from analysis.projection import speedup_gap
-from analysis.display import frame_table
+from analysis.repeats import next_sweep
+from analysis.report import answers, findings, formatting, sweep_record
+from analysis.report.display import frame_table
 from analysis.aggregate import Aggregate
 from analysis.tables.axes import batch_table, workers_table
 from analysis.tables.paper import load_paper, paper_comparison
@@ -392,7 +393,7 @@ def test_memory_table_in_mib_and_gib():
                             "mem_limit_bytes": 2 * 2**30, "runs": 1, "statuses": "ok", "mem_model_bytes": 784_737_244,
                             "mem_peak_bytes": 1.5 * 2**30, "mem_cgroup_peak_bytes": None, "peak_over_model": 2.05,
                             "model_over_limit": 0.365, "oom_killed": None}])
-    row = records.memory_frame(memory).iloc[0]
+    row = sweep_record.memory_frame(memory).iloc[0]
     assert row["modelled peak"] == "748 MiB" and row["measured peak"] == "1.50 GiB" and row["limit"] == "2.00 GiB"
     assert row["model"] == "sage" and row["measured / modelled"] == "2.05×"
 
@@ -400,7 +401,7 @@ def test_memory_table_in_mib_and_gib():
 def test_plan_and_runs_tables_say_the_experiment_once(agg):
     runs = grouping.add_experiment(_grid_runs(agg).assign(until="precise", steady_epoch_mean_s=1.0,
                                                           steady_epochs=5, steady_epoch_cv=0.02, wall_time_s=9.0))
-    frame = records.plan_frame(next_sweep.plan_data(runs))
+    frame = sweep_record.plan_frame(next_sweep.plan_data(runs))
     table = frame_table(frame, "plan", "Plan", "", group_col="experiment")
     label = runs["experiment"].iloc[0]
     assert len(frame) > 1 and table.html().count(html.escape(label)) == 1  # its grid's caption, not every row

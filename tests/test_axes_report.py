@@ -9,7 +9,8 @@ import math
 import pandas as pd
 import pytest
 
-from analysis import findings, grouping, records, report
+from analysis import grouping
+from analysis.report import findings, sweep_record, render
 from analysis.repeats import next_sweep
 from analysis.aggregate import Aggregate
 from analysis.tables.axes import batch_table, workers_table
@@ -83,14 +84,14 @@ def test_plan_and_precision_findings(grid_runs):
     assert (plan["plan_epochs"] >= 4).all() and (plan["plan_cost_s"] > 0).all()
     text = " ".join(findings.precision_findings(grid_runs, plan))
     assert "epochs per run 7 / 7 / 7" in text and "16 stopped at a cap" in text and "Plan for the next sweep" in text
-    frame = records.runs_frame(grid_runs)
+    frame = sweep_record.runs_frame(grid_runs)
     assert (frame["stopped by"] == "CAP: epochs").sum() == 16
 
 
 def test_report_page_has_every_axis(grid_runs, tmp_path):
     empty = {name: pd.DataFrame(columns=cols) for name, cols in Aggregate.FILES.items() if name != "runs"}
     agg = Aggregate(runs=grid_runs.drop(columns=["experiment"]), **empty)
-    page = report.render(agg, tmp_path / "index.html", tmp_path).read_text()
+    page = render.render(agg, tmp_path / "index.html", tmp_path).read_text()
     for section in ("scaling", "workers", "batch", "plan"):
         body = page.split(f'<section id="{section}">', 1)[1].split("</section>", 1)[0]
         assert "×" in body or section == "plan", section

@@ -9,7 +9,8 @@ import shutil
 import jsonschema
 import pytest
 
-from analysis import aggregate, report
+from analysis import aggregate
+from analysis.report import render
 from runners.config import ConfigError, build_parser, config_from_args
 from runners.records import envinfo
 from runners.records.result import SCHEMA_PATH
@@ -66,7 +67,7 @@ def test_a_sweep_records_too_many_devices_as_skipped(tmp_path, tmp_path_factory)
     agg = aggregate.aggregate([tmp_path / "d4", tmp_path / "dgl-sage-d1"])
     assert set(agg.runs["status"]) == {"ok", "skipped"}
     assert agg.failures == []
-    page = report.render(agg, tmp_path / "report" / "index.html", tmp_path / "report").read_text()
+    page = render.render(agg, tmp_path / "report" / "index.html", tmp_path / "report").read_text()
     text = " ".join(html.unescape(re.sub(r"<[^>]+>", " ", page)).split())
     assert "1 ok, 1 skipped" in text and "not_enough_devices" in text
 

@@ -12,8 +12,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis import aggregate, report
-from analysis.formatting import fmt_bytes
+from analysis import aggregate
+from analysis.report import render
+from analysis.report.formatting import fmt_bytes
 from analysis.variants.partitioned import GLT_REASON, partitioned_rows, partitioned_table
 from analysis.tables.memory import memory_model_table
 from runners.adapters import registry
@@ -109,7 +110,7 @@ def test_section_intervals_on_repeats(real):
 def test_report_has_the_section_and_says_how_to_get_one(agg, real, tmp_path):
     """The rendered report carries the section filled from the real runs; without a partitioned
     run the section is one line on how to get one."""
-    page = report.render(agg, tmp_path / "report" / "index.html", tmp_path / "report")
+    page = render.render(agg, tmp_path / "report" / "index.html", tmp_path / "report")
     text = page.read_text()
     section = text[text.index('<section id="partitioned">'):]
     section = section[:section.index("</section>")]

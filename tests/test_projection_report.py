@@ -13,8 +13,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis import REPORT_PLOTS, REPORT_TABLES, aggregate, answers, caption_name, declared, report
+from analysis import REPORT_PLOTS, REPORT_TABLES, aggregate, caption_name, declared
 from analysis.projection import predict, text
+from analysis.report import answers, render
 from analysis.aggregate import Aggregate
 from tests.test_project import COLL, PHASES, expected, world
 
@@ -187,7 +188,7 @@ def section(page: str, sid: str) -> str:
 def rendered(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("projection")
     agg = in_memory(tmp, world(cores=2))
-    page = report.render(agg, tmp / "report" / "index.html", tmp / "report").read_text()
+    page = render.render(agg, tmp / "report" / "index.html", tmp / "report").read_text()
     return tmp / "report", page
 
 
@@ -217,8 +218,8 @@ def test_the_section_follows_scaling_and_keeps_its_detail_folded(rendered):
 def test_the_new_tables_and_plot_are_registered_and_written(rendered):
     assets, _ = rendered
     assert {"projection", "projection_validation"} <= set(REPORT_TABLES) and "projection" in REPORT_PLOTS
-    assert {"projection.csv", "projection.html", "projection_validation.csv", "projection.png"} <= set(report.ASSETS)
-    assert all((assets / name).is_file() for name in report.ASSETS)
+    assert {"projection.csv", "projection.html", "projection_validation.csv", "projection.png"} <= set(render.ASSETS)
+    assert all((assets / name).is_file() for name in render.ASSETS)
     captions = Path(__file__).resolve().parents[1] / "workflows" / "report"
     caption = captions / f"{caption_name('projection', REPORT_PLOTS['projection'])}.rst"
     assert caption.is_file() and all((caption.parent / f"{t}.rst").is_file() for t in declared(REPORT_TABLES))
@@ -232,13 +233,13 @@ def test_a_micro_benchmark_is_named_on_the_page(tmp_path):
     bench = tmp_path / "collectives.json"
     bench.write_text(json.dumps({"backend": "gloo", "fit": {"alpha_s": COLL["alpha_s"], "beta_s_per_byte":
                                                             COLL["beta_s_per_byte"], "points": [{"relative_error": 0}]}}))
-    page = report.render(agg, tmp_path / "out" / "index.html", tmp_path / "out", collectives=bench).read_text()
+    page = render.render(agg, tmp_path / "out" / "index.html", tmp_path / "out", collectives=bench).read_text()
     assert f"all-reduce from the micro-benchmark {bench}" in section(page, "projection")
 
 
 def test_one_device_count_gives_not_measured_and_no_folds(tmp_path):
     agg = in_memory(tmp_path, world(devices=(1,)))
-    page = report.render(agg, tmp_path / "out" / "index.html", tmp_path / "out").read_text()
+    page = render.render(agg, tmp_path / "out" / "index.html", tmp_path / "out").read_text()
     sec = section(page, "projection")
     assert "Not measured: ok timing runs at 1 device only" in sec and "<details" not in sec and "<p class=\"answer\">" in sec
     assert "Not measured: ok timing runs at 1 device only" in section(page, "answers")

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from analysis import answers
+from analysis.report import answers
 from analysis.aggregate import Aggregate
 from scripts import check_report_browser as browser
 from tests import _runs

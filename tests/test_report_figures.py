@@ -12,8 +12,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis import REPORT_PLOTS, caption_name, figures, report
-from analysis.context import Context
+from analysis import REPORT_PLOTS, caption_name
+from analysis.report import figures, render
+from analysis.report.context import Context
 from tests.test_project import PHASES, world
 from tests.test_projection_report import in_memory, section
 
@@ -37,7 +38,7 @@ def png_size(src: str) -> tuple:
 def rendered(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("figures")
     agg = in_memory(tmp, two_experiments())
-    page = report.render(agg, tmp / "report" / "index.html", tmp / "report").read_text()
+    page = render.render(agg, tmp / "report" / "index.html", tmp / "report").read_text()
     return agg, tmp / "report", page
 
 
@@ -65,7 +66,7 @@ def test_the_scaling_section_shows_the_main_panels_and_folds_the_rest(rendered):
 
 def test_the_folded_figure_is_written_declared_and_captioned(rendered):
     _, assets, _ = rendered
-    assert "speedup_all" in REPORT_PLOTS and "speedup_all.png" in report.ASSETS
+    assert "speedup_all" in REPORT_PLOTS and "speedup_all.png" in render.ASSETS
     assert (assets / "speedup_all.png").is_file()
     captions = Path(__file__).resolve().parents[1] / "workflows" / "report"
     assert all((captions / f"{caption_name(n, a)}.rst").is_file() for n, a in REPORT_PLOTS.items())

@@ -1,5 +1,5 @@
 """The report names the graph each answer comes from (issue 44, part 3; analysis/graphs.py,
-analysis/answers.py with_graphs): the line built from a dataset's meta.json, the aggregate's
+analysis/report/answers.py with_graphs): the line built from a dataset's meta.json, the aggregate's
 datasets.json (the shape read only where meta.json has the runs' content hash), and a report
 on two graphs answering per graph, made from the saved schema-1 result (tests/data/schema1)."""
 
@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from analysis import aggregate, answers, graphs, report
+from analysis import aggregate, graphs
+from analysis.report import answers, render
 from runners import datasets as D
 
 SCHEMA_1 = Path(__file__).resolve().parent / "data" / "schema1" / "result.json"
@@ -127,7 +128,7 @@ def test_answers_per_graph_and_a_line_each(two_graphs):
 
 def test_the_report_page_names_every_graph_on_its_first_screen(two_graphs):
     tmp, _, agg = two_graphs
-    page = report.render(agg, tmp / "report" / "index.html", tmp / "report").read_text()
+    page = render.render(agg, tmp / "report" / "index.html", tmp / "report").read_text()
     first = re.search(r'<section id="answers">(.*?)</section>', page, re.S).group(1)
     assert "These runs read 3 graphs:" in first and "each has its own answers" in first
     lines = re.findall(r'<p class="graph"><b>(.*?)</b></p>', first)
@@ -140,7 +141,7 @@ def test_the_report_page_names_every_graph_on_its_first_screen(two_graphs):
 def test_one_graph_gets_one_line_and_one_set_of_answers(two_graphs, tmp_path):
     tmp, _, _ = two_graphs
     agg = aggregate.aggregate([tmp / "runs" / "small"])
-    page = report.render(agg, tmp_path / "index.html", tmp_path).read_text()
+    page = render.render(agg, tmp_path / "index.html", tmp_path).read_text()
     first = re.search(r'<section id="answers">(.*?)</section>', page, re.S).group(1)
     assert "These runs read" not in first and first.count('<dl class="qa">') == 1
     assert re.search(r'</p>\s*<p class="graph">Graph: small — 6,000 nodes, [\d,]+ edges, mean degree 10 \(max \d+\), '

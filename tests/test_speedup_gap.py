@@ -6,7 +6,8 @@ import random
 import pandas as pd
 import pytest
 
-from analysis import PHASE_COLUMNS, plots
+from analysis import PHASE_COLUMNS
+from analysis.report import plots
 from analysis.projection import speedup_gap
 from analysis.aggregate import Aggregate
 from tests import _runs

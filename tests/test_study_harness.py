@@ -126,10 +126,10 @@ def test_bad_harness_is_refused(tmp_path):
 
 
 def test_report_section_puts_harnesses_side_by_side(runs, tmp_path):
-    from analysis import report
+    from analysis.report import render
     from analysis.aggregate import aggregate
 
-    page = report.render(aggregate([str(p) for p in runs.values()]), tmp_path / "index.html", tmp_path)
+    page = render.render(aggregate([str(p) for p in runs.values()]), tmp_path / "index.html", tmp_path)
     text = page.read_text()
     assert "Why the seed study saw what it saw" in text and 'id="memory-model"' in text
     work = pd.read_csv(tmp_path / "study_work.csv").set_index(["harness", "framework"])

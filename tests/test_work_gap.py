@@ -6,7 +6,8 @@ import re
 import pandas as pd
 import pytest
 
-from analysis import answers, grouping
+from analysis import grouping
+from analysis.report import answers
 from analysis.tables.speed import speed_data
 from analysis.tables.work import work_data, work_table
 

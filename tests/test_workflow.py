@@ -239,7 +239,7 @@ def test_report_outputs_match_analysis(tmp_path):
     block = out.split("rule report:", 1)[1]
     declared = re.search(r"^\s+output: (.*)$", block, re.M)[1].split(", ")
     res = subprocess.run(
-        [sys.executable, "-c", "from analysis.report import ASSETS; print(*ASSETS)"],
+        [sys.executable, "-c", "from analysis.report.render import ASSETS; print(*ASSETS)"],
         cwd=ROOT,
         capture_output=True,
         text=True,

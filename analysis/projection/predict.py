@@ -62,7 +62,7 @@ from analysis.projection.formulas import LOADER_PHASES, OUTSIDE, epoch_time, fit
 from analysis.projection.inputs import (COL, CONFIG, CONTENDED, FIT_DEVICES, Measured, beyond_fit,  # noqa: F401
                                         collectives_notes, contention_pool, geomean_ratios, host_limits, inside,
                                         launch_noise_sd, load_collectives, parameter_count, relative_steps)
-# analysis.report and analysis.answers read the page's parts as predict.*
+# analysis.report.render and analysis.report.answers read the page's parts as predict.*
 from analysis.projection.text import (REPORT_DEVICES, answer_parts, of_experiment, page_notes,  # noqa: F401
                                       report_tables)
 

@@ -144,7 +144,7 @@ class Comparison:
 
     def answer_key(self) -> tuple:
         """(axis, model or framework): the first-screen answer this comparison is part of, as the
-        report's answers key their intervals (analysis.answers)."""
+        report's answers key their intervals (analysis.report.answers)."""
         fw, model = self.den.key[0], self.den.key[1]
         return (self.axis, model if AXES[self.axis][0] in ("framework", "loader") else fw)
 

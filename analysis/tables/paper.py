@@ -9,12 +9,12 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import FRAMEWORK_ORDER, GRID_KEYS, framework_label, model_label
-from analysis.display import Cell, GridTable, TableSet, index_cells
-from analysis.formatting import fmt_duration, fmt_num
+from analysis.report.display import Cell, GridTable, TableSet, index_cells
+from analysis.report.formatting import fmt_duration, fmt_num
 from analysis.grouping import paper_order
 from analysis.tables.grids import table2_grids
 
-PAPER_CSV = Path(__file__).resolve().parents[1] / "paper_table2.csv"
+PAPER_CSV = Path(__file__).resolve().parent / "paper_table2.csv"
 PAPER_EPOCHS = 50
 PAPER_SETUP = "Reddit, 50 epochs, 1/2/4 NVIDIA T4 GPUs on a Google Cloud N1 machine"
 PAPER_DATASET = "reddit"

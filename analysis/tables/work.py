@@ -25,7 +25,7 @@ import pandas as pd
 
 from analysis import framework_label, model_label
 from analysis.comparisons import framework_comparison
-from analysis.display import Cell, GridTable, TableSet, index_cells
+from analysis.report.display import Cell, GridTable, TableSet, index_cells
 from analysis.grouping import paper_order
 from analysis.stats import CI_METHOD_RATIO
 
@@ -151,11 +151,11 @@ def work_bars(work: pd.DataFrame):
     """Why one framework is slower (tables.work.work_data): per configuration, the epoch-time ratio
     and the two factors it splits into, work (edge updates per step) and time per edge update,
     as horizontal bars on one log axis (95% intervals on the time ratios), a line at parity. Drawn
-    here, beside the question's data and table (analysis.plots holds the shared figure helpers)."""
+    here, beside the question's data and table (analysis.report.plots holds the shared figure helpers)."""
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
-    from analysis.plots import _finish, placeholder, spaced_ticks
+    from analysis.report.plots import _finish, placeholder, spaced_ticks
 
     title = "Why one framework is slower: epoch time = work × time per unit of work"
     if work.empty:

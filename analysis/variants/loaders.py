@@ -10,7 +10,7 @@ from __future__ import annotations
 import pandas as pd
 
 from analysis import framework_label, model_label
-from analysis.display import TableSet
+from analysis.report.display import TableSet
 from analysis.grouping import paper_order
 from analysis.stats import CI_METHOD_RATIO, over_configurations
 from analysis.variants.pairing import Axis, variant_rows, variant_table
@@ -88,7 +88,7 @@ def loader_answer_parts(data: pd.DataFrame, intervals: list | None = None) -> li
     """The answer's parts (text, href): per model, the other loader's epoch time over the first's at
     the middle point, how many points are clear, and whether the framework verdict changes.
     `intervals`: where given, each model's geometric-mean interval is appended to it
-    (analysis.answers.Answer.intervals)."""
+    (analysis.report.answers.Answer.intervals)."""
     other = _other_rows(data)
     if other.empty:
         return [("Not measured: no other loader ran beside a framework's first (config loaders).", "#loaders")]

@@ -13,10 +13,10 @@ from collections import Counter
 import pandas as pd
 
 from analysis import FRAMEWORK_ORDER, framework_label, model_label
-from analysis import deadlocks
+from analysis.report import deadlocks
 from analysis.repeats import next_sweep
-from analysis.display import TableSet, frame_table, row_anchor
-from analysis.formatting import fmt_bytes, fmt_duration, fmt_pct
+from analysis.report.display import TableSet, frame_table, row_anchor
+from analysis.report.formatting import fmt_bytes, fmt_duration, fmt_pct
 from analysis.grouping import paper_order, truthy
 from analysis.tables.memory import memory_model_table
 from runners.adapters import registry
@@ -303,7 +303,7 @@ def adaptive_table(plan: dict) -> TableSet:
 
 
 def deadlocks_table(failures: list) -> TableSet:
-    """Every run that did not end ok, with its diagnosis (analysis.deadlocks)."""
+    """Every run that did not end ok, with its diagnosis (analysis.report.deadlocks)."""
     return TableSet(
         "deadlocks", "Deadlock and failure report", "Every run that did not end ok.",
         deadlocks.failures_frame(failures), body=deadlocks.render_html(failures))

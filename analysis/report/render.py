@@ -2,14 +2,12 @@
 the deadlock report, environment and fairness.
 
 This module renders: it writes every table and plot of analysis.REPORT_TABLES and REPORT_PLOTS
-as an asset and the page from them, all from one analysis.context.Context, so what several
+as an asset and the page from them, all from one analysis.report.context.Context, so what several
 parts read (the scaling series, the framework comparisons, the projection) is computed once.
-The answers on the first screen come from analysis.answers, the findings from
-analysis.findings, the tables from analysis.tables and analysis.records, the figures from
-analysis.figures. On the page every table is folded under <details>.
-
-    python -m analysis.report --aggregate results/aggregate --out results/report/index.html \
-        [--assets results/report]
+The answers on the first screen come from analysis.report.answers, the findings from
+analysis.report.findings, the tables from analysis.tables and analysis.report.sweep_record, the
+figures from analysis.report.figures. On the page every table is folded under <details>. Its
+command line (`python -m analysis.report`) is analysis/report/__main__.py.
 
 The page is self-contained (inline CSS, images as data URIs, no script, nothing fetched), so it
 opens offline and can be mailed. Every table (CSV + HTML fragment) and plot (PNG) is also
@@ -18,23 +16,21 @@ written to --assets under the fixed names in ASSETS, for Snakemake to declare an
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
-import sys
 from collections import Counter
 from pathlib import Path
 
 import jinja2
 
 from analysis import REPORT_PLOTS, REPORT_TABLES, STATUS_COLOURS, declared
-from analysis import answers
-from analysis.variants import lanes, loaders
-from analysis.projection import predict
 from analysis.aggregate import Aggregate
-from analysis.context import Context
-from analysis.figures import write_figures
-from analysis.findings import all_findings, precision_findings, study_findings
-from analysis.records import adaptive_findings
+from analysis.projection import predict
+from analysis.report import answers
+from analysis.report.context import Context
+from analysis.report.figures import write_figures
+from analysis.report.findings import all_findings, precision_findings, study_findings
+from analysis.report.sweep_record import adaptive_findings
+from analysis.variants import lanes, loaders
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 # Every file the report writes beside index.html (Snakemake declares these as outputs).
@@ -91,27 +87,3 @@ def render(agg: Aggregate, out: Path, assets: Path, source: str = "", collective
     figures = write_figures(ctx, assets)
     out.write_text(page(ctx, top, figures, source))
     return out
-
-
-def main(argv=None) -> int:
-    """Command line: render the report of an aggregate directory."""
-    p = argparse.ArgumentParser(prog="python -m analysis.report", description=__doc__.split("\n")[0])
-    p.add_argument("--aggregate", required=True, help="directory written by analysis.aggregate")
-    p.add_argument("--out", required=True, help="the HTML page to write (e.g. results/report/index.html)")
-    p.add_argument("--assets", default=None, help="directory for table CSV/HTML and plot PNG files "
-                   "(default: the page's directory)")
-    args = p.parse_args(argv)
-    agg_dir = Path(args.aggregate)
-    if not (agg_dir / "runs.csv").exists():
-        p.error(f"--aggregate {agg_dir}: no runs.csv there; run `python -m analysis.aggregate --out-dir "
-                f"{agg_dir} RUN_DIR...` first")
-    out = Path(args.out)
-    # the all-reduce micro-benchmark where it writes by default, beside the aggregate, if there is one
-    page = render(Aggregate.load(agg_dir), out, Path(args.assets) if args.assets else out.parent, source=str(agg_dir),
-                  collectives=predict.default_collectives(agg_dir))
-    print(f"[analysis] report: {page} ({page.stat().st_size / 1024:.0f} KiB)")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

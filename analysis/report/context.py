@@ -112,13 +112,13 @@ class Context:
     @cached_property
     def resource_runs(self):
         """The runs the resources figure follows (plots.select_resource_runs)."""
-        from analysis import plots
+        from analysis.report import plots
         return plots.select_resource_runs(self.runs, self.agg.cpu, self.agg.nvml)
 
     @cached_property
     def drawn(self) -> dict:
-        """Figure name -> the grid points it draws (analysis.figures.drawn_data)."""
-        from analysis.figures import drawn_data
+        """Figure name -> the grid points it draws (analysis.report.figures.drawn_data)."""
+        from analysis.report.figures import drawn_data
         return drawn_data(self.points, self.scaling, self.experiment)
 
     @cached_property

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import REPORT_PLOTS, plots
+from analysis import REPORT_PLOTS
+from analysis.report import plots
 from analysis.projection import speedup_gap
 
 FULL_GRIDS = {"runtime_vs_devices": "runtime_vs_devices_all", "speedup": "speedup_all", "breakdown": "breakdown_all"}
@@ -126,7 +127,7 @@ def drawn_data(points: pd.DataFrame, scaling: pd.DataFrame, experiment=None) -> 
 def write_figures(ctx, assets: Path) -> dict:
     """Write every figure of analysis.REPORT_PLOTS as a PNG under `assets`; name -> {src, caption,
     file, why} (why: the line the page shows instead of a figure with nothing to compare, or None).
-    `ctx`: the render's analysis.context.Context."""
+    `ctx`: the render's analysis.report.context.Context."""
     skip = not_drawn(ctx.runs, ctx.drawn, ctx.gap)
     figures = {}
     for name, asset in REPORT_PLOTS.items():

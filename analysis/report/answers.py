@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from analysis import BUSY_WARN_PERCENT, FRAMEWORK_ORDER, PHASE_COLUMNS, PHASE_LABELS, framework_label, model_label
-from analysis import deadlocks
 from analysis.repeats import second_round
+from analysis.report import deadlocks
 from analysis.projection import speedup_gap
 from analysis.comparisons import comparison_labels, framework_comparison, framework_pairs
-from analysis.context import Context, main_experiment
-from analysis.display import row_anchor
-from analysis.formatting import fmt_pct
+from analysis.report.context import Context, main_experiment
+from analysis.report.display import row_anchor
+from analysis.report.formatting import fmt_pct
 from analysis.grouping import paper_order, performance_runs, truthy
 from analysis.stats import NO_CLEAR, middle, over_configurations
 from analysis.tables.scaling import SUPERLINEAR_WARN, scaling_anchor
@@ -329,7 +329,7 @@ def step_answer(points: pd.DataFrame, exp, runs: pd.DataFrame | None = None) -> 
 # -- what hangs, and why --------------------------------------------------------------------
 
 def hang_answer(failures: list, n_runs: int) -> Answer:
-    """What hung or failed and why (analysis.deadlocks.hang_parts)."""
+    """What hung or failed and why (analysis.report.deadlocks.hang_parts)."""
     return Answer("deadlocks", "What hangs, and why?", deadlocks.hang_parts(failures, n_runs))
 
 
