@@ -411,9 +411,9 @@ def test_plan_and_runs_tables_say_the_experiment_once(agg):
 def test_an_answer_wider_than_the_precision_is_named_with_what_would_settle_it():
     """An interval of ±15 % at 2 repeats a point, aimed at ±10 %: (ln 1.15 / ln 1.1)^2 = 2.14 times
     the runs, so 3 more a point (ceil(2 x 1.14)), over its 8 points 24 runs; ±5 % is left alone."""
-    wide = answers.Answer("speed", "q", intervals=[{"what": "GAT PyG / DGL", "estimate": 2.0, "low": 2 / 1.15,
+    wide = answers.Answer("speed", intervals=[{"what": "GAT PyG / DGL", "estimate": 2.0, "low": 2 / 1.15,
                                                     "high": 2 * 1.15, "points": 8}])
-    narrow = answers.Answer("scaling", "q", intervals=[{"what": "PyG 1 → 2", "estimate": 1.5, "low": 1.5 / 1.05,
+    narrow = answers.Answer("scaling", intervals=[{"what": "PyG 1 → 2", "estimate": 1.5, "low": 1.5 / 1.05,
                                                         "high": 1.5 * 1.05, "points": 12}])
     rows = answers.open_answers([wide, narrow], 0.10, 2, 6.0)
     assert [r["what"] for r in rows] == ["GAT PyG / DGL"]
@@ -437,7 +437,7 @@ def test_the_cost_of_an_open_answer_is_the_planners_from_the_runs():
                           "steady_epoch_time_s": base / d * next(noise), "wall_time_s": 8.0}
                          for fw, base in (("pyg", 2.0), ("dgl", 1.0)) for d in (1, 2) for b in (256, 1024)
                          for r in range(3)])
-    wide = answers.Answer("speed", "q", intervals=[{"what": "GAT PyG / DGL", "estimate": 2.0, "low": 2 / 1.15,
+    wide = answers.Answer("speed", intervals=[{"what": "GAT PyG / DGL", "estimate": 2.0, "low": 2 / 1.15,
                                                     "high": 2 * 1.15, "points": 8, "answer": ("framework", "gat")}])
     rows = answers.open_answers([wide], 0.05, 3, 9.0)
     planned = answers.planned_cost(rows, runs, "e", 0.05)

@@ -197,7 +197,7 @@ def test_the_section_follows_scaling_and_keeps_its_detail_folded(rendered):
     order = [page.index(f'<section id="{s}">') for s in ("scaling", "projection", "speedup-gap")]
     assert order == sorted(order)
     first = section(page, "answers")
-    assert first.index("How far does each scale?") < first.index("What would more devices give?")
+    assert first.index("How far does each framework scale?") < first.index("What would more devices give?")
     sec = section(page, "projection")
     assert "<h2>What would more devices give?</h2>" in sec and "4 devices: PyG " in sec
     # with every fold closed the heading and the fold's summary show: the answer and what it rests on

@@ -131,7 +131,7 @@ def test_report_section_puts_harnesses_side_by_side(runs, tmp_path):
 
     page = render.render(aggregate([str(p) for p in runs.values()]), tmp_path / "index.html", tmp_path)
     text = page.read_text()
-    assert "Why the seed study saw what it saw" in text and 'id="memory-model"' in text
+    assert "Why did the seed study see what it saw?" in text and 'id="memory-model"' in text
     work = pd.read_csv(tmp_path / "study_work.csv").set_index(["harness", "framework"])
     assert work.loc[("study", "dgl"), "split_passes_per_epoch"] == pytest.approx(2.0)
     for key in (("study", "pyg"), ("fair", "pyg"), ("fair", "dgl")):

@@ -52,7 +52,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from analysis import FRAMEWORK_ORDER, framework_label
+from analysis.report.sections import DEFAULT_LOADER, RATIOS
 from analysis.stats import noise_dof
 from runners import sweep
 from runners.adapters import registry
@@ -60,19 +60,10 @@ from runners.rank.stopping import t_quantile
 from runners.records.result import read as read_result
 from runners.records.rundir import RunDir
 
-# What the report compares (each a ratio of one point's epoch time over another's that differ
-# in one key only): comparison -> (the key, numerator value, denominator value, how the report
-# says it). A point's loader is "default" for its framework's first (aggregate's loader_variant).
-_FIRST, _SECOND = FRAMEWORK_ORDER[:2]  # the report's order: the first framework's time over the second's
-DEFAULT_LOADER = "default"
 ACROSS = "across loaders"  # launch_noise's key of the loaders' runs fitted together
-AXES = {
-    "framework": ("framework", _FIRST, _SECOND, f"{framework_label(_FIRST)} over {framework_label(_SECOND)}"),
-    "devices": ("devices", 2, 1, "2 devices over 1"),
-    "workers": ("workers", 1, 0, "1 loader worker over none"),
-    "batch_size": ("batch_size", 1024, 256, "batch 1024 over 256"),
-} | {name: ("loader", name, DEFAULT_LOADER, f"{name} over the framework's first loader")
-     for name in registry.OTHER_LOADERS}
+# What the report compares, by axis: each a ratio of one point's epoch time over another's that
+# differ in one key only, as the report's sections declare them (analysis.report.sections).
+AXES = RATIOS
 POINT_KEYS = ("framework", "model", "devices", "batch_size", "workers", "loader")
 SETTLE_CAP = 10  # repeats a point at most in the report's cost of settling an open answer (each a block fit: 0.1-2.4 s)
 JOB_OVERHEAD_S = 1.0  # a Snakemake job around each run, beside the run's own wall time
@@ -130,28 +121,28 @@ class Comparison:
                  "devices": f"{fw} {model} b{batch} w{workers}",
                  "workers": f"{fw} {model} d{devices} b{batch}",
                  "batch_size": f"{fw} {model} d{devices} w{workers}",
-                 "loader": f"{fw} {model} d{devices} b{batch} w{workers}"}[AXES[self.axis][0]]
-        return f"{AXES[self.axis][3]} ({where})"
+                 "loader": f"{fw} {model} d{devices} b{batch} w{workers}"}[AXES[self.axis].column]
+        return f"{AXES[self.axis].words} ({where})"
 
     def answer(self) -> str:
         """The first-screen answer this comparison is part of: per model for the framework and
         loader questions, per framework for the others; a comparison within another loader's
         runs (GraphBolt at 2 devices over 1) is an answer of that loader's, not on the first screen."""
         fw, model, loader = self.den.key[0], self.den.key[1], self.den.key[-1]
-        if AXES[self.axis][0] in ("framework", "loader"):
-            return f"{AXES[self.axis][3]}, {model}"
-        return f"{AXES[self.axis][3]}, {fw}" + ("" if loader == DEFAULT_LOADER else f" {loader}")
+        if AXES[self.axis].column in ("framework", "loader"):
+            return f"{AXES[self.axis].words}, {model}"
+        return f"{AXES[self.axis].words}, {fw}" + ("" if loader == DEFAULT_LOADER else f" {loader}")
 
     def answer_key(self) -> tuple:
         """(axis, model or framework): the first-screen answer this comparison is part of, as the
         report's answers key their intervals (analysis.report.answers)."""
         fw, model = self.den.key[0], self.den.key[1]
-        return (self.axis, model if AXES[self.axis][0] in ("framework", "loader") else fw)
+        return (self.axis, model if AXES[self.axis].column in ("framework", "loader") else fw)
 
     def on_first_screen(self) -> bool:
         """Whether the report's first screen states this comparison's answer (its main experiment:
         the frameworks' first loaders, and a loader over the first)."""
-        return AXES[self.axis][0] == "loader" or self.den.key[-1] == DEFAULT_LOADER
+        return AXES[self.axis].column == "loader" or self.den.key[-1] == DEFAULT_LOADER
 
 
 def answer_half_width(sd: float, dof: float, pairs: list) -> float:
@@ -173,7 +164,8 @@ def combined_half_width(parts: list) -> float:
 def comparisons(points: dict) -> list:
     """Every pair of first-round points the report compares (same everything but one axis)."""
     out = []
-    for axis, (key_name, num_value, den_value, _) in AXES.items():
+    for axis, ratio in AXES.items():
+        key_name, num_value, den_value = ratio.column, ratio.numerator, ratio.denominator
         i = POINT_KEYS.index(key_name)
         for key, den in points.items():
             if key[i] != den_value:

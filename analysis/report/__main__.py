@@ -18,7 +18,7 @@ from analysis.report import render
 
 def main(argv=None) -> int:
     """Command line: render the report of an aggregate directory."""
-    p = argparse.ArgumentParser(prog="python -m analysis.report", description=render.__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m analysis.report", description=render.__doc__.split("\n\n")[0].replace("\n", " "))
     p.add_argument("--aggregate", required=True, help="directory written by analysis.aggregate")
     p.add_argument("--out", required=True, help="the HTML page to write (e.g. results/report/index.html)")
     p.add_argument("--assets", default=None, help="directory for table CSV/HTML and plot PNG files "

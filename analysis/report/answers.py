@@ -21,7 +21,7 @@ import pandas as pd
 
 from analysis import BUSY_WARN_PERCENT, FRAMEWORK_ORDER, PHASE_COLUMNS, PHASE_LABELS, framework_label, model_label
 from analysis.repeats import second_round
-from analysis.report import deadlocks
+from analysis.report import deadlocks, sections
 from analysis.projection import speedup_gap
 from analysis.comparisons import comparison_labels, framework_comparison, framework_pairs
 from analysis.report.context import Context, main_experiment
@@ -38,13 +38,17 @@ DEFAULT_PRECISION = 0.10
 
 @dataclass
 class Answer:
-    """One question's answer: `parts` are (text, href or None); `key` is its section's id."""
+    """One question's answer: `parts` are (text, href or None); `key` is its section's id, whose
+    title (analysis.report.sections) is the question."""
     key: str
-    label: str
     parts: list = field(default_factory=list)
     # The geometric-mean intervals the sentence states: {"what", "low", "high", "points"}, so the
     # first screen can say which of them are still wider than the sweep's precision (open_answers).
     intervals: list = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return sections.title(self.key)
 
     def text(self) -> str:
         return "".join(t for t, _ in self.parts)
@@ -134,7 +138,7 @@ def _why(g: pd.DataFrame, slow: str, fast: str) -> list:
 
 def speed_answer(speed: pd.DataFrame, exp) -> Answer:
     """Which framework is faster, by how much, per model (tables.speed.speed_data)."""
-    ans = Answer("speed", "Which framework is faster?")
+    ans = Answer("speed")
     d = speed[speed["experiment"] == exp] if len(speed) else speed
     if d.empty:
         ans.parts = [("Not measured: no configuration has ok runs of two frameworks.", "#speed")]
@@ -193,7 +197,7 @@ def _gap_parts(gap: pd.DataFrame, fws: list) -> list:
 
 def scaling_answer(scaling: pd.DataFrame, gap: pd.DataFrame, exp) -> Answer:
     """How far each framework scales from the fewest to the most devices, and where the rest goes."""
-    ans = Answer("scaling", "How far does each scale?")
+    ans = Answer("scaling")
     g = scaling[(scaling["experiment"] == exp) & (scaling["devices"] > scaling["base_devices"])
                 & scaling["speedup"].notna()] if len(scaling) else scaling
     if g.empty:
@@ -225,12 +229,11 @@ def scaling_answer(scaling: pd.DataFrame, gap: pd.DataFrame, exp) -> Answer:
 
 # -- loader workers and batch size ----------------------------------------------------------
 
-# The ratios the second round's planner plans for (analysis.repeats.second_round.AXES): axis -> (from, to).
-PLANNED = {axis: (second_round.AXES[axis][2], second_round.AXES[axis][1]) for axis in ("workers", "batch_size")}
-AXES = {  # axis -> section, question, what the ratio is, verdict words, leads for yes / no / neither
-    "workers": ("workers", "Do loader workers help?", "epoch speed-up", "faster", "slower",
-                ("Yes", "No, they slow it down", "Not clearly")),
-    "batch_size": ("batch", "What does batch size do?", "throughput gain", "higher", "lower",
+# The ratios the second round's planner plans for (analysis.report.sections): axis -> (from, to).
+PLANNED = {axis: (sections.RATIOS[axis].denominator, sections.RATIOS[axis].numerator) for axis in ("workers", "batch_size")}
+AXES = {  # axis -> section, what the ratio is, verdict words, leads for yes / no / neither
+    "workers": ("workers", "epoch speed-up", "faster", "slower", ("Yes", "No, they slow it down", "Not clearly")),
+    "batch_size": ("batch", "throughput gain", "higher", "lower",
                    ("Larger batches raise throughput", "Larger batches lower throughput", "No clear effect")),
 }
 
@@ -238,8 +241,8 @@ AXES = {  # axis -> section, question, what the ratio is, verdict words, leads f
 def axis_answer(data: pd.DataFrame, runs: pd.DataFrame, exp, axis: str) -> Answer:
     """Loader workers (speed-up of the epoch) or batch size (throughput gain): per framework the
     middle configuration's ratio with its interval, and how often the interval is clear."""
-    key, label, what, yes, no, leads = AXES[axis]
-    ans = Answer(key, label)
+    key, what, yes, no, leads = AXES[axis]
+    ans = Answer(key)
     d = data[(data["experiment"] == exp) & data["estimate"].notna()] if len(data) else data
     if d.empty:
         vals = sorted(set(runs.loc[runs["experiment"] == exp, axis])) if len(runs) else []
@@ -303,7 +306,7 @@ def _effect_index(axis: str) -> list:
 def step_answer(points: pd.DataFrame, exp, runs: pd.DataFrame | None = None) -> Answer:
     """Per framework the largest phase of a step, and the loader's wait (median shares).
     `runs`: the experiment's runs, to say why GPU runs have no phases."""
-    ans = Answer("breakdown", "Where does a step's time go?")
+    ans = Answer("breakdown")
     p = points[(points["experiment"] == exp) & (points["n_ok"] > 0) & (points["step_s_mean"] > 0)]
     p = p.dropna(subset=[f"step_{ph}_mean" for ph in PHASE_COLUMNS])
     if p.empty:
@@ -330,7 +333,7 @@ def step_answer(points: pd.DataFrame, exp, runs: pd.DataFrame | None = None) -> 
 
 def hang_answer(failures: list, n_runs: int) -> Answer:
     """What hung or failed and why (analysis.report.deadlocks.hang_parts)."""
-    return Answer("deadlocks", "What hangs, and why?", deadlocks.hang_parts(failures, n_runs))
+    return Answer("deadlocks", deadlocks.hang_parts(failures, n_runs))
 
 
 # -- do both learn the same ----------------------------------------------------------------
@@ -338,7 +341,7 @@ def hang_answer(failures: list, n_runs: int) -> Answer:
 def accuracy_answer(runs: pd.DataFrame) -> Answer:
     """Accuracy from the fixed-schedule runs (converged? the frameworks' difference with its
     interval), else the timing runs' learning check."""
-    ans = Answer("accuracy", "Do both frameworks learn the same?")
+    ans = Answer("accuracy")
     ok = performance_runs(runs)
     ok = ok[(ok["status"] == "ok") & ok["final_val_acc"].notna()] if len(ok) else ok
     fixed = ok[(ok.get("until", pd.Series("epochs", index=ok.index)).fillna("epochs") != "precise")
@@ -411,7 +414,7 @@ def loader_answer(loaders_data: pd.DataFrame) -> Answer:
     it changes which framework is faster (analysis.variants.loaders)."""
     from analysis.variants.loaders import loader_answer_parts
 
-    ans = Answer("loaders", "Classic DataLoader or GraphBolt?")
+    ans = Answer("loaders")
     ans.parts = loader_answer_parts(loaders_data, ans.intervals)
     return ans
 
@@ -423,7 +426,7 @@ def projection_answer(projection: dict | None, runs: pd.DataFrame, exp) -> Answe
     they stay out of the open answers (more repeats of the same points would not settle them)."""
     from analysis.projection import predict
 
-    ans = Answer("projection", "What would more devices give?")
+    ans = Answer("projection")
     ok = runs[(runs["experiment"] == exp) & (runs["status"] == "ok")] if exp is not None and len(runs) else runs
     measured = sorted(int(d) for d in ok["devices"].dropna().unique()) if len(ok) else []
     ans.parts = predict.answer_parts(projection, exp, measured)
@@ -460,7 +463,7 @@ def planned_cost(rows: list, runs: pd.DataFrame, exp, precision: float) -> dict 
         return None
     main = runs[runs["experiment"] == exp]
     same = [c for c in ("dataset", "device_type", "lane") if c in runs]
-    other = runs[(runs["loader_variant"] != second_round.DEFAULT_LOADER)
+    other = runs[(runs["loader_variant"] != sections.DEFAULT_LOADER)
                  & runs[same].isin({c: set(main[c]) for c in same}).all(axis=1)]
     cost = second_round.settling_cost(second_round.points_from_runs(pd.concat([main, other])), precision, keys)
     if sorted(cost["answers"]) != sorted(keys) or not cost["runs"]:

@@ -25,7 +25,7 @@ import jinja2
 from analysis import REPORT_PLOTS, REPORT_TABLES, STATUS_COLOURS, declared
 from analysis.aggregate import Aggregate
 from analysis.projection import predict
-from analysis.report import answers
+from analysis.report import answers, sections
 from analysis.report.context import Context
 from analysis.report.figures import write_figures
 from analysis.report.findings import all_findings, precision_findings, study_findings
@@ -65,7 +65,8 @@ def page(ctx: Context, top: dict, figures: dict, source: str) -> str:
         **page_findings(ctx),
         tables={k: {"title": t.title, "description": t.description, "html": t.html(), "empty": not t.grids
                     and t.body is None} for k, t in ctx.tables.items()},
-        figures=figures, n_failures=len(ctx.agg.failures),
+        figures=figures, n_failures=len(ctx.agg.failures), sections=sections.SECTIONS, sections_by_key=sections.BY_KEY,
+        nav_counts={"deadlocks": len(ctx.agg.failures), "invalid": len(ctx.agg.invalid)},
         projection=predict.page_notes(ctx.projection, answers.timing_only(ctx.perf), top["experiment"]),
         experiments=list(dict.fromkeys(runs["experiment"])),
         excluded_faults=int(len(runs) - len(ctx.perf)),

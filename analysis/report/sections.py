@@ -1,0 +1,72 @@
+"""The report's sections in page order, each declared once: its anchor, its title (the question it
+answers, as the navigation, its heading and the first screen all say it) and, where the answer is
+a ratio the second round can settle with more repeats, what that ratio compares.
+
+A new question is one `Section` here, its answer in analysis.report.answers and its block in the
+template (`heading(key)` writes the title); the navigation lists every section the page shows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from analysis import FRAMEWORK_ORDER, framework_label
+from runners.adapters import registry
+
+# A point's loader when it is its framework's first (aggregate's loader_variant).
+DEFAULT_LOADER = "default"
+# The first framework's time over the second's, as every comparison of the report orders them.
+_FIRST, _SECOND = FRAMEWORK_ORDER[:2]
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """One point's epoch time over another's that differs in `column` only."""
+    column: str
+    numerator: object
+    denominator: object
+    words: str  # how the report says it, e.g. "2 devices over 1"
+
+
+@dataclass(frozen=True)
+class Section:
+    key: str  # its id on the page, which sentences link to
+    title: str
+    compares: dict = field(default_factory=dict)  # axis -> Ratio, for the second round
+    conditional: bool = False  # on the page only where its answer is (the template's `answer`)
+
+
+SECTIONS = (
+    Section("answers", "Answers"),
+    Section("speed", "Which framework is faster?", {"framework": Ratio(
+        "framework", _FIRST, _SECOND, f"{framework_label(_FIRST)} over {framework_label(_SECOND)}")}),
+    Section("work", "Why is one framework slower?"),
+    Section("loaders", "Classic DataLoader or GraphBolt?", {name: Ratio(
+        "loader", name, DEFAULT_LOADER, f"{name} over the framework's first loader") for name in registry.OTHER_LOADERS},
+        conditional=True),
+    Section("scaling", "How far does each framework scale?",
+            {"devices": Ratio("devices", 2, 1, "2 devices over 1")}),
+    Section("projection", "What would more devices give?", conditional=True),
+    Section("speedup-gap", "Where does the missing speed-up go?"),
+    Section("workers", "Do loader workers help?", {"workers": Ratio("workers", 1, 0, "1 loader worker over none")}),
+    Section("batch", "What does batch size do?", {"batch_size": Ratio("batch_size", 1024, 256, "batch 1024 over 256")}),
+    Section("breakdown", "Where does a step's time go?"),
+    Section("deadlocks", "What hangs, and why?"),
+    Section("accuracy", "Do both frameworks learn the same?"),
+    Section("study", "Why did the seed study see what it saw?"),
+    Section("plan", "Plan the next sweep"),
+    Section("lanes", "Lanes: the same graph on another torch"),
+    Section("partitioned", "Past one machine's memory: replicated vs partitioned"),
+    Section("resources", "CPU and memory over time"),
+    Section("findings", "All findings, per experiment"),
+    Section("environment", "Environment and fairness settings"),
+    Section("invalid", "Malformed results"),
+    Section("runs", "All runs and rerun commands"),
+)
+BY_KEY = {s.key: s for s in SECTIONS}
+# Every ratio the report compares, by axis (the second round plans repeats for these).
+RATIOS = {axis: ratio for s in SECTIONS for axis, ratio in s.compares.items()}
+
+
+def title(key: str) -> str:
+    return BY_KEY[key].title

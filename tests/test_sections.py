@@ -1,0 +1,37 @@
+"""The report's sections are declared once (analysis.report.sections): the template writes every
+heading and the navigation from that declaration, every answer's question is its section's title,
+and the second round plans repeats for exactly the ratios the sections compare."""
+
+import re
+
+from analysis.repeats import second_round
+from analysis.report import answers, sections
+from tests.helpers import REPO
+
+TEMPLATE = (REPO / "analysis" / "report" / "templates" / "report.html.j2").read_text()
+
+
+def test_every_section_of_the_page_is_declared_in_page_order():
+    ids = re.findall(r'<section id="([\w-]+)"', TEMPLATE)
+    assert ids == [s.key for s in sections.SECTIONS]
+
+
+def test_headings_come_from_the_declaration_only():
+    assert not re.findall(r"<h2>(?!\{\{)", TEMPLATE), "a heading written out in the template"
+    keys = re.findall(r'heading\("([\w-]+)"\)', TEMPLATE)
+    assert set(keys) <= set(sections.BY_KEY) and len(keys) == len(set(keys))
+    # the navigation is one loop over the sections, not a second list of titles
+    nav = TEMPLATE[TEMPLATE.index("<nav>"):TEMPLATE.index("</nav>")]
+    assert nav.count("<a ") == 1 and "sections" in nav
+
+
+def test_an_answer_asks_its_sections_question():
+    a = answers.Answer("scaling")
+    assert a.label == sections.title("scaling") == "How far does each framework scale?"
+    assert {key for key, *_ in answers.AXES.values()} <= set(sections.BY_KEY)
+
+
+def test_the_second_round_plans_for_the_ratios_the_sections_compare():
+    declared = {axis for s in sections.SECTIONS for axis in s.compares}
+    assert set(second_round.AXES) == declared >= {"framework", "devices", "workers", "batch_size"}
+    assert sections.RATIOS["devices"].words == "2 devices over 1"
