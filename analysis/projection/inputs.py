@@ -107,6 +107,8 @@ class Measured:
             if (key, 1) in self.arrays:
                 rel = relative_steps(steps, self.arrays[key, 1][0], int(g["batch_size"].iloc[0]))
                 self.rel[key] = np.concatenate(list(rel.values())) if rel else np.array([])
+        # w_2 per configuration: its steps are not resampled, so each bootstrap draw reuses it
+        self.wait2 = {key: wait_factor(rel, 2) for key, rel in self.rel.items()}
 
     def profiles(self, key, devices) -> np.ndarray:
         """Runs x COLS of the configuration at `devices` (no rows where none was measured)."""
@@ -137,7 +139,7 @@ class Measured:
         # what the backward spent beyond its compute (slowed as the forward): all-reduce and waiting
         r["residual_s"] = m2[COL["backward_s"]] - m1[COL["backward_s"]] * r["forward_s"]
         local2 = sum(m1[COL[p]] * (r["forward_s"] if p == "backward_s" else r[p]) for p in PHASE_COLUMNS)
-        r["wait2_s"] = local2 * wait_factor(self.rel.get(key, []), 2)  # the modelled part of the residual
+        r["wait2_s"] = local2 * self.wait2.get(key, 0.0)  # the modelled part of the residual
         return r
 
 
