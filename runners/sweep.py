@@ -14,7 +14,9 @@ import os
 import random
 import re
 import shlex
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from runners import datasets  # numpy only: the dataset names
 from runners import settings
@@ -392,17 +394,32 @@ class Schedule:
 # --- rerunning one point --------------------------------------------------------------------
 
 
-# Snakemake by the pair lane's path (the Makefile's VENV), as the README's commands call it: a
-# fresh shell has no `snakemake` on its PATH; the direct command names its lane's python so.
+# Snakemake by the pair lane's path (the Makefile's VENV), as the README's commands call it, where
+# none is beside the interpreter running the workflow (snakemake_command).
 SNAKEMAKE = ".venv/bin/snakemake"
+
+
+def snakemake_command(basedir: str) -> str:
+    """The snakemake a rerun command names: the one beside the interpreter running the workflow,
+    relative to the project directory `basedir` when it lives there (.venv/bin/snakemake), else
+    its absolute path, as the direct command names its python (runners.records.settle.
+    rerun_interpreter); SNAKEMAKE when there is none. Never a bare `snakemake`: a fresh shell
+    has none on its PATH."""
+    # not resolved: a venv's python is a link out of it
+    exe = Path(os.path.abspath(sys.executable)).parent / "snakemake"
+    if not exe.exists():
+        return SNAKEMAKE
+    root = os.path.abspath(basedir)
+    return os.path.relpath(exe, root) if str(exe).startswith(root + os.sep) else str(exe)
 
 
 def rerun_command(configfiles, overrides: dict | None, basedir: str, on_slurm: bool) -> str:
     """The snakemake command that reruns one point of this sweep, as the report prints it (the
     aggregate appends `--forcerun` and the point's result): the invocation's profile, config
     files (relative to `basedir`, the project directory) and --config values."""
-    words = ([SNAKEMAKE, "--workflow-profile", "profiles/slurm"] if on_slurm
-             else [SNAKEMAKE, "--cores", "all", "--profile", "profiles/default"])
+    snakemake = snakemake_command(basedir)
+    words = ([snakemake, "--workflow-profile", "profiles/slurm"] if on_slurm
+             else [snakemake, "--cores", "all", "--profile", "profiles/default"])
     for path in configfiles or []:
         rel = os.path.relpath(os.path.abspath(path), basedir)
         words += ["--configfile", path if rel.startswith("..") else rel]

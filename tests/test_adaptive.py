@@ -24,17 +24,23 @@ def points(*items):
     return dict(items)
 
 
+def half_width(sd, dof, pairs):
+    """The half-width of an answer whose comparisons have repeats (n_a, n_b) each, all at one
+    spread: their log variances, combined as the planner does (second_round.combined_half_width)."""
+    return second_round.combined_half_width([(sd * sd * (1 / a + 1 / b), dof) for a, b in pairs])
+
+
 def test_half_width_is_the_reports_interval():
     """The planner's half-width at the pooled spread is the report's pooled interval."""
     a, b = [1.00, 1.06, 0.97], [0.50, 0.52]
     ratio, low, high = stats.ratio_interval(a, b, (0.05, 12, 0.05, 12))
-    hw = second_round.answer_half_width(0.05, 12, [(len(a), len(b))])
+    hw = half_width(0.05, 12, [(len(a), len(b))])
     assert hw == pytest.approx(high / ratio - 1, rel=1e-9)
     assert hw == pytest.approx(ratio / low - 1, rel=1e-9)
     # an answer over configurations is the report's combined interval
     rows = [stats.ratio_interval_dof(a, b, (0.05, 12, 0.05, 12))] * 4
     est, lo, hi = stats.combined_ratio(rows)
-    assert second_round.answer_half_width(0.05, 12, [(3, 2)] * 4) == pytest.approx(hi / est - 1, rel=1e-9)
+    assert half_width(0.05, 12, [(3, 2)] * 4) == pytest.approx(hi / est - 1, rel=1e-9)
 
 
 def test_only_open_answers_get_repeats_within_the_budget_and_cap():
@@ -75,8 +81,8 @@ def test_only_open_answers_get_repeats_within_the_budget_and_cap():
     k = row["to_settle_runs"]
     assert k > 0 and row["to_settle_min"] == pytest.approx(k * cost / 60, abs=0.06)
     assert row["status"] == f"open: {k} more runs (about {k * cost / 60:.1f} min) would settle it"
-    assert second_round.answer_half_width(sd, dof, [(2 + k - k // 2, 2 + k // 2)]) <= 0.1
-    assert second_round.answer_half_width(sd, dof, [(2 + (k - 1) - (k - 1) // 2, 2 + (k - 1) // 2)]) > 0.1
+    assert half_width(sd, dof, [(2 + k - k // 2, 2 + k // 2)]) <= 0.1
+    assert half_width(sd, dof, [(2 + (k - 1) - (k - 1) // 2, 2 + (k - 1) // 2)]) > 0.1
 
 
 def test_where_the_interval_lies_plays_no_part():
@@ -153,6 +159,14 @@ def test_command_line_plans_from_result_files(tmp_path):
     with pytest.raises(SystemExit):
         second_round.main(["--precision", "5", "--budget-min", "1", "--max-repeats", "4", "--out", str(out)])
 
+    # made again after a first-round run is redone: the plan it replaces is set aside first
+    os.utime(out, (time.time() - 10, time.time() - 10))
+    before = out.read_bytes()
+    assert second_round.main(["--precision", "0.25", "--budget-min", "1", "--max-repeats", "4", "--out", str(out),
+                              *results]) == 0
+    (aside,) = (tmp_path / "previous").glob("plan-*.json")
+    assert aside.read_bytes() == before and out.exists()
+
 
 def test_a_plan_whose_first_round_is_gone_or_redone_is_set_aside(tmp_path):
     """A stale plan moves to previous/ (the sweep then makes it again); a plan newer than every
@@ -169,6 +183,10 @@ def test_a_plan_whose_first_round_is_gone_or_redone_is_set_aside(tmp_path):
     assert second_round.set_aside_stale_plan(tmp_path / "none.json", [str(f) for f in first]) is None
 
     first[1].unlink()
+    # the workflow's parse-time question only reads: the plan stays until the checkpoint runs
+    made = plan.stat().st_mtime
+    assert "1 of 2 results it was made from are gone" in second_round.stale_plan(plan, [str(f) for f in first])
+    assert plan.exists() and plan.stat().st_mtime == made and not (plan.parent / "previous").exists()
     said = second_round.set_aside_stale_plan(plan, [str(f) for f in first])
     assert "1 of 2 results it was made from are gone" in said and str(first[1]) in said
     assert not plan.exists()

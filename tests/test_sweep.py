@@ -10,6 +10,8 @@ through Snakemake itself).
 import copy
 import functools
 import itertools
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -180,6 +182,15 @@ def test_the_rerun_command_names_this_invocations_configs(tmp_path):
         f".venv/bin/snakemake --cores all --profile profiles/default --configfile config/minimal.yaml --configfile {outside}")
     assert sweep.rerun_command(None, {"lanes": {"compare": ["current"]}}, str(ROOT), on_slurm=True) == (
         ".venv/bin/snakemake --workflow-profile profiles/slurm --config 'lanes={compare: [current]}'")
+
+
+def test_the_rerun_command_names_the_snakemake_beside_this_interpreter(tmp_path, monkeypatch):
+    """Relative to the project when it lives there (above), else by its absolute path; the pair
+    lane's .venv/bin/snakemake where none is beside the interpreter. Never a bare `snakemake`."""
+    beside = os.path.join(os.path.dirname(os.path.abspath(sys.executable)), "snakemake")
+    assert sweep.snakemake_command(str(tmp_path)) == beside
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "bin" / "python"))
+    assert sweep.snakemake_command(str(ROOT)) == ".venv/bin/snakemake"
 
 
 # --- configs the schema accepts but the sweep cannot run ------------------------------------

@@ -250,6 +250,35 @@ def test_report_outputs_match_analysis(tmp_path):
     assert sorted(declared) == sorted(f"results/report/{name}" for name in written)
 
 
+def test_dry_run_changes_no_file(tmp_path):
+    """`snakemake -n` moves, writes and touches nothing, even with a stale adaptive plan in the
+    project (its first round is gone): it says the plan is stale and that plan_repeats would
+    make it again, and leaves setting it aside to that job (issue 54)."""
+    cfg = minimal_with(adaptive={"precision": 0.05, "budget_min": 1, "max_repeats": 3})
+    (tmp_path / "adaptive.yaml").write_text(yaml.safe_dump(cfg))
+    plan = tmp_path / "results/plan/repeats.json"
+    plan.parent.mkdir(parents=True)
+    plan.write_text('{"runs": []}\n')
+
+    def files():
+        """Every file of the project, bytes and mtime (not Snakemake's own .snakemake/: its
+        dry runs cache what they saw there)."""
+        return {
+            p: (p.read_bytes(), p.stat().st_mtime_ns)
+            for p in tmp_path.rglob("*")
+            if p.is_file() and ".snakemake" not in p.relative_to(tmp_path).parts
+        }
+
+    before = files()
+    res = snakemake("-n", "--configfile", str(tmp_path / "adaptive.yaml"), cwd=tmp_path)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out
+    assert f"the adaptive plan {plan.relative_to(tmp_path)} is stale" in out
+    assert job_counts(out).get("plan_repeats") == 1, out
+    after = files()
+    assert after == before, sorted(set(after) ^ set(before))
+
+
 # --- static checks ----------------------------------------------------------------------------
 
 
@@ -424,15 +453,29 @@ def test_slow_runs_start_interleaved_by_repeat(tmp_path):
     assert "Second round:" in page and "PyG over DGL, sage" in page
     assert dry_run(proj, proj / "order.yaml", snakefile=proj / "Snakefile") == {}
 
+    # A first-round run redone after the plan (here its result rewritten) makes the plan stale:
+    # the checkpoint sets it aside under previous/ as it makes the new one.
+    time.sleep(1)
+    first = next(p for p in tiny.glob("*-r0/result.json"))
+    first.write_text(first.read_text() + "\n")
+    old_plan = (proj / "results/plan/repeats.json").read_bytes()
+    res = snakemake("--configfile", str(proj / "order.yaml"), "--until", "plan_repeats", cwd=proj,
+                    snakefile=proj / "Snakefile", timeout=600)
+    assert res.returncode == 0, res.stdout + res.stderr
+    (aside,) = (proj / "results/plan/previous").glob("repeats-*.json")
+    assert aside.read_bytes() == old_plan and (proj / "results/plan/repeats.json").exists()
+
     # A deleted run of the second round is measured again, as is a deleted sweep: the plan made
-    # from the deleted first round is stale, so it is set aside and made again.
+    # from the deleted first round is stale, so plan_repeats makes it again; the dry run moves
+    # nothing (the job sets the stale plan aside when it runs).
     shutil.rmtree(tiny / added[0])
     counts = dry_run(proj, proj / "order.yaml", snakefile=proj / "Snakefile")
     assert counts.get("run") == 1 and counts.get("aggregate") == 1, counts
     shutil.rmtree(tiny)
     counts = dry_run(proj, proj / "order.yaml", snakefile=proj / "Snakefile")
     assert counts.get("run") == 4 and counts.get("plan_repeats") == 1, counts
-    assert list((proj / "results/plan/previous").glob("repeats-*.json"))
+    assert (proj / "results/plan/repeats.json").exists()
+    assert list((proj / "results/plan/previous").glob("repeats-*.json")) == [aside]
 
 
 def test_slow_end_to_end_minimal_sweep(tmp_path):
@@ -520,12 +563,16 @@ def test_slow_end_to_end_minimal_sweep(tmp_path):
     old = json.loads(runs[0].read_text())
     table = pd.read_csv(proj / "results/aggregate/runs.csv")
     printed = table.set_index("result_path").loc[str(runs[0]), "workflow_command"]
-    assert printed == (
-        ".venv/bin/snakemake --cores all --profile profiles/default --configfile config/minimal.yaml"
+    # the snakemake beside the interpreter Snakemake ran in, by its absolute path: it lives
+    # outside this copy (its venv's, which may be a link's target: not SNAKEMAKE's own path)
+    first, rest = printed.split(" ", 1)
+    assert os.path.isabs(first) and first.endswith("/bin/snakemake") and os.access(first, os.X_OK)
+    assert rest == (
+        "--cores all --profile profiles/default --configfile config/minimal.yaml"
         f" --forcerun {one}"
     )
     res = subprocess.run(
-        printed.replace(".venv/bin/snakemake", SNAKEMAKE, 1) + f" -s {snakefile}",
+        printed + f" -s {snakefile}",
         shell=True, cwd=proj, env=env(), capture_output=True, text=True, timeout=600,
     )
     assert res.returncode == 0, res.stdout + res.stderr

@@ -145,12 +145,6 @@ class Comparison:
         return AXES[self.axis].column == "loader" or self.den.key[-1] == DEFAULT_LOADER
 
 
-def answer_half_width(sd: float, dof: float, pairs: list) -> float:
-    """Half-width of the geometric mean over configurations (stats.combined_ratio) of comparisons
-    with repeats (n_a, n_b) each, all at one spread: their log variances add, over the count squared."""
-    return combined_half_width([(sd * sd * (1 / a + 1 / b), dof) for a, b in pairs])
-
-
 def combined_half_width(parts: list) -> float:
     """Half-width of the geometric mean over configurations of comparisons whose log ratios have
     (variance, dof) each: the variances add, over the count squared, and the smallest dof is kept
@@ -513,28 +507,40 @@ def run_wildcards(run_dir: Path) -> dict:
     return {"dataset": run.dataset, "name": run.stem}
 
 
-def set_aside_stale_plan(plan: Path, first_round: list) -> str | None:
-    """Move a plan to previous/ when a first-round result it was made from is gone or newer
-    than the plan, and say so (None: the plan still holds, or there is none).
-
-    The workflow reads a plan made by an earlier sweep directly (workflows/rules/adaptive.smk),
-    so a stale one must go before the sweep starts; the checkpoint then makes a new one from
-    the first round as it now is.
-    """
+def stale_plan(plan: Path, first_round: list) -> str | None:
+    """Why a plan is stale: a first-round result it was made from is gone or newer than the
+    plan (None: the plan still holds, or there is none). Reads only; the workflow asks at parse
+    time, so even a dry run says so without moving anything."""
     plan = Path(plan)
     if not plan.exists():
         return None
     made = plan.stat().st_mtime
     missing = [r for r in first_round if not Path(r).exists()]
     newer = [r for r in first_round if r not in missing and Path(r).stat().st_mtime > made]
-    if not missing and not newer:
+    if missing:
+        return f"{len(missing)} of {len(first_round)} results it was made from are gone, e.g. {missing[0]}"
+    if newer:
+        return f"{len(newer)} of {len(first_round)} results are newer, e.g. {newer[0]}"
+    return None
+
+
+def set_aside_stale_plan(plan: Path, first_round: list) -> str | None:
+    """Move a stale plan (stale_plan) to previous/ and say so (None: it still holds, or there is
+    none, and it stays where it is).
+
+    The checkpoint that makes the plan calls it (main, --out) before it writes the new one, so a
+    stale plan is set aside when the sweep runs, never when the workflow is parsed; the workflow
+    reads a plan that still holds directly and leaves a stale one to the checkpoint
+    (workflows/rules/adaptive.smk).
+    """
+    plan = Path(plan)
+    why = stale_plan(plan, first_round)
+    if why is None:
         return None
-    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(made))
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(plan.stat().st_mtime))
     aside = plan.parent / "previous" / f"{plan.stem}-{stamp}{plan.suffix}"
     aside.parent.mkdir(parents=True, exist_ok=True)
     plan.replace(aside)
-    why = (f"{len(missing)} of {len(first_round)} results it was made from are gone, e.g. {missing[0]}"
-           if missing else f"{len(newer)} of {len(first_round)} results are newer, e.g. {newer[0]}")
     return f"the adaptive plan {plan} is stale ({why}): moved to {aside}; it is made again after the first round"
 
 
@@ -554,6 +560,11 @@ def main(argv=None) -> int:
     planned = plan(points, args.precision, args.budget_min * 60, args.max_repeats)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    # an earlier plan made from another first round is kept under previous/, not overwritten
+    # (the workflow's checkpoint flags the plan update(), so Snakemake leaves it here for this)
+    said = set_aside_stale_plan(out, args.results)
+    if said:
+        print(f"adaptive: {said}", file=sys.stderr)
     doc = planned.to_json(points, first_round)
     out.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"adaptive: {len(doc['runs'])} more runs at {len(doc['points'])} points, about "

@@ -123,7 +123,7 @@ def study_work_table(runs: pd.DataFrame) -> TableSet:
         "the split; N× = every one of N ranks trained the whole split). Highlighted: more than one pass.",
         data, _study_grids(data, "Work per rank per epoch", cell),
         empty_text="No run with the seed study's harness (--harness study) in these results; "
-                   "run `snakemake --cores all --configfile config/study.yaml`.")
+                   "run `.venv/bin/snakemake --cores all --profile profiles/default --configfile config/study.yaml`.")
 
 
 def study_time_table(points: pd.DataFrame) -> TableSet:

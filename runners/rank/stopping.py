@@ -127,16 +127,3 @@ def decide(epoch_times: list, rule: StopRule) -> str | None:
     if rule.max_train_s and a["steady_epochs"] >= TIME_CAP_FLOOR and sum(epoch_times) + epoch_times[-1] > rule.max_train_s:
         return "time_cap"
     return None
-
-
-def epochs_needed(cv: float, precision: float, floor: int = 3) -> int | None:
-    """Steady epochs a run needs for its interval to reach `precision` at a within-run CV of `cv`
-    (the smallest n with t(n-1) cv / sqrt(n) <= precision; at least `floor`)."""
-    if cv is None or not math.isfinite(cv) or precision <= 0:
-        return None
-    n = max(2, floor)
-    while t_quantile(n - 1) * cv / math.sqrt(n) > precision:
-        n += 1
-        if n > 10_000:
-            return None
-    return n

@@ -5,16 +5,24 @@
 #
 # A plan made by an earlier sweep is read directly, not through the checkpoint: Snakemake does
 # not look again at a job downstream of a checkpoint whose output exists, so a deleted run or an
-# edit to the analysis would not make the aggregate run again. A stale plan is set aside first
-# (analysis.repeats.second_round.set_aside_stale_plan), and the checkpoint makes a new one.
+# edit to the analysis would not make the aggregate run again. A stale plan (a first-round
+# result it was made from is gone or newer: second_round.stale_plan) is not read; parsing only
+# says so and changes no file, even `snakemake -n`. Its inputs make Snakemake rerun the
+# checkpoint, which sets the stale plan aside (previous/) before it writes the new one: the
+# plan is an update() output, so Snakemake leaves it there for the job instead of deleting it.
 
 PLAN = "results/plan/repeats.json"
 
-if config.get("adaptive"):
-    _stale = second_round.set_aside_stale_plan(PLAN, TIMING_RESULTS)
-    if _stale:
-        print(f"[gnnscale] {_stale}", file=sys.stderr)
-EARLIER_PLAN = PLAN if config.get("adaptive") and os.path.exists(PLAN) else None
+_stale = config.get("adaptive") and second_round.stale_plan(PLAN, TIMING_RESULTS)
+if _stale:
+    print(
+        f"[gnnscale] the adaptive plan {PLAN} is stale ({_stale}): it is set aside"
+        " and made again after the first round",
+        file=sys.stderr,
+    )
+EARLIER_PLAN = (
+    PLAN if config.get("adaptive") and os.path.exists(PLAN) and not _stale else None
+)
 
 
 checkpoint plan_repeats:
@@ -22,7 +30,8 @@ checkpoint plan_repeats:
     input:
         TIMING_RESULTS,
     output:
-        PLAN,
+        # update(): the job sets a stale plan aside itself (second_round.set_aside_stale_plan)
+        update(PLAN),
     log:
         "results/logs/plan_repeats.log",
     conda:
