@@ -28,7 +28,8 @@ from runners.watch.diagnosis.servers import (diagnose_stalled_server, lost_serve
 from runners.watch.diagnosis.stop import (cause_label, decide_stop, diagnose_stop, fd_exhaustion, fd_remedy, remedy_for,
                                           stop_summary)
 
-__all__ = ["CAUSES", "RUN_CAUSES", "SKIP_CAUSES", "Cause", "Diagnosis", "Findings", "Outcome", "label_of", "PEER_LOST", "cause_errors",
+__all__ = ["CAUSES", "RUN_CAUSES", "SKIP_CAUSES", "Cause", "Diagnosis", "Findings", "Outcome", "label_of",
+           "PEER_LOST", "cause_errors",
            "classify_exit", "decide_exit", "diagnose_divergence", "diagnose_exit", "diagnose_interruption",
            "shm_exhaustion", "skipped", "worker_deaths", "OVERRIDES", "Override", "Verdict", "adopted",
            "apply_overrides", "crash_before_hang", "diagnose_vanished", "out_of_memory", "preview", "register",
