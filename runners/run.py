@@ -20,9 +20,11 @@ main() takes the run's steps in this order (a step that ends the run returns its
     ├── ranks.supervise                 runners.watch.supervisor.Supervisor; output into the log
     ├── strategy.stop
     └── conclude
-        ├── ranks.notice_vanished       a directory moved or deleted: recording.restage
-        ├── explain_across_nodes        runners.watch.nodes
-        ├── strategy.explain            after runners.watch.nodes (runners.launch.strategy says why)
+        ├── ranks.notice_vanished       a directory moved or deleted (evidence for the overrides)
+        ├── gather_across_nodes         runners.watch.nodes.NodeFacts (evidence for the overrides)
+        ├── strategy.explain            the graph server's (evidence for the overrides)
+        ├── diagnosis.apply_overrides   runners.watch.diagnosis.OVERRIDES, in their order
+        ├── recording.restage           a run directory that vanished: the result in a new one
         ├── dataset.recheck_dataset
         └── recording.write_and_report  recording.launched_result, settled into the point
 
@@ -253,9 +255,16 @@ def main(argv=None) -> int:
 def conclude(cfg: RunConfig, out: Path, argv: list, data, env: dict, pre: dict, stage: Path, run, strategy) -> int:
     """Explain the ended run and record it into its point `out`; the run's exit code. A run
     whose directory vanished is recorded in a fresh one, as `failed` (nothing to explain)."""
+    from runners.watch.diagnosis import apply_overrides
     from runners.watch.supervisor import dir_identity
 
-    if vanished(run.outcome) or notice_vanished(stage, run):
+    if not vanished(run.outcome):
+        notice_vanished(stage, run)
+    if cfg.nodes > 1 and run.outcome.diagnosis:
+        gather_across_nodes(cfg, stage, run, env)
+    strategy.explain(stage, run)
+    apply_overrides(run.outcome)  # the one place runners.watch.diagnosis.OVERRIDES are applied
+    if vanished(run.outcome):
         # What the ranks wrote went with the directory: the result, in a new one, says why it is empty.
         try:
             cfg, stage = restage(cfg, out, argv)
@@ -263,22 +272,18 @@ def conclude(cfg: RunConfig, out: Path, argv: list, data, env: dict, pre: dict, 
         except OSError as exc:
             d = run.outcome.diagnosis
             return report_vanished(stage, Path(d["missing_file"]), d["detected_after_s"], unwritable(out, exc))
-    elif cfg.nodes > 1 and run.outcome.diagnosis:
-        explain_across_nodes(cfg, stage, run, env)
-    strategy.explain(stage, run)
     recheck_dataset(data, env)
     return write_and_report(stage, out, launched_result(cfg, argv, data, env, pre, run), run)
 
 
-def explain_across_nodes(cfg: RunConfig, stage: Path, run, env: dict) -> None:
-    """A node's watchdog sees its own processes only: name the hosts, and another node's part
-    (runners.watch.nodes), in run.outcome."""
+def gather_across_nodes(cfg: RunConfig, stage: Path, run, env: dict) -> None:
+    """A node's watchdog sees its own processes only: what names the hosts, and another node's
+    part (runners.watch.nodes.NodeFacts), for the overrides."""
     from runners.watch import nodes
 
     detected = run.launch_t + (run.outcome.detected_after_s or 0.0)
-    run.outcome.diagnosis = nodes.explain(cfg, stage, run.local_ranks, run.outcome.status,
-                                          run.outcome.diagnosis, run.started_at, env.get("network"), detected)
-    nodes.adopt_lost_culprit(cfg, stage, run.outcome, run.started_at)
+    run.outcome.findings.nodes = nodes.NodeFacts(cfg, stage, run.local_ranks, run.started_at, env.get("network"),
+                                                 detected)
 
 
 if __name__ == "__main__":

@@ -606,8 +606,8 @@ def test_node1_adopts_the_graph_server_that_node0s_result_names(tmp_path):
     import json
     import types
 
-    from runners.partitioned.server import Server
-    from runners.watch.diagnosis import Outcome
+    from runners.partitioned.server import Server, ServerFacts
+    from runners.watch.diagnosis import Outcome, apply_overrides
 
     job = tmp_path / "job"
     stage = job / ".node1.run-20261128T110000Z-4242"  # node 1's staging directory inside the job
@@ -624,7 +624,8 @@ def test_node1_adopts_the_graph_server_that_node0s_result_names(tmp_path):
     hang = {"summary": "hang: rank 1 made no progress in phase 'loading'; cause: one rank stopped making progress",
             "cause": "stalled_rank", "culprit_rank": 1, "evidence": ["rank 1 ..."], "ranks": []}
     outcome = Outcome("hang", dict(hang))
-    server.adopt_remote(stage, outcome, now)
+    outcome.findings.server = ServerFacts(server, stage, now)
+    apply_overrides(outcome)
     d = outcome.diagnosis
     assert outcome.status == "crashed" and d["cause"] == "lost_server" and d["culprit_rank"] is None, d
     assert d["summary"].startswith(theirs["summary"] + " (node 0's result; node 1's trainers lost it: hang: rank 1"), d

@@ -176,8 +176,16 @@ def _stats(usage, faults):
             "anon_bytes": 600, "file_bytes": 100, "shmem_bytes": 300, "major_faults": faults, "t": 5.0}
 
 
+def apply_oom(outcome, oom, memory):
+    """`outcome` after diagnosis.OVERRIDES, with the OOM evidence the supervisor gathers (Findings.oom)."""
+    from runners.watch.diagnosis import apply_overrides
+
+    outcome.findings.oom = (oom, memory)
+    return apply_overrides(outcome)
+
+
 def test_a_hang_at_the_memory_cap_is_named_memory_pressure(tmp_path):
-    from runners.watch.diagnosis import apply_oom, Outcome
+    from runners.watch.diagnosis import Outcome
 
     hang = {"summary": "hang: rank 0 made no progress; cause: a loader worker stopped", "cause": "stalled_worker",
             "ranks": [], "evidence": ["rank 0: no progress"]}
@@ -212,7 +220,7 @@ def _killed_run(tmp_path, ranks=2, oom_seen=True) -> tuple:
 
 
 def test_an_oom_kill_is_status_killed_whatever_the_run_showed_after_it(tmp_path):
-    from runners.watch.diagnosis import apply_oom, Outcome
+    from runners.watch.diagnosis import Outcome
 
     hang = {"summary": "hang: ...; cause: every rank is blocked in a collective", "cause": "collective_mismatch",
             "ranks": [], "evidence": []}
@@ -229,7 +237,7 @@ def test_an_oom_kill_is_status_killed_whatever_the_run_showed_after_it(tmp_path)
 
 
 def test_kills_after_a_hang_at_the_cap_stay_memory_pressure(tmp_path):
-    from runners.watch.diagnosis import apply_oom, Outcome
+    from runners.watch.diagnosis import Outcome
 
     hang = {"summary": "hang: rank 0 made no progress; cause: a loader worker stopped", "cause": "stalled_worker",
             "ranks": [], "evidence": []}

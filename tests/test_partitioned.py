@@ -379,7 +379,7 @@ def _server_process(tmp_path, command: str):
 
     proc = subprocess.Popen(["sh", "-c", command], start_new_session=True)
     starter = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    cfg = types.SimpleNamespace(node_rank=1)
+    cfg = types.SimpleNamespace(node_rank=1, nodes=1)  # one node: no other node's result to read
     server = Server(cfg=cfg, proc=proc, log_path=tmp_path / "server1.log", started_t=time.time(), host="h1")
     server.trainers_root = starter.pid
     return server, proc, starter
@@ -398,7 +398,8 @@ def test_server_death_is_kept_though_its_trainers_ended_first(tmp_path, command,
     import os
     import signal
 
-    from runners.watch.diagnosis import Outcome
+    from runners.partitioned.server import ServerFacts
+    from runners.watch.diagnosis import Outcome, apply_overrides
 
     server, proc, starter = _server_process(tmp_path, command)
     try:
@@ -410,12 +411,14 @@ def test_server_death_is_kept_though_its_trainers_ended_first(tmp_path, command,
         assert ended["stopped_by"] == ("died mid-run" if died else "shutdown request from the trainers"), ended
         lost_node = {"summary": "crashed: lost node 0 (...)", "cause": "lost_node", "ranks": [], "evidence": []}
         outcome = Outcome("crashed", dict(lost_node))
-        server.explain(outcome)
+        outcome.findings.server = ServerFacts(server, tmp_path, "")
+        apply_overrides(outcome)
         assert outcome.diagnosis["cause"] == ("lost_server" if died else "lost_node"), outcome.diagnosis
         if died:
             assert outcome.diagnosis["lost_server"]["signal"] == signal_name
             finished = Outcome("ok", None)
-            server.explain(finished)  # a run that finished stands whatever its server did after
+            finished.findings.server = ServerFacts(server, tmp_path, "")
+            apply_overrides(finished)  # a run that finished stands whatever its server did after
             assert finished.status == "ok" and finished.diagnosis is None
     finally:
         starter.kill()

@@ -17,6 +17,7 @@ import pandas as pd
 from analysis import FRAMEWORK_ORDER, STATUS_SEVERITY, framework_label, model_label
 from analysis.grouping import truthy
 from runners.records.rundir import RunDir
+from runners.watch.diagnosis.causes import label_of
 from runners.watch.stacks import OWN_CODE, main_first, parse_stack_text
 
 TOP_FRAMES = 6
@@ -234,9 +235,11 @@ def _n(count: int, word: str) -> str:
 
 
 def _cause(f: dict) -> str:
-    """The diagnosed cause in a few words: its text up to the first colon."""
+    """The diagnosed cause in a few words: its Cause record's label (causes.label_of). A result
+    whose cause text no record holds (written before its cause's wording changed) is read as it
+    was written then: its text up to the first colon."""
     d = f["diagnosis"]
-    return (d.get("cause_text") or d.get("cause") or "unknown cause").split(":")[0]
+    return label_of(d) or (d.get("cause_text") or d.get("cause") or "unknown cause").split(":")[0]
 
 
 def _who(fs: list) -> list:

@@ -285,15 +285,19 @@ def vanished_outcome(run: Launch, out: Path, gone: Path, after_s: float, where: 
                      ranks: list):
     """The outcome of a run whose directory `out` vanished (`gone`: the first file found
     missing, `after_s` after launch), its tree stopped (`survivors`: pids that outlived it)."""
-    from runners.watch.diagnosis import Outcome, diagnose_vanished
+    from runners.watch.diagnosis import Outcome
 
     try:
         rc = run.proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
         rc = None
-    return Outcome("failed", diagnose_vanished(out, gone, after_s, where, ranks), detected_after_s=after_s,
-                   returncode=rc, killed_by_watchdog=True, survivors=survivors,
-                   note="the run directory vanished: the launcher stopped the tree and wrote the result into a new one")
+    outcome = Outcome("failed", None, detected_after_s=after_s, returncode=rc, killed_by_watchdog=True,
+                      survivors=survivors, note="the run directory vanished: the launcher stopped the tree and "
+                                                "wrote the result into a new one")
+    # diagnosis.OVERRIDES' run_dir_vanished names it (the run had not ended by itself)
+    outcome.findings.vanished = dict(run_dir=out, missing=gone, after_s=after_s, whereabouts=where, ranks=ranks,
+                                     ended=False)
+    return outcome
 
 
 def whereabouts(fh, run_dir: Path) -> str | None:
@@ -313,22 +317,25 @@ def whereabouts(fh, run_dir: Path) -> str | None:
 
 
 def vanished(outcome) -> bool:
-    """Whether the run's directory was moved or deleted from outside (cause run_dir_vanished)."""
-    return outcome is not None and (outcome.diagnosis or {}).get("cause") == "run_dir_vanished"
+    """Whether the run's directory was moved or deleted from outside (cause run_dir_vanished, or
+    found so for the overrides to name)."""
+    return outcome is not None and (outcome.findings.vanished is not None
+                                    or (outcome.diagnosis or {}).get("cause") == "run_dir_vanished")
 
 
 def notice_vanished(stage: Path, run: Launch) -> bool:
     """A run directory that vanished after its tree had exited (the supervisor saw it whole):
-    run.outcome becomes `failed`, cause run_dir_vanished, keeping what the run had ended as."""
-    from runners.watch.diagnosis import diagnose_vanished
+    found for diagnosis.OVERRIDES' run_dir_vanished, which makes run.outcome `failed`, keeping
+    what the run had ended as."""
     from runners.watch.supervisor import missing_file
 
     gone = missing_file(stage, run.run_dir_id)
     if gone is None:
         return False
-    after_s, o = time.time() - run.launch_t, run.outcome
-    o.diagnosis = diagnose_vanished(stage, gone, after_s, None, [], {"status": o.status, "diagnosis": o.diagnosis})
-    o.status, o.detected_after_s = "failed", after_s
+    after_s = time.time() - run.launch_t
+    run.outcome.detected_after_s = after_s
+    run.outcome.findings.vanished = dict(run_dir=stage, missing=gone, after_s=after_s, whereabouts=None, ranks=[],
+                                         ended=True)
     return True
 
 

@@ -85,17 +85,22 @@ class Partitioned(Replicated):
     def stop(self, cfg: RunConfig, env: dict, pre: dict, run) -> None:
         """The server's state while it runs (a hang, or a crash while it was stopped), then the
         server stopped and recorded in env["partitioned"]."""
+        from runners.watch.diagnosis.overrides import preview
+
         if not vanished(run.outcome):
-            self.server.gather(run.outcome, run.launch_t)
+            # how the run ended as the overrides before the server's will say (the loop runs later, in conclude)
+            seen = preview(run.outcome, before="run_dir_vanished") if run.outcome is not None else None
+            self.server.gather(seen, run.launch_t)
         env["partitioned"]["server"] = self.server.stop(cfg.kill_grace_s, pre.get("memory_model"))
 
     def explain(self, stage: Path, run) -> None:
-        """This host's own server, dead or stalled, outranks the peers its trainers lost on the
-        way (they were its victims): hence after runners.watch.nodes.explain; then another host's
-        server, from that node's result."""
-        if not vanished(run.outcome):
-            self.server.explain(run.outcome)
-            self.server.adopt_remote(stage, run.outcome, run.started_at)
+        """This host's graph server, for diagnosis.OVERRIDES' `server` and `remote_server`: its own
+        server, dead or stalled, outranks the peers its trainers lost on the way (they were its
+        victims), hence after runners.watch.nodes; then another host's server, from that node's result."""
+        from runners.partitioned.server import ServerFacts
+
+        if run.outcome is not None:
+            run.outcome.findings.server = ServerFacts(self.server, stage, run.started_at)
 
 
 def of(cfg: RunConfig) -> Replicated:

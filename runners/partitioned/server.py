@@ -320,38 +320,38 @@ class Server:
                                     waiting_for_requests=idle if stack else None)
         return self.stall
 
-    def explain(self, outcome) -> None:
+    def explain(self, status: str, diag: dict | None):
         """When this host's server died mid-run: the run `crashed`, cause `lost_server`, the
         summary naming the server, its host and how it ended (the trainers were its victims).
-        When it stopped making progress (gather): the hang's cause is `stalled_server`."""
-        if outcome is None or outcome.status in ("ok", "interrupted"):
-            return  # a finished run stands; an interrupted one was stopped from outside, server and all
+        When it stopped making progress (gather): the hang's cause is `stalled_server`. A
+        (status, diagnosis) verdict (diagnosis.OVERRIDES' `server`), or None."""
+        if status in ("ok", "interrupted"):
+            return None  # a finished run stands; an interrupted one was stopped from outside, server and all
         if self.died is None:
             from runners.watch.diagnosis import diagnose_stalled_server
 
-            stalled = diagnose_stalled_server(outcome.status, outcome.diagnosis, self.stall)
-            if stalled is not None:  # a crash on the peers it cost is still the hang it caused
-                outcome.status, outcome.diagnosis = "hang", stalled
-            return
+            stalled = diagnose_stalled_server(status, diag, self.stall)
+            # a crash on the peers it cost is still the hang it caused
+            return ("hang", stalled) if stalled is not None else None
         from runners.watch.diagnosis import lost_server
 
         server = {"node": self.cfg.node_rank, "host": self.host, "pid": self.proc.pid}
-        outcome.diagnosis = lost_server(outcome.status, outcome.diagnosis, server, self.died)
-        outcome.status = "crashed"
+        return "crashed", lost_server(status, diag, server, self.died)
 
-    def adopt_remote(self, out: Path, outcome, started_at: str) -> None:
+    def adopt_remote(self, out: Path, started_at: str, status: str, diag: dict | None):
         """Any node whose own server lived and kept going: a server that died or stopped making
         progress on another node is the run's cause when that node's result says so (node 0's
         beside the job, node{K}/result.json for the others, as runners.watch.nodes reads them); this
         node's trainers only lost it or waited for it. A hang no result explains, while this
         node's trainers waited over RPC, points to another node's server
         (diagnosis.remote_server_stall). How long each node waits for the others' results:
-        runners.watch.nodes.other_results."""
+        runners.watch.nodes.other_results. A (status, diagnosis) verdict (diagnosis.OVERRIDES'
+        `remote_server`), or None."""
         from runners.watch.diagnosis import remote_server, remote_server_stall, server_stall
 
-        if (self.cfg.nodes < 2 or outcome is None or outcome.status == "ok" or self.died is not None
+        if (self.cfg.nodes < 2 or status == "ok" or self.died is not None
                 or (self.stall is not None and server_stall(self.stall) is not None)):
-            return
+            return None
         from runners.watch import nodes
 
         results = nodes.other_results(self.cfg, out, started_at)
@@ -360,17 +360,15 @@ class Server:
             cause = theirs.get("cause")
             if cause not in ("lost_server", "stalled_server") or not (theirs.get(cause) or {}).get("host"):
                 continue
-            outcome.diagnosis = remote_server(outcome.status, outcome.diagnosis, k, theirs, self.cfg.node_rank)
             # A server lost is a crash (its trainers were victims); one that stopped is the hang it caused.
-            outcome.status = "crashed" if cause == "lost_server" else outcome.status
-            return
-        if (outcome.diagnosis or {}).get("culprit_node") or (outcome.diagnosis or {}).get("cause") == "lost_node":
-            return  # another node's result or a lost connection already names where it stopped
+            return ("crashed" if cause == "lost_server" else status,
+                    remote_server(status, diag, k, theirs, self.cfg.node_rank))
+        if (diag or {}).get("culprit_node") or (diag or {}).get("cause") == "lost_node":
+            return None  # another node's result or a lost connection already names where it stopped
         others = [{"node": k, "host": (results.get(k) or {}).get("env", {}).get("hostname")
                    or self.host_of(k)} for k in range(self.cfg.nodes) if k != self.cfg.node_rank]
-        pointed = remote_server_stall(outcome.status, outcome.diagnosis, self.stall, others)
-        if pointed is not None:
-            outcome.diagnosis = pointed
+        pointed = remote_server_stall(status, diag, self.stall, others)
+        return (status, pointed) if pointed is not None else None
 
     def host_of(self, node: int) -> str | None:
         """Node `node`'s address in the run's ip_config (the host's name is in its own result)."""
@@ -515,6 +513,22 @@ def _kill_group(proc: subprocess.Popen) -> None:
         except ProcessLookupError:
             pass
         proc.wait(timeout=10)
+
+
+@dataclass
+class ServerFacts:
+    """This host's graph server as diagnosis.OVERRIDES reads it (Findings.server): the server, with
+    the run directory and start the other nodes' results are found by."""
+
+    server: Server
+    out: Path
+    started_at: str
+
+    def explain(self, status: str, diag: dict | None):
+        return self.server.explain(status, diag)
+
+    def adopt_remote(self, status: str, diag: dict | None):
+        return self.server.adopt_remote(self.out, self.started_at, status, diag)
 
 
 def start_server(cfg, the_plan: Plan, out: Path) -> Server:

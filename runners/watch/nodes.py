@@ -10,7 +10,9 @@ import datetime as dt
 import re
 import socket
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from runners.records import history, rank_rows
 from runners.records.rundir import RunDir
@@ -228,13 +230,14 @@ def _adopt_remote_culprit(cfg, out: Path, diag: dict, started_at: str) -> dict:
     return diag
 
 
-def adopt_lost_culprit(cfg, out: Path, outcome, started_at: str) -> None:
+def adopt_lost_culprit(cfg, out: Path, status: str, diag: dict | None, started_at: str):
     """Node 0's ranks crashed on losing another node, whose own watchdog had declared a hang and
     stopped its tree (the two watchdogs race): that node's result names the culprit, and the run
-    is the hang it caused (`previous_status` crashed, `previous_cause` lost_node)."""
-    diag = outcome.diagnosis or {}
-    if cfg.node_rank != 0 or cfg.nodes < 2 or outcome.status != "crashed" or diag.get("cause") != "lost_node":
-        return
+    is the hang it caused (`previous_status` crashed, `previous_cause` lost_node). A ("hang",
+    diagnosis) verdict (diagnosis.OVERRIDES' `lost_culprit`), or None."""
+    diag = diag or {}
+    if cfg.node_rank != 0 or cfg.nodes < 2 or status != "crashed" or diag.get("cause") != "lost_node":
+        return None
     lost = {n["node"] for n in diag.get("lost_nodes") or []}
     for k, res in sorted(other_results(cfg, out, started_at).items()):
         theirs = res.get("diagnosis") or {}
@@ -242,7 +245,27 @@ def adopt_lost_culprit(cfg, out: Path, outcome, started_at: str) -> None:
             continue
         summary = (f"{theirs['summary']} (node {k}'s result; node 0's ranks lost node {k} when its watchdog stopped "
                    f"it: {diag.get('summary')})")
-        outcome.diagnosis = rulebook.adopted(diag, k, theirs, summary, status=outcome.status, previous=PREVIOUS,
-                                             culprit_rank=theirs["culprit_rank"], culprit_node=_culprit_node(k, res))
-        outcome.status = "hang"
-        return
+        return "hang", rulebook.adopted(diag, k, theirs, summary, status=status, previous=PREVIOUS,
+                                        culprit_rank=theirs["culprit_rank"], culprit_node=_culprit_node(k, res))
+    return None
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """A run across nodes as diagnosis.OVERRIDES reads it (Findings.nodes): what this node's
+    ranks recorded of their peers, the network and the other nodes' results, read when an
+    override asks (explain, adopt_lost_culprit)."""
+
+    cfg: Any
+    out: Path
+    local_ranks: list
+    started_at: str
+    network: dict | None
+    detected_at: float
+
+    def explain(self, status: str, diag: dict | None) -> dict | None:
+        return explain(self.cfg, self.out, self.local_ranks, status, diag, self.started_at, self.network,
+                       self.detected_at)
+
+    def adopt_lost_culprit(self, status: str, diag: dict | None):
+        return adopt_lost_culprit(self.cfg, self.out, status, diag, self.started_at)

@@ -28,7 +28,7 @@ import psutil
 
 from runners.rank.probes import STARTUP_PHASES, read_heartbeat
 from runners.records.rundir import RunDir
-from runners.watch.diagnosis import (Outcome, apply_oom, classify_exit, crash_before_hang, diagnose_interruption,
+from runners.watch.diagnosis import (Outcome, classify_exit, diagnose_interruption,
                                      diagnose_stop)
 from runners.watch.evidence import (POLL_S, MemoryWatch, ProcessLedger, capture_stacks, exit_evidence,
                                     interruption_evidence, is_alive, oom_evidence, process_roles, process_states,
@@ -314,7 +314,10 @@ class Supervisor:
                                      self.launch_uptime, self.memory), None
         except Exception as exc:  # evidence gathering must never lose the run's result
             oom, note = None, f"OOM evidence could not be read: {exc}"
-        return apply_oom(outcome, oom, self.memory, note)  # the second of diagnosis.OVERRIDES
+        outcome.findings.oom = (oom, self.memory)  # for diagnosis.OVERRIDES' out_of_memory
+        if note:
+            outcome.note = note
+        return outcome
 
     def _supervise(self) -> Outcome:
         while True:
@@ -405,13 +408,11 @@ class Supervisor:
         diagnosis["detected_after_s"] = round(detected_after, 2)
         if status == "hang" and self.limit_used is not None:
             self._explain_startup(diagnosis)
-        # A rank that raised before the detection, still unreaped, is the cause (the first of diagnosis.OVERRIDES).
-        crashed = crash_before_hang(status, diagnosis, exit_evidence(self.out, rc, sorted(self.watch), self.shm_peak),
-                                    now)
-        if crashed is not None:
-            status, diagnosis = crashed
-        return Outcome(status, diagnosis, detected_after_s=detected_after, returncode=rc,
-                       killed_by_watchdog=True, survivors=survivors)
+        outcome = Outcome(status, diagnosis, detected_after_s=detected_after, returncode=rc,
+                          killed_by_watchdog=True, survivors=survivors)
+        # A rank that raised before the detection, still unreaped, is the cause (diagnosis.OVERRIDES' crash_before_hang).
+        outcome.findings.stop = (exit_evidence(self.out, rc, sorted(self.watch), self.shm_peak), now)
+        return outcome
 
     def _explain_startup(self, diagnosis: dict) -> None:
         """A hang before the first step: the start-up limit that fired and where it comes from,

@@ -8,6 +8,7 @@ its status what a run that ended by itself with this cause is recorded as."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -156,6 +157,24 @@ SKIP_CAUSES = _causes(
 
 CAUSES = {**RUN_CAUSES, **SKIP_CAUSES}  # every key result.json's diagnosis.cause may hold
 
+# Other wordings of a cause (its key, remedy and status as in CAUSES): stalled_rank in a run of one
+# process, where no other rank waits for it in a collective.
+SOLE_RANK = Cause("stalled_rank", "the run's only rank stopped making progress (frozen, or stuck in a call or a loop)",
+                  "", RUN_CAUSES["stalled_rank"].remedy, RUN_CAUSES["stalled_rank"].status)
+WORDINGS = (SOLE_RANK,)
+
+
+def label_of(diagnosis: dict) -> str | None:
+    """How a summary line names the cause of `diagnosis` (a result's, as written): the label of the
+    Cause record whose key and text it holds (CAUSES, or one of WORDINGS). None when no record
+    matches: a result written before its cause's wording changed, or one without a cause."""
+    key, text = diagnosis.get("cause"), diagnosis.get("cause_text")
+    for cause in (*WORDINGS, CAUSES.get(key)):
+        if cause is not None and cause.key == key and text in (None, cause.text):
+            return cause.label
+    return None
+
+
 PREVIOUS = ("status", "cause")  # what a diagnosis that supersedes another keeps of it, by default
 
 
@@ -197,6 +216,20 @@ class Diagnosis(dict):
 
 
 @dataclass
+class Findings:
+    """What the overrides read (runners.watch.diagnosis.overrides.OVERRIDES), gathered where it
+    is seen; None where nothing was gathered. The run's Outcome carries it to the one loop that
+    applies the overrides (overrides.apply_overrides)."""
+
+    stop: tuple | None = None  # (exit evidence, detection's time.time()) of a declared hang or time limit
+    oom: tuple | None = None  # (OomEvidence or None, MemoryWatch) of a run that did not end ok or interrupted
+    vanished: dict | None = None  # diagnose_vanished's run_dir, missing, after_s, whereabouts, ranks; ended
+    nodes: Any = None  # runners.watch.nodes.NodeFacts of a run across nodes
+    server: Any = None  # runners.partitioned.server.ServerFacts of a partitioned run
+    extra: dict = field(default_factory=dict)  # what an override added by register() reads, by its name
+
+
+@dataclass
 class Outcome:
     """How a supervised run ended: its status, diagnosis and what the supervisor had to do."""
 
@@ -208,3 +241,4 @@ class Outcome:
     orphans_killed: list = field(default_factory=list)
     survivors: list = field(default_factory=list)
     note: str | None = None
+    findings: Findings = field(default_factory=Findings)  # what the overrides read, until they ran

@@ -1,47 +1,147 @@
 """What outranks the rulebook: findings made after the stop and exit rules named a cause, each
-superseding the diagnosis before it (Diagnosis.superseding keeps what it said). OVERRIDES lists
-them in the order they apply; the constructors here are what the launcher, runners.watch.nodes and
-runners.partitioned.server call."""
+superseding the diagnosis before it (Diagnosis.superseding keeps what it said).
+
+OVERRIDES declares them, in the order they apply, and apply_overrides runs them as one loop, at
+one call site (runners.run.conclude), over the evidence the run's Outcome carries (its Findings,
+gathered where each is seen: Override.gathered_by). An override is a function of the run's
+status and diagnosis so far and that evidence: a (status, Diagnosis) Verdict when it supersedes,
+None when it does not; it edits nothing else. A new one: its Cause in causes.py, its function
+and its place in OVERRIDES here (register() inserts one from outside, as tests/test_rulebook_drill.py
+does), its evidence gathered into Findings.extra where it is seen."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, NamedTuple
 
-from runners.watch.diagnosis.causes import CAUSES, Diagnosis, Outcome
+from runners.watch.diagnosis.causes import CAUSES, Diagnosis, Findings, Outcome
 from runners.watch.diagnosis.exits import cause_errors, diagnose_exit
 from runners.watch.diagnosis.ranks import group_ranks, progress_line
+from runners.watch.diagnosis.stop import hang_head
 from runners.watch.evidence import FULL_SHARE, MemoryWatch, OomEvidence
+
+
+class Verdict(NamedTuple):
+    """What an override found: the run's status and its diagnosis."""
+
+    status: str
+    diagnosis: dict | None
 
 
 @dataclass(frozen=True)
 class Override:
-    """A finding that supersedes the diagnosis before it: the causes it names, the call that applies it."""
+    """A finding that supersedes the diagnosis before it: its name, the causes it names, the
+    function that decides it (status, diagnosis, Findings -> Verdict or None), where its
+    evidence is gathered, and whether the overrides after it skip a run it superseded (`final`)."""
 
+    name: str
     causes: tuple  # the keys of CAUSES it names besides the cause another node's result names
-    applied_by: str
+    decide: Callable
+    gathered_by: str
     why: str
+    final: bool = False
+
+
+# -- the overrides, as functions of the run's status, diagnosis and Findings ----------------------
+def _crash_first(status: str, diag: dict | None, f: Findings) -> Verdict | None:
+    found = crash_before_hang(status, diag, *f.stop) if f.stop is not None else None
+    return Verdict(*found) if found is not None else None
+
+
+def _out_of_memory(status: str, diag: dict | None, f: Findings) -> Verdict | None:
+    return out_of_memory(status, diag, *f.oom) if f.oom is not None else None
+
+
+def _vanished(status: str, diag: dict | None, f: Findings) -> Verdict | None:
+    if f.vanished is None:
+        return None
+    v = dict(f.vanished)
+    previous = {"status": status, "diagnosis": diag} if v.pop("ended") else None
+    return Verdict("failed", diagnose_vanished(**v, previous=previous))
+
+
+def _nodes_explain(status: str, diag: dict | None, f: Findings) -> Verdict | None:
+    return Verdict(status, f.nodes.explain(status, diag)) if f.nodes is not None else None
+
+
+def _lost_culprit(status: str, diag: dict | None, f: Findings) -> Verdict | None:
+    return f.nodes.adopt_lost_culprit(status, diag) if f.nodes is not None else None
+
+
+def _server_explain(status: str, diag: dict | None, f: Findings) -> Verdict | None:
+    return f.server.explain(status, diag) if f.server is not None else None
+
+
+def _server_remote(status: str, diag: dict | None, f: Findings) -> Verdict | None:
+    return f.server.adopt_remote(status, diag) if f.server is not None else None
 
 
 # In the order they apply: each may supersede what the ones above it said.
-OVERRIDES = (
-    Override((), "runners.watch.supervisor.Supervisor._stop: crash_before_hang",
+OVERRIDES = [
+    Override("crash_before_hang", (), _crash_first, "runners.watch.supervisor.Supervisor._stop (Findings.stop)",
              "a rank that raised, and recorded why, before the hang or time limit was declared is the cause "
              "(with the cause its text names); its peers' idleness after it is the consequence"),
-    Override(("oom", "memory_pressure"), "runners.watch.supervisor.Supervisor.run: apply_oom",
+    Override("out_of_memory", ("oom", "memory_pressure"), _out_of_memory,
+             "runners.watch.supervisor.Supervisor.run (Findings.oom)",
              "a kill, or a memory cgroup at its cap, explains the hang, crash or time limit the rules saw"),
-    Override(("run_dir_vanished",), "runners.launch.ranks: vanished_outcome and notice_vanished (diagnose_vanished)",
-             "nothing the ranks wrote is left to explain the run; the overrides below skip such a run"),
-    Override(("lost_contact", "lost_node"), "runners.watch.nodes.explain",
+    Override("run_dir_vanished", ("run_dir_vanished",), _vanished,
+             "runners.launch.ranks: vanished_outcome and notice_vanished (Findings.vanished)",
+             "nothing the ranks wrote is left to explain the run; the overrides below skip such a run", final=True),
+    Override("lost_node", ("lost_contact", "lost_node"), _nodes_explain,
+             "runners.run.conclude: runners.watch.nodes.NodeFacts (Findings.nodes)",
              "a node sees only its own processes: the network, a lost node or another node's result names the cause"),
-    Override((), "runners.watch.nodes.adopt_lost_culprit",
+    Override("lost_culprit", (), _lost_culprit, "runners.watch.nodes.NodeFacts.adopt_lost_culprit (Findings.nodes)",
              "node 0 crashed on losing a node whose own watchdog had declared the hang"),
-    Override(("lost_server", "stalled_server"), "runners.partitioned.server.Server.explain",
+    Override("server", ("lost_server", "stalled_server"), _server_explain,
+             "runners.launch.strategy.Partitioned.explain: runners.partitioned.server.ServerFacts (Findings.server)",
              "this host's graph server, dead or stalled, outranks the peers its trainers lost on the way"),
-    Override(("lost_server", "stalled_server"), "runners.partitioned.server.Server.adopt_remote",
+    Override("remote_server", ("lost_server", "stalled_server"), _server_remote,
+             "runners.partitioned.server.ServerFacts.adopt_remote (Findings.server)",
              "another host's graph server, from that node's result, or pointed to by this node's trainers waiting "
              "over RPC"),
-)
+]
+
+
+def apply_overrides(outcome: Outcome, overrides: list | None = None) -> Outcome:
+    """`outcome` with every override of OVERRIDES (or `overrides`) applied, in order, to the
+    Findings it carries: each that finds something supersedes the status and diagnosis before
+    it; after a `final` one that did, none. The one place the overrides are applied."""
+    outcome.status, outcome.diagnosis = _verdict(outcome, OVERRIDES if overrides is None else overrides)
+    return outcome
+
+
+def preview(outcome: Outcome, before: str) -> Outcome:
+    """A copy of `outcome` as the overrides declared before the one named `before` would leave
+    it, `outcome` itself untouched: for evidence that must be gathered while the run's processes
+    still live, and depends on how the run ended (a graph server's: Server.gather)."""
+    import dataclasses
+
+    names = [o.name for o in OVERRIDES]
+    status, diag = _verdict(outcome, OVERRIDES[:names.index(before)])
+    return dataclasses.replace(outcome, status=status, diagnosis=diag)
+
+
+def _verdict(outcome: Outcome, overrides: list) -> Verdict:
+    status, diag = outcome.status, outcome.diagnosis
+    for o in overrides:
+        found = o.decide(status, diag, outcome.findings)
+        if found is None:
+            continue
+        status, diag = found
+        if o.final:
+            break
+    return Verdict(status, diag)
+
+
+def register(override: Override, *, before: str | None = None, after: str | None = None) -> None:
+    """Put `override` into OVERRIDES just before or after the one named (at the end when neither
+    is given): a fault found outside this module, applied in its declared place."""
+    names = [o.name for o in OVERRIDES]
+    if override.name in names:
+        raise ValueError(f"an override named {override.name!r} is already declared")
+    at = names.index(before) if before else names.index(after) + 1 if after else len(names)
+    OVERRIDES.insert(at, override)
 
 
 def adopted(before: dict | None, k: int, theirs: dict, summary: str, *, status: str | None = None,
@@ -118,33 +218,29 @@ def diagnose_vanished(run_dir: Path, missing: Path, after_s: float, whereabouts:
 
 
 # -- out of memory: a cause that outranks what the rules above named ------------------------
-def apply_oom(outcome: Outcome, oom: OomEvidence | None, memory: MemoryWatch, note: str | None = None) -> Outcome:
-    """Name an out-of-memory kill as the cause when the cgroup or the kernel saw one (`oom`:
-    runners.watch.evidence.oom_evidence; `memory`: the cgroup as the supervisor watched it; `note`:
-    why the OOM evidence could not be read, if it could not)."""
-    if outcome.status == "ok":
-        return outcome
-    if note:
-        outcome.note = note
+def out_of_memory(status: str, diag: dict | None, oom: OomEvidence | None, memory: MemoryWatch) -> Verdict | None:
+    """An out-of-memory kill named as the cause when the cgroup or the kernel saw one (`oom`:
+    runners.watch.evidence.oom_evidence; `memory`: the cgroup as the supervisor watched it), or a
+    hang at the memory cap without one (memory_pressure). None otherwise."""
+    if status == "ok":
+        return None
     if oom is None:
-        return _memory_pressure(outcome, memory)
+        return _memory_pressure(status, diag, memory)
     found = oom.to_json()
-    if outcome.status == "hang" and not memory.oom_seen:
+    if status == "hang" and not memory.oom_seen:
         # The kills came after the hang was detected (while stacks were taken): the stall at the
         # cap is the cause, the kills its consequence.
         found["evidence"].append("the OOM kills happened after the hang was detected (while the stacks were "
                                  "taken and the tree was stopped)")
-        pressured = _memory_pressure(outcome, memory)
-        if pressured.diagnosis.get("cause") == "memory_pressure":
+        pressured = _memory_pressure(status, diag, memory)
+        if pressured is not None:
             pressured.diagnosis["oom"] = found
             pressured.diagnosis["evidence"] = pressured.diagnosis["evidence"] + found["evidence"]
             return pressured
     # A kill is what happened, whatever it left behind (a hang, a crash, a time limit).
-    status = CAUSES["oom"].status
-    outcome.diagnosis = Diagnosis.superseding(outcome.diagnosis, "oom", _oom_summary(status, found),
-                                              found["evidence"], status=outcome.status, oom=found)
-    outcome.status = status
-    return outcome
+    killed = CAUSES["oom"].status
+    return Verdict(killed, Diagnosis.superseding(diag, "oom", _oom_summary(killed, found), found["evidence"],
+                                                 status=status, oom=found))
 
 
 def _oom_summary(status: str, found: dict) -> str:
@@ -160,13 +256,16 @@ def _oom_summary(status: str, found: dict) -> str:
             + (f"; left waiting: {left}" if left else "") + f"; cause: {CAUSES['oom'].label}")
 
 
-def _memory_pressure(outcome: Outcome, memory: MemoryWatch) -> Outcome:
-    """A hang while the run's memory cgroup sat at its cap (no process killed): name it."""
+def _memory_pressure(status: str, diag: dict | None, memory: MemoryWatch) -> Verdict | None:
+    """A hang while the run's memory cgroup sat at its cap (no process killed): name it. Its
+    summary is the stop rules' line for the hang (runners.watch.diagnosis.stop.hang_head) with
+    this cause, or, when the hang's line was another (a start-up hang across nodes, a crash
+    found first), that line with this cause after it."""
     last, full = memory.last, memory.full
-    if outcome.status != "hang" or not last or not full or not last.get("limit_bytes"):
-        return outcome
+    if status != "hang" or not last or not full or not last.get("limit_bytes"):
+        return None
     if (last.get("usage_bytes") or 0) < FULL_SHARE * last["limit_bytes"]:
-        return outcome
+        return None
     from runners.memory.units import fmt_bytes
 
     faults = (last.get("major_faults") or 0) - (full.get("major_faults") or 0)
@@ -175,9 +274,10 @@ def _memory_pressure(outcome: Outcome, memory: MemoryWatch) -> Outcome:
                 f"{fmt_bytes(last.get('anon_bytes'))}, shared memory {fmt_bytes(last.get('shmem_bytes'))}, "
                 f"page cache {fmt_bytes(last.get('file_bytes'))}); no process was OOM-killed",
                 f"at the cap since {full['t']} s after launch; {faults} major page faults since then"]
-    summary = outcome.diagnosis["summary"].split("; cause:")[0] + (
-        f"; cause: {CAUSES['oom'].label} (the run sat at its {fmt_bytes(last['limit_bytes'])} memory cap)")
-    outcome.diagnosis = Diagnosis.superseding(
-        outcome.diagnosis, "memory_pressure", summary, evidence, previous=("cause",),
-        memory_pressure={"at_limit_since_s": full["t"], "last": last, "major_faults_since": faults})
-    return outcome
+    head = hang_head(diag.get("ranks") or [], diag.get("culprit_rank"))
+    said = diag["summary"]
+    line = head if said.startswith(f"{head}; cause: ") else said
+    summary = f"{line}; cause: {CAUSES['oom'].label} (the run sat at its {fmt_bytes(last['limit_bytes'])} memory cap)"
+    return Verdict(status, Diagnosis.superseding(
+        diag, "memory_pressure", summary, evidence, previous=("cause",),
+        memory_pressure={"at_limit_since_s": full["t"], "last": last, "major_faults_since": faults}))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from runners.adapters import registry
 from runners.rank.probes import STARTUP_PHASES
-from runners.watch.diagnosis.causes import CAUSES, Diagnosis
+from runners.watch.diagnosis.causes import CAUSES, SOLE_RANK, Diagnosis
 from runners.watch.diagnosis.ranks import (blame, describe_process, error_text, group_ranks, is_frozen, progress_key,
                                            progress_line, sole, worker_stuck)
 from runners.watch.evidence import FULL_SHARE, stop_evidence
@@ -100,14 +100,10 @@ def fd_remedy(fd) -> str:
             "processes; or use fewer loader workers (--workers)")
 
 
-# stalled_rank in a run of one process, where no other rank waits for it in a collective.
-SOLE_RANK_STALL = "the run's only rank stopped making progress (frozen, or stuck in a call or a loop)"
-
-
 def cause_label(key: str, ev: dict) -> str:
     """The cause as a summary line names it (with the limit and the need for fd_limit)."""
     if key == "stalled_rank" and len(ev.get("ranks") or []) == 1:
-        return SOLE_RANK_STALL
+        return SOLE_RANK.label
     label = CAUSES[key].label
     fd = ev.get("fd") or {}
     if key == "fd_limit" and fd.get("soft_limit"):
@@ -254,13 +250,18 @@ def stop_summary(status: str, ranks: list, culprit, cause: str) -> str:
     """The one line of a hang or a timeout: who waited where, and the cause."""
     if status == "timeout":
         return "time limit reached; rank progress: " + progress_line(ranks)
+    return f"{hang_head(ranks, culprit)}; cause: {cause}"
+
+
+def hang_head(ranks: list, culprit) -> str:
+    """A hang's line up to its cause: who made no progress, who waited where (`ranks`: the
+    diagnosis's, with rank and phase)."""
     named = {x["rank"]: STARTUP_NAMES.get(x["phase"], x["phase"]) for x in ranks}
     waiting = group_ranks([(x["rank"], named[x["rank"]]) for x in ranks if x["rank"] != culprit], "waited in '{}'")
     if culprit is None:
-        return f"hang: {waiting}; cause: {cause}"
+        return f"hang: {waiting}"
     where = named.get(culprit, "?")
-    return f"hang: rank {culprit} made no progress in phase '{where}'" + (
-        f" while {waiting}" if waiting else "") + f"; cause: {cause}"
+    return f"hang: rank {culprit} made no progress in phase '{where}'" + (f" while {waiting}" if waiting else "")
 
 
 def diagnose_stop(out: Path, status: str, stalled, watch: dict, states: dict, stacks: dict,
@@ -278,6 +279,6 @@ def diagnose_stop(out: Path, status: str, stalled, watch: dict, states: dict, st
         evidence.append(f"rank {stalled[0]} passed the threshold first (idle {stalled[1]:.1f} s)")
     evidence.append(f"threshold {threshold:.1f} s; detected {now - launch_t:.1f} s after launch")
     summary = stop_summary(status, ranks, culprit, cause_label(key, ev))
-    return Diagnosis.of(key, summary, evidence, ranks, culprit, text=SOLE_RANK_STALL if sole_rank else None,
+    return Diagnosis.of(key, summary, evidence, ranks, culprit, text=SOLE_RANK.text if sole_rank else None,
                         remedy=remedy_for(key, ev), workers=ev["workers"], stack_files=stacks,
                         threshold_s=round(threshold, 2))
