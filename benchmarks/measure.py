@@ -192,6 +192,9 @@ def measure_timing(s: Settings, work: Path, raw: dict) -> list:
     for fw in TIMED:
         for m in s.models if wanted(s, "cv") else ():
             times = [r["epoch_s"] for r in runs[(fw, m, "probes-on")]]
+            if len(times) < 2:
+                rows.append(placeholder(f"cv:{fw}-{m}", "SKIP", "one repeat: variation needs two"))
+                continue
             c = cv(times)
             rows.append(row(f"cv:{fw}-{m}", c, f"{c * 100:.1f}%",
                             f"{len(times)} repeats of the runner: median epoch "
@@ -542,8 +545,8 @@ def parse_args(argv=None) -> Settings:
     args = vars(p.parse_args(argv))
     values = {**(QUICK if args.pop("quick") else {}), **{k: v for k, v in args.items() if v is not None and v is not False}}
     s = Settings(**values)
-    if s.repeats < 2:
-        p.error("--repeats must be at least 2 (variation needs two runs)")
+    if s.repeats < 1:
+        p.error(f"--repeats {s.repeats}: must be at least 1 (2 or more for the variation row and intervals)")
     if s.launch_repeats is not None and s.launch_repeats < 1:
         p.error("--launch-repeats must be at least 1")
     if s.only and set(s.only) - set(TARGETS):

@@ -38,8 +38,10 @@ def check_ok_result(out: Path, devices: int) -> dict:
     return result
 
 
-GRID = [(fw, model, devices, workers)
-        for fw in ("pyg", "dgl") for model in ("sage", "gat") for devices in (1, 2) for workers in (0, 1)]
+# Per framework, each of sage and gat at both process counts and both worker counts, and every
+# (processes, workers) pair once: 4 runs, not the 8 of the full product (one e2e run per behaviour).
+GRID = [(fw, model, devices, workers) for fw in ("pyg", "dgl")
+        for model, devices, workers in (("sage", 1, 0), ("sage", 2, 1), ("gat", 1, 1), ("gat", 2, 0))]
 # Every other registered model: one DDP run with a loader worker per framework.
 GRID += [(fw, model, 2, 1) for fw in registry.FRAMEWORK_NAMES for model in registry.MODEL_NAMES
          if model not in ("sage", "gat")]

@@ -48,13 +48,11 @@ def gib(n) -> str:
     return "unknown" if n is None else f"{n / 2**30:.1f} GiB"
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--json", action="store_true", help="print the findings as JSON")
-    args = p.parse_args(argv)
+def findings() -> dict:
+    """The environment, each framework of the lane checked, the frameworks it does not carry, and
+    the problems found: what `--json` prints and the text is made from."""
     env = envinfo.collect()
-    lane_frameworks = carried(env)
-    checks = {name: check_framework(name) for name in lane_frameworks}
+    checks = {name: check_framework(name) for name in carried(env)}
     absent = {name: envinfo.framework_unavailable(name, env) for name in FRAMEWORKS if name not in checks}
     problems = [f"{name}: {c['detail']}" for name, c in checks.items() if not c["usable"]]
     gpus = envinfo.visible_gpu_count(env)
@@ -65,38 +63,51 @@ def main(argv=None) -> int:
         problems.append("GPUs are visible but pyg-lib is missing: PyG GPU runs sample with "
                         f"{env['pyg_sampler_backend']} (recorded with every result); PyG prefers pyg-lib "
                         "(install it; docs/setup.md, 'GPU machines')")
+    return {"env": env, "lane": env["lane"]["lane"], "frameworks": checks, "not_in_lane": absent,
+            "problems": problems}
+
+
+def text_lines(report: dict) -> list:
+    """The findings as aligned `name  value` lines."""
+    env, checks = report["env"], report["frameworks"]
+    lane = env["lane"]
+    reused = ", ".join(f"{n} {lane['packages'][n]['version']}" for n in lane.get("reused", []))
+    rows = [
+        ("lane", lane["lane"] + (f" ({lane['reason']})" if lane.get("reason") else "")),
+        ("lane reuses", reused or ("unknown" if lane["lane"] == "unmanaged"
+                                   else "nothing (every package installed by the set-up)")),
+        ("frameworks in lane", ", ".join(checks) or "none"),
+        ("Python", env["python"]), ("torch", env["torch"]),
+        ("torch_geometric", env["torch_geometric"]), ("dgl", env["dgl"]),
+        ("PyG sampler backend", env["pyg_sampler_backend"]
+         + (f" (torch-sparse {env['torch_sparse']})" if env["pyg_sampler_backend"] == "torch-sparse" else "")),
+        ("DGL CUDA build", env["dgl_cuda"]),
+        ("GPUs visible", envinfo.visible_gpu_count(env)),
+        ("NVML", "available" if env["nvml"]["available"] else f"unavailable: {env['nvml']['reason']}"),
+        ("CPU", f"{env['cpu_model']} ({env['cpu_cores']} cores)"), ("memory", gib(env["memory_bytes"])),
+        ("/dev/shm", gib(env["shm_bytes"])), ("open-files limit", env["open_files_limit"]),
+        ("git commit", f"{env['git_commit']}{' (dirty)' if env['git_dirty'] else ''}"),
+    ]
+    for name, c in checks.items():
+        rows.append((f"{name} usable", "yes" if c["usable"] else f"NO: {c['detail']}"))
+    for name, why in report["not_in_lane"].items():
+        rows.append((f"{name} usable", f"not in this lane; its runs are skipped: {why or 'not carried'}"))
+    width = max(len(k) for k, _ in rows)
+    return [f"{k:<{width}}  {v}" for k, v in rows]
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--json", action="store_true", help="print the findings as JSON")
+    args = p.parse_args(argv)
+    report = findings()
     if args.json:
-        print(json.dumps({"env": env, "lane": env["lane"]["lane"], "frameworks": checks,
-                          "not_in_lane": absent, "problems": problems}, indent=1))
+        print(json.dumps(report, indent=1))
     else:
-        lane = env["lane"]
-        reused = ", ".join(f"{n} {lane['packages'][n]['version']}" for n in lane.get("reused", []))
-        rows = [
-            ("lane", lane["lane"] + (f" ({lane['reason']})" if lane.get("reason") else "")),
-            ("lane reuses", reused or ("unknown" if lane["lane"] == "unmanaged"
-                                       else "nothing (every package installed by the set-up)")),
-            ("frameworks in lane", ", ".join(lane_frameworks) or "none"),
-            ("Python", env["python"]), ("torch", env["torch"]),
-            ("torch_geometric", env["torch_geometric"]), ("dgl", env["dgl"]),
-            ("PyG sampler backend", env["pyg_sampler_backend"]
-             + (f" (torch-sparse {env['torch_sparse']})" if env["pyg_sampler_backend"] == "torch-sparse" else "")),
-            ("DGL CUDA build", env["dgl_cuda"]),
-            ("GPUs visible", gpus), ("NVML", "available" if env["nvml"]["available"] else
-                                      f"unavailable: {env['nvml']['reason']}"),
-            ("CPU", f"{env['cpu_model']} ({env['cpu_cores']} cores)"), ("memory", gib(env["memory_bytes"])),
-            ("/dev/shm", gib(env["shm_bytes"])), ("open-files limit", env["open_files_limit"]),
-            ("git commit", f"{env['git_commit']}{' (dirty)' if env['git_dirty'] else ''}"),
-        ]
-        for name, c in checks.items():
-            rows.append((f"{name} usable", "yes" if c["usable"] else f"NO: {c['detail']}"))
-        for name, why in absent.items():
-            rows.append((f"{name} usable", f"not in this lane; its runs are skipped: {why or 'not carried'}"))
-        width = max(len(k) for k, _ in rows)
-        for k, v in rows:
-            print(f"{k:<{width}}  {v}")
-        for prob in problems:
+        print("\n".join(text_lines(report)))
+        for prob in report["problems"]:
             print(f"PROBLEM: {prob}", file=sys.stderr)
-    return 1 if any(not c["usable"] for c in checks.values()) else 0
+    return 1 if any(not c["usable"] for c in report["frameworks"].values()) else 0
 
 
 if __name__ == "__main__":
