@@ -71,9 +71,10 @@ BREAKDOWN_COLUMNS = tuple(f"step_{p}" for p in PHASE_COLUMNS) + ("step_s",)
 # (summary.work_per_layer, ';'-joined means, first layer first).
 STEP_WORK_COLUMNS = tuple(f"step_{k}" for k, _ in record.WORK_FIELDS)
 LAYER_WORK_COLUMNS = tuple(f"step_{k}" for k, _ in record.LAYER_FIELDS)
+# The frameworks' packages and installation facts come from their registry entries.
 ENV_COLUMNS = (
-    "python", "torch", "torch_geometric", "dgl", "pyg_lib", "torch_sparse", "numpy",
-    "pyg_sampler_backend", "dgl_cuda", "gpus", "cpu_model", "cpu_cores", "memory_bytes",
+    "python", "torch", *registry.env_packages(), "numpy",
+    *registry.env_facts(), "gpus", "cpu_model", "cpu_cores", "memory_bytes",
     "shm_bytes", "open_files_limit", "hostname", "platform", "git_commit", "git_dirty",
     "dataset_hash", "omp_num_threads",
 )

@@ -25,7 +25,7 @@ def test_doctor_finds_both_frameworks_usable():
     if not env["gpus"]:
         assert env["nvml"]["available"] is False and env["nvml"]["reason"]
     lines = doctor.text_lines(report)
-    backend = [line for line in lines if line.startswith("PyG sampler backend")]
+    backend = [line for line in lines if line.startswith("pyg_sampler_backend ")]
     assert len(backend) == 1 and env["pyg_sampler_backend"] in backend[0], lines
     assert {line.split()[0] for line in lines if " usable " in line} == {"pyg", "dgl"}, lines
 

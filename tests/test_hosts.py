@@ -19,8 +19,9 @@ import pytest
 
 from tests import netns_hosts
 from tests.helpers import REPO, live_dir, run_env, runner_argv
+from runners.records.result import schema as result_schema
 
-SCHEMA = json.loads((REPO / "runners" / "records" / "result.schema.json").read_text())
+SCHEMA = result_schema()
 RUN_TIMEOUT_S = 240
 _ports = itertools.count(29600)  # a fresh port per job: the namespaces are this session's own
 

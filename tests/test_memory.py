@@ -14,6 +14,7 @@ from runners.memory import cgroup, model, peak, units
 from runners.watch.evidence import MemoryWatch, oom_evidence
 from runners.watch.supervisor import RankWatch
 from tests.helpers import REPO, run_config
+from runners.records.result import schema as result_schema
 
 META = {"num_nodes": 232_965, "num_edges": 114_615_892, "num_features": 602, "num_classes": 41,
         "dataset_bytes": 1_500_000_000, "adjacency_bytes": 918_000_000}
@@ -130,7 +131,7 @@ def test_too_small_memory_cap_is_diagnosed_as_oom(tmp_path):
                             "--stall-floor", str(stall)], timeout=300)
     assert res.returncode == 0, res.stdout[-3000:]
     result = json.loads((out / "result.json").read_text())
-    jsonschema.validate(result, json.loads((REPO / "runners" / "records" / "result.schema.json").read_text()))
+    jsonschema.validate(result, result_schema())
     diag = result["diagnosis"]
     assert result["status"] == "killed", diag  # never "hang": the kill is what happened
     assert diag["cause"] == "oom", diag

@@ -25,8 +25,9 @@ import pytest
 from runners.rank.probes import proc_stat, read_heartbeat
 from runners.records import history
 from tests.helpers import REPO, live_dir, run_env, runner_argv
+from runners.records.result import schema as result_schema
 
-SCHEMA = json.loads((REPO / "runners" / "records" / "result.schema.json").read_text())
+SCHEMA = result_schema()
 WAIT_S = 300  # for a run to reach a point the test acts at (start-up on a busy 2-core machine)
 
 

@@ -13,8 +13,9 @@ import pytest
 
 from runners.adapters import registry
 from tests.helpers import REPO, free_port, run_config, steps_losses
+from runners.records.result import schema as result_schema
 
-SCHEMA = json.loads((REPO / "runners" / "records" / "result.schema.json").read_text())
+SCHEMA = result_schema()
 
 
 def check_ok_result(out: Path, devices: int) -> dict:

@@ -25,6 +25,7 @@ from runners.records import history
 from tests import netns_hosts, slurm_cluster
 from tests.helpers import free_port, live_dir, runner_argv
 from tests.test_workflow import SNAKEMAKE, job_counts, minimal_with, project_copy
+from runners.records.result import schema as result_schema
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -85,7 +86,7 @@ def test_slurm_sweep_through_profile(slurm, proj):
           f"runs' own wall time {runs_ran:.1f} s")
 
 
-SCHEMA = json.loads((ROOT / "runners" / "records" / "result.schema.json").read_text())
+SCHEMA = result_schema()
 
 
 def submit(slurm, tmp_path, name, command, *sbatch_args):

@@ -17,8 +17,9 @@ import pandas as pd
 import pytest
 
 from tests.helpers import DATA_ROOT, REPO
+from runners.records.result import schema as result_schema
 
-SCHEMA = json.loads((REPO / "runners" / "records" / "result.schema.json").read_text())
+SCHEMA = result_schema()
 BATCH = 256
 RUNS = {f"{h}-{fw}": (h, fw) for h in ("study", "fair") for fw in ("pyg", "dgl")}
 

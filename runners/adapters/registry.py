@@ -192,6 +192,24 @@ FRAMEWORKS = {
     )
 }
 
+
+def env_packages() -> tuple:
+    """result.json env keys of the frameworks' packages: each framework's own first, then the others."""
+    fws = FRAMEWORKS.values()
+    return (*(f.module for f in fws), *(k for f in fws for k in f.packages if k != f.module))
+
+
+def env_facts() -> tuple:
+    """result.json env keys of the frameworks' installation facts (env_facts)."""
+    return tuple(k for f in FRAMEWORKS.values() for k in f.env_facts)
+
+
+def required_env() -> tuple:
+    """The env keys every result must hold for the frameworks: each one's own version and its
+    installation facts (runners.records.result adds them to the schema's env.required)."""
+    return (*(f.module for f in FRAMEWORKS.values()), *env_facts())
+
+
 MODELS = {
     m.name: m for m in (
         Model("sage", "GraphSAGE", {"layers": 3, "hidden": 256, "heads": 1, "dropout": 0.5},

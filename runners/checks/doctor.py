@@ -1,7 +1,8 @@
 """Environment check: `python -m runners.checks.doctor [--json]`.
 
-Prints the lane (pair, current, own; scripts/setup.sh), which frameworks it carries, Python/torch/PyG/DGL versions, PyG's sampler backend, whether DGL has CUDA, visible
-GPUs and NVML status, cores, memory, /dev/shm and the open-files limit. Each framework is
+Prints the lane (pair, current, own; scripts/setup.sh), which frameworks it carries, Python and
+torch versions, each framework's packages and installation facts (its registry entry's: PyG's
+sampler backend, whether DGL has CUDA), visible GPUs and NVML status, cores, memory, /dev/shm and the open-files limit. Each framework is
 imported and exercised (one sampled mini-batch, one forward pass) in its OWN subprocess,
 because importing DGL changes process-wide settings (the checks live in the adapters). Exits 1
 when a framework the lane carries is unusable; one the lane does not carry (DGL in `current`) is
@@ -55,14 +56,11 @@ def findings() -> dict:
     checks = {name: check_framework(name) for name in carried(env)}
     absent = {name: envinfo.framework_unavailable(name, env) for name in FRAMEWORKS if name not in checks}
     problems = [f"{name}: {c['detail']}" for name, c in checks.items() if not c["usable"]]
-    gpus = envinfo.visible_gpu_count(env)
-    if gpus and "dgl" in checks and not env["dgl_cuda"]:
-        problems.append("GPUs are visible but DGL is the CPU-only build: GPU runs of DGL will be refused "
-                        "(install DGL's CUDA build; docs/setup.md, 'GPU machines')")
-    if gpus and "pyg" in checks and env["pyg_sampler_backend"] != "pyg-lib":
-        problems.append("GPUs are visible but pyg-lib is missing: PyG GPU runs sample with "
-                        f"{env['pyg_sampler_backend']} (recorded with every result); PyG prefers pyg-lib "
-                        "(install it; docs/setup.md, 'GPU machines')")
+    if envinfo.visible_gpu_count(env):
+        # What each framework's own environment check (its registry entry) says of a GPU run here.
+        for name in checks:
+            refused, note = registry.framework(name).check_environment("cuda", env)
+            problems += [f"GPUs are visible; {text}" for text in (refused, note) if text]
     return {"env": env, "lane": env["lane"]["lane"], "frameworks": checks, "not_in_lane": absent,
             "problems": problems}
 
@@ -78,10 +76,9 @@ def text_lines(report: dict) -> list:
                                    else "nothing (every package installed by the set-up)")),
         ("frameworks in lane", ", ".join(checks) or "none"),
         ("Python", env["python"]), ("torch", env["torch"]),
-        ("torch_geometric", env["torch_geometric"]), ("dgl", env["dgl"]),
-        ("PyG sampler backend", env["pyg_sampler_backend"]
-         + (f" (torch-sparse {env['torch_sparse']})" if env["pyg_sampler_backend"] == "torch-sparse" else "")),
-        ("DGL CUDA build", env["dgl_cuda"]),
+        # each framework's packages and installation facts, as its registry entry names them
+        *((key, env.get(key) or "not installed") for key in registry.env_packages()),
+        *((key, env.get(key)) for key in registry.env_facts()),
         ("GPUs visible", envinfo.visible_gpu_count(env)),
         ("NVML", "available" if env["nvml"]["available"] else f"unavailable: {env['nvml']['reason']}"),
         ("CPU", f"{env['cpu_model']} ({env['cpu_cores']} cores)"), ("memory", gib(env["memory_bytes"])),
