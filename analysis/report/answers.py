@@ -488,29 +488,97 @@ def _open_caveat(rows: list, precision: float, planned: dict | None = None) -> l
              + ("it" if len(rows) == 1 else "them"), "#plan")]
 
 
-def all_answers(runs, points, speed, scaling, gap, workers, batch, failures, loaders=None,
-                precision: float = DEFAULT_PRECISION, projection: dict | None = None) -> dict:
+@dataclass(frozen=True)
+class Frames:
+    """What the first screen's answers are computed from: the runs (all, or one graph's) and the
+    tables of the render's context that the answers read."""
+    runs: pd.DataFrame
+    points: pd.DataFrame
+    speed: pd.DataFrame
+    scaling: pd.DataFrame
+    gap: pd.DataFrame
+    workers: pd.DataFrame
+    batch: pd.DataFrame
+    failures: list
+    loaders: pd.DataFrame | None = None  # analysis.variants.loaders rows, where another loader ran
+    projection: dict | None = None  # analysis.projection.predict.project's frames, where one was made
+
+    @property
+    def perf(self) -> pd.DataFrame:
+        return performance_runs(self.runs)
+
+    def of_graph(self, name: str, datasets_runs: pd.DataFrame) -> "Frames":
+        """These frames cut to one graph's runs: its experiments, failures and loader rows."""
+        from analysis.variants.loaders import loader_rows
+
+        exps = set(datasets_runs["experiment"])
+
+        def only(frame):
+            return frame[frame["experiment"].isin(exps)] if len(frame) and "experiment" in frame else frame
+
+        projection = None if self.projection is None else {
+            **self.projection, **{k: only(self.projection[k]) for k in ("projection", "validation")}}
+        return Frames(datasets_runs, only(self.points), only(self.speed), only(self.scaling), only(self.gap),
+                      only(self.workers), only(self.batch),
+                      [f for f in self.failures if str((f.get("config") or {}).get("dataset")) == name],
+                      loader_rows(datasets_runs), projection)
+
+
+# Each section's first-screen answer (analysis.report.sections names them): Frames and the main
+# experiment in, an Answer out, or None where the section has nothing to answer from.
+def answer_speed(f: Frames, exp) -> Answer:
+    return speed_answer(f.speed, exp)
+
+
+def answer_loaders(f: Frames, exp) -> Answer | None:
+    return loader_answer(f.loaders) if f.loaders is not None and len(f.loaders) else None
+
+
+def answer_scaling(f: Frames, exp) -> Answer:
+    return scaling_answer(f.scaling, f.gap, exp)
+
+
+def answer_projection(f: Frames, exp) -> Answer | None:
+    return None if f.projection is None else projection_answer(f.projection, timing_only(f.perf), exp)
+
+
+def answer_workers(f: Frames, exp) -> Answer:
+    return axis_answer(f.workers, f.perf, exp, "workers")
+
+
+def answer_batch(f: Frames, exp) -> Answer:
+    return axis_answer(f.batch, f.perf, exp, "batch_size")
+
+
+def answer_breakdown(f: Frames, exp) -> Answer:
+    return step_answer(f.points, exp, f.perf)
+
+
+def answer_deadlocks(f: Frames, exp) -> Answer:
+    return hang_answer(f.failures, len(f.runs))
+
+
+def answer_accuracy(f: Frames, exp) -> Answer:
+    return accuracy_answer(f.runs)
+
+
+def all_answers(f: Frames, precision: float = DEFAULT_PRECISION) -> dict:
     """{'experiment', 'answers': [Answer], 'caveats': [(text, href)], 'open': open_answers rows} for
-    the report's top. The loaders' answer comes only where another loader ran (`loaders`:
-    analysis.variants.loaders rows); `precision`: the relative half-width an answer should reach (the
-    sweep's adaptive.precision); the projection's only where one was made (`projection`:
-    analysis.projection.predict.project's frames)."""
-    exp = main_experiment(speed, points)
-    perf = performance_runs(runs)
-    answers = [speed_answer(speed, exp)] + ([loader_answer(loaders)] if loaders is not None and len(loaders) else []) + [
-               scaling_answer(scaling, gap, exp)] + (
-              [projection_answer(projection, timing_only(perf), exp)] if projection is not None else []) + [
-               axis_answer(workers, perf, exp, "workers"), axis_answer(batch, perf, exp, "batch_size"),
-               step_answer(points, exp, perf),
-               hang_answer(failures, len(runs)), accuracy_answer(runs)]
-    p = points[points["experiment"] == exp] if exp is not None and len(points) else points.iloc[0:0]
+    the report's top: each declared section's answer (analysis.report.sections), in their order,
+    where it has one; `precision`: the relative half-width an answer should reach (the sweep's
+    adaptive.precision)."""
+    exp = main_experiment(f.speed, f.points)
+    perf = f.perf
+    answers = [a for a in (sections.answer_function(s)(f, exp) for s in sections.SECTIONS if s.answer) if a]
+    p = f.points[f.points["experiment"] == exp] if exp is not None and len(f.points) else f.points.iloc[0:0]
     e = perf[perf["experiment"] == exp] if exp is not None and len(perf) else perf.iloc[0:0]
     repeats = float(p["n_ok"].median()) if len(p) else float("nan")
     run_s = float(pd.to_numeric(e.get("wall_time_s"), errors="coerce").median()) if len(e) else float("nan")
     still_open = open_answers(answers, precision, repeats, run_s) if repeats == repeats else []
     planned = planned_cost(still_open, timing_only(perf), exp, precision)
+    runs = f.runs
     return {"experiment": exp, "answers": answers,
-            "caveats": _open_caveat(still_open, precision, planned) + caveats(runs, points, scaling, exp),
+            "caveats": _open_caveat(still_open, precision, planned) + caveats(runs, f.points, f.scaling, exp),
             "open": still_open, "n_runs": int((runs["experiment"] == exp).sum()) if exp is not None else 0}
 
 
@@ -530,34 +598,22 @@ def timing_only(perf: pd.DataFrame) -> pd.DataFrame:
     return speedup_gap.timing_runs(perf) if len(perf) else perf
 
 
-def with_graphs(top: dict, runs, points, speed, scaling, gap, workers, batch, failures, datasets: list,
-                projection: dict | None = None) -> dict:
+def with_graphs(top: dict, f: Frames, datasets: list, precision: float = DEFAULT_PRECISION) -> dict:
     """`top` (all_answers) with the graphs its answers come from: "graphs", one {"name", "line"}
     per graph (analysis.graphs.line; `datasets`: the aggregate's datasets.json records), the
     main experiment's first; and, when the runs read several graphs, "per_graph": all_answers
-    of each graph's runs alone (its experiments, failures and loader rows), each with its line.
-    Table rows are anchored by experiment, and an experiment holds one graph, so every link of
-    a graph's answers lands on that graph's rows."""
+    of each graph's runs alone (Frames.of_graph), each with its line. Table rows are anchored
+    by experiment, and an experiment holds one graph, so every link of a graph's answers lands
+    on that graph's rows."""
     from analysis import graphs
-    from analysis.variants.loaders import loader_rows
 
-    names = graph_names(runs, top["experiment"])
+    names = graph_names(f.runs, top["experiment"])
     lines = {n: graphs.line(n, [r for r in datasets or [] if r.get("name") == n]) for n in names}
     top = {**top, "graphs": [{"name": n, "line": lines[n]} for n in names], "per_graph": []}
     if len(names) < 2:
         return top
-
-    def only(frame, exps):
-        return frame[frame["experiment"].isin(exps)] if len(frame) and "experiment" in frame else frame
-
     for n in names:
-        r = runs[runs["dataset"].astype(str) == n]
-        exps = set(r["experiment"])
-        fs = [f for f in failures if str((f.get("config") or {}).get("dataset")) == n]
-        mine = None if projection is None else {**projection, **{k: only(projection[k], exps)
-                                                                 for k in ("projection", "validation")}}
-        one = all_answers(r, only(points, exps), only(speed, exps), only(scaling, exps), only(gap, exps),
-                          only(workers, exps), only(batch, exps), fs, loader_rows(r), projection=mine)
+        one = all_answers(f.of_graph(n, f.runs[f.runs["dataset"].astype(str) == n]), precision)
         top["per_graph"].append({**one, "name": n, "line": lines[n]})
     return top
 
@@ -566,10 +622,9 @@ def first_screen(ctx: Context, precision: float = DEFAULT_PRECISION) -> dict:
     """all_answers with its graphs (with_graphs) of the render's shared context, from the frames
     and tables it computes once for the whole page; `precision` as all_answers takes it."""
     tabs = ctx.tables
-    args = (ctx.runs, ctx.points, ctx.speed, ctx.scaling, ctx.gap, tabs["workers"].data, tabs["batch"].data,
-            ctx.agg.failures)
-    top = all_answers(*args, tabs["loaders"].data, precision=precision, projection=ctx.projection)
-    return with_graphs(top, *args, ctx.agg.datasets, projection=ctx.projection)
+    f = Frames(ctx.runs, ctx.points, ctx.speed, ctx.scaling, ctx.gap, tabs["workers"].data, tabs["batch"].data,
+               ctx.agg.failures, tabs["loaders"].data, ctx.projection)
+    return with_graphs(all_answers(f, precision), f, ctx.agg.datasets, precision)
 
 
 def from_aggregate(agg, collectives=None) -> dict:

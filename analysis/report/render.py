@@ -65,7 +65,7 @@ def page(ctx: Context, top: dict, figures: dict, source: str) -> str:
         **page_findings(ctx),
         tables={k: {"title": t.title, "description": t.description, "html": t.html(), "empty": not t.grids
                     and t.body is None} for k, t in ctx.tables.items()},
-        figures=figures, n_failures=len(ctx.agg.failures), sections=sections.SECTIONS, sections_by_key=sections.BY_KEY,
+        figures=figures, n_failures=len(ctx.agg.failures), sections=sections.SECTIONS, sections_by_key=sections.by_key(),
         nav_counts={"deadlocks": len(ctx.agg.failures), "invalid": len(ctx.agg.invalid)},
         projection=predict.page_notes(ctx.projection, answers.timing_only(ctx.perf), top["experiment"]),
         experiments=list(dict.fromkeys(runs["experiment"])),

@@ -2,12 +2,15 @@
 answers, as the navigation, its heading and the first screen all say it) and, where the answer is
 a ratio the second round can settle with more repeats, what that ratio compares.
 
-A new question is one `Section` here, its answer in analysis.report.answers and its block in the
-template (`heading(key)` writes the title); the navigation lists every section the page shows.
+A new question is one `Section` here, naming the function that answers it on the first screen
+(any module under analysis) and the tables it shows; the navigation, the first screen and the
+page (a block of its own in the template, or the generic one: heading, answer, tables) follow
+from the declaration, in its order.
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
 
 from analysis import FRAMEWORK_ORDER, framework_label
@@ -34,25 +37,33 @@ class Section:
     title: str
     compares: dict = field(default_factory=dict)  # axis -> Ratio, for the second round
     conditional: bool = False  # on the page only where its answer is (the template's `answer`)
+    # Where the first-screen answer comes from: "module:function" under analysis (or the function),
+    # called with the answers' Frames and the main experiment; None: nothing on the first screen.
+    answer: object = None
+    # The tables (REPORT_TABLES names) a section without a block of its own in the template shows.
+    tables: tuple = ()
 
 
 SECTIONS = (
     Section("answers", "Answers"),
     Section("speed", "Which framework is faster?", {"framework": Ratio(
-        "framework", _FIRST, _SECOND, f"{framework_label(_FIRST)} over {framework_label(_SECOND)}")}),
+        "framework", _FIRST, _SECOND, f"{framework_label(_FIRST)} over {framework_label(_SECOND)}")},
+        answer="report.answers:answer_speed"),
     Section("work", "Why is one framework slower?"),
     Section("loaders", "Classic DataLoader or GraphBolt?", {name: Ratio(
         "loader", name, DEFAULT_LOADER, f"{name} over the framework's first loader") for name in registry.OTHER_LOADERS},
-        conditional=True),
+        conditional=True, answer="report.answers:answer_loaders"),
     Section("scaling", "How far does each framework scale?",
-            {"devices": Ratio("devices", 2, 1, "2 devices over 1")}),
-    Section("projection", "What would more devices give?", conditional=True),
+            {"devices": Ratio("devices", 2, 1, "2 devices over 1")}, answer="report.answers:answer_scaling"),
+    Section("projection", "What would more devices give?", conditional=True, answer="report.answers:answer_projection"),
     Section("speedup-gap", "Where does the missing speed-up go?"),
-    Section("workers", "Do loader workers help?", {"workers": Ratio("workers", 1, 0, "1 loader worker over none")}),
-    Section("batch", "What does batch size do?", {"batch_size": Ratio("batch_size", 1024, 256, "batch 1024 over 256")}),
-    Section("breakdown", "Where does a step's time go?"),
-    Section("deadlocks", "What hangs, and why?"),
-    Section("accuracy", "Do both frameworks learn the same?"),
+    Section("workers", "Do loader workers help?", {"workers": Ratio("workers", 1, 0, "1 loader worker over none")},
+            answer="report.answers:answer_workers"),
+    Section("batch", "What does batch size do?", {"batch_size": Ratio("batch_size", 1024, 256, "batch 1024 over 256")},
+            answer="report.answers:answer_batch"),
+    Section("breakdown", "Where does a step's time go?", answer="report.answers:answer_breakdown"),
+    Section("deadlocks", "What hangs, and why?", answer="report.answers:answer_deadlocks"),
+    Section("accuracy", "Do both frameworks learn the same?", answer="report.answers:answer_accuracy"),
     Section("study", "Why did the seed study see what it saw?"),
     Section("plan", "Plan the next sweep"),
     Section("lanes", "Lanes: the same graph on another torch"),
@@ -63,10 +74,23 @@ SECTIONS = (
     Section("invalid", "Malformed results"),
     Section("runs", "All runs and rerun commands"),
 )
-BY_KEY = {s.key: s for s in SECTIONS}
 # Every ratio the report compares, by axis (the second round plans repeats for these).
 RATIOS = {axis: ratio for s in SECTIONS for axis, ratio in s.compares.items()}
 
 
+def by_key() -> dict:
+    """The sections by id (read at each call, so that a section declared later is found)."""
+    return {s.key: s for s in SECTIONS}
+
+
 def title(key: str) -> str:
-    return BY_KEY[key].title
+    return by_key()[key].title
+
+
+def answer_function(section: Section):
+    """The function `section.answer` names (imported only when the first screen is made), or the
+    function itself where the declaration holds one."""
+    if callable(section.answer):
+        return section.answer
+    module, function = section.answer.split(":")
+    return getattr(importlib.import_module(f"analysis.{module}"), function)
