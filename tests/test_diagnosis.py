@@ -573,14 +573,10 @@ def test_an_idle_graph_server_is_not_a_stuck_one():
 
 # -- the closed rulebook -----------------------------------------------------------------------
 def test_the_result_schema_enumerates_every_cause_and_no_other():
-    import json
-    from pathlib import Path
-
+    from runners.records.result import schema as result_schema
     from runners.watch.diagnosis import OVERRIDES
 
-    path = Path(__file__).resolve().parents[1] / "runners" / "records" / "result.schema.json"
-    schema = json.loads(path.read_text())
-    enum = schema["properties"]["diagnosis"]["properties"]["cause"]["enum"]
+    enum = result_schema()["properties"]["diagnosis"]["properties"]["cause"]["enum"]
     assert sorted(enum) == sorted(CAUSES) and len(enum) == len(set(enum))
     assert all(c.text.startswith(c.label) and c.key == k for k, c in CAUSES.items())
     assert all(k in CAUSES for o in OVERRIDES for k in o.causes)

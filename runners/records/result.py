@@ -204,13 +204,15 @@ def _validator():
 
 
 def schema() -> dict:
-    """result.schema.json with the registered frameworks' env keys required (registry.required_env):
-    a framework's facts are declared once, in its registry entry."""
+    """result.schema.json with what is declared elsewhere, once: the registered frameworks' env
+    keys required (registry.required_env), and every cause a diagnosis may name (CAUSES)."""
     from runners.adapters import registry
+    from runners.watch.diagnosis.causes import CAUSES
 
     doc = json.loads(SCHEMA_PATH.read_text())
     env = doc["properties"]["env"]
     env["required"] = [*env["required"][:2], *registry.required_env(), *env["required"][2:]]
+    doc["properties"]["diagnosis"]["properties"]["cause"]["enum"] = list(CAUSES)
     return doc
 
 
