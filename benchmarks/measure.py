@@ -10,7 +10,9 @@ Prints one markdown table (measurement, figure, target, verdict, detail) and wri
                    multi-GPU example (benchmarks/reference_{pyg,dgl}.py; DGL with --loader graphbolt
                    against reference_graphbolt.py, its GraphBolt example): median epoch time
                    of the slowest rank; with the cost per step of the runner loop's
-                   bookkeeping (runners.rank.phase_timer.StepRecorder, timed in-process).
+                   bookkeeping (runners.rank.phase_timer.StepRecorder, timed in-process); and
+                   the gap itself: PyG's epoch time over DGL's as the runner measures it, over
+                   the same ratio between the references, per repeat (within 3% either way).
 3. memory          PSS summed over ranks of the graph as the runner's adapters hold it,
                    2 ranks vs 1 (benchmarks/memory_probe.py), on a synthetic graph large
                    enough to dominate.
@@ -78,6 +80,8 @@ REFERENCE_VARIANTS = {"dgl": {"reference-csc": ("the example's loop on the runne
 TARGETS = {
     "probe": ("probe overhead", "<= 1% of step time", 0.01),
     "fidelity": ("fidelity: runner / reference epoch", "<= 1.03", 1.03),
+    # two-sided: a cost the runner adds to either framework's step moves the gap either way
+    "fidelity_gap": ("fidelity: the runner's framework gap / the references'", "within 3% either way", 1.03),
     "memory": ("memory: PSS 2 ranks / 1 rank", "<= 1.3x", 1.3),
     "startup": ("start-up: command to first step", "<= 10 s", 10.0),
     "sweep": ("sweep wall time", "<= 600 s", 600.0),
@@ -169,8 +173,9 @@ def paired_ratio(ratios: list) -> tuple:
 
 
 def wanted(s: Settings, kind: str) -> bool:
-    """Whether row kind `kind` (a TARGETS key) is measured in this invocation (--only)."""
-    return s.only is None or kind in s.only
+    """Whether row kind `kind` (a TARGETS key) is measured in this invocation (--only); a kind
+    named family_part (fidelity_gap) comes with its family."""
+    return s.only is None or kind in s.only or kind.split("_")[0] in s.only
 
 
 def timing_variants(s: Settings) -> tuple:
@@ -291,6 +296,30 @@ def fidelity_rows(s: Settings, work: Path, runs: dict, raw: dict) -> list:
                                 f"{min(ratios):.3f}-{max(ratios):.3f}; median epoch "
                                 f"{statistics.median(r['epoch_s'] for r in other):.3f} s; the example as written "
                                 f"(every format) {statistics.median(r['epoch_s'] for r in ref):.3f} s", (lo, hi)))
+    return rows + gap_fidelity_rows(s, runs)
+
+
+def gap_fidelity_rows(s: Settings, runs: dict) -> list:
+    """Row 2b: the first framework's epoch time over the second's as the runner measures it, over
+    the same ratio between the examples' own loops, per repeat (all four ran in the same repeat):
+    the gap the report's first screen states, and what the runner does to it. Its geometric mean
+    and 95% interval; PASS when all of the interval lies within 3% either way of 1."""
+    a, b = FRAMEWORKS[:2]
+    limit = TARGETS["fidelity_gap"][2]
+    rows = []
+    for m in s.models:
+        quads = zip(*(runs[(fw, m, v)] for fw, v in ((a, "probes-on"), (b, "probes-on"), (a, "reference"),
+                                                      (b, "reference"))))
+        ratios = [(ra["epoch_s"] / rb["epoch_s"]) / (fa["epoch_s"] / fb["epoch_s"]) for ra, rb, fa, fb in quads]
+        est, lo, hi = paired_ratio(ratios)
+        r = row(f"fidelity_gap:{a}/{b}-{m}", max(est, 1 / est), f"{est:.3f} ({lo:.3f}-{hi:.3f})",
+                f"{len(ratios)} repeats of all four; median {statistics.median(ratios):.3f}, range "
+                f"{min(ratios):.3f}-{max(ratios):.3f}: above 1, the runner widens the gap")
+        if lo == lo and hi == hi:  # an interval: its verdict, two-sided
+            r["interval"] = [lo, hi]
+            r["verdict"] = ("PASS" if 1 / limit <= lo and hi <= limit else
+                            "MISS" if hi < 1 / limit or lo > limit else "UNSETTLED")
+        rows.append(r)
     return rows
 
 
@@ -475,6 +504,7 @@ def expected_keys(s: Settings) -> list:
     keys = [f"probe:{fw}-{m}" for fw in TIMED for m in s.models]
     keys += [f"fidelity:{fw}-{m}{suffix}" for fw in TIMED for m in s.models
              for suffix in ["", *(f"-{v.removeprefix('reference-')}" for v in REFERENCE_VARIANTS.get(fw, {}))]]
+    keys += [f"fidelity_gap:{'/'.join(FRAMEWORKS[:2])}-{m}" for m in s.models]
     keys += [f"memory:{fw}" for fw in FRAMEWORKS] + [f"startup:{fw}" for fw in TIMED]
     keys += ["sweep:default, cold", "noop:no-op rerun"] + [f"cv:{fw}-{m}" for fw in TIMED for m in s.models]
     keys += [f"launch:{fw}" for fw in FRAMEWORKS]

@@ -12,6 +12,7 @@ from tests.helpers import DATA_ROOT, REPO
 ROWS = ["probe overhead (pyg-sage)", "probe overhead (dgl-sage)", "probe overhead (dgl-graphbolt-sage)",
         "fidelity: runner / reference epoch (pyg-sage)", "fidelity: runner / reference epoch (dgl-sage)",
         "fidelity: runner / reference epoch (dgl-graphbolt-sage)", "fidelity: runner / reference epoch (dgl-sage-csc)",
+        "fidelity: the runner's framework gap / the references' (pyg/dgl-sage)",
         "memory: PSS 2 ranks / 1 rank (pyg)", "memory: PSS 2 ranks / 1 rank (dgl)",
         "start-up: command to first step (pyg)", "start-up: command to first step (dgl)",
         "start-up: command to first step (dgl-graphbolt)",
