@@ -11,7 +11,7 @@ from collections import Counter
 import pandas as pd
 
 from analysis import EXPERIMENT_KEYS, FRAMEWORK_ORDER, GRID_KEYS, MODEL_KEYS, MODEL_ORDER, PHASE_COLUMNS, model_label
-from analysis.report.formatting import status_text, worst_status
+from analysis.formatting import status_text, worst_status
 from analysis.stats import mean_ci
 
 

@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 
 from analysis import aggregate, grouping, stats
-from analysis.report import deadlocks, display, findings, formatting, sweep_record, render
+from analysis import display, formatting
+from analysis.report import deadlocks, findings, sweep_record, render
 from analysis.aggregate import Aggregate
 from analysis.report.context import Context
 from analysis.tables.accuracy import accuracy_table

@@ -13,8 +13,9 @@ import pytest
 from analysis import PHASE_COLUMNS, PHASE_LABELS, grouping
 from analysis.projection import speedup_gap
 from analysis.repeats import next_sweep
-from analysis.report import answers, findings, formatting, sweep_record
-from analysis.report.display import frame_table
+from analysis import formatting
+from analysis.report import answers, findings, sweep_record
+from analysis.display import frame_table
 from analysis.aggregate import Aggregate
 from analysis.tables.axes import batch_table, workers_table
 from analysis.tables.paper import load_paper, paper_comparison

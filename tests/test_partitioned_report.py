@@ -14,7 +14,7 @@ import pytest
 
 from analysis import aggregate
 from analysis.report import render
-from analysis.report.formatting import fmt_bytes
+from analysis.formatting import fmt_bytes
 from analysis.variants.partitioned import GLT_REASON, partitioned_rows, partitioned_table
 from analysis.tables.memory import memory_model_table
 from runners.adapters import registry

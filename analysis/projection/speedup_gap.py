@@ -27,8 +27,8 @@ import math
 import pandas as pd
 
 from analysis import PHASE_COLUMNS, framework_label, model_label
-from analysis.report.display import frame_table, row_anchor
-from analysis.report.formatting import fmt_duration
+from analysis.display import frame_table, row_anchor
+from analysis.formatting import fmt_duration
 from analysis.grouping import add_experiment, performance_points, performance_runs
 from analysis.tables.scaling import scaling_data
 from runners.rank.stopping import WARMUP_EPOCHS

@@ -8,7 +8,7 @@ import math
 
 import pandas as pd
 
-from analysis.report.display import frame_table, row_anchor
+from analysis.display import frame_table, row_anchor
 from analysis.projection.inputs import CONFIG
 
 
@@ -294,7 +294,7 @@ def answer_parts(res: dict | None, exp, measured: list) -> list:
 
 
 def _ms_text(v) -> str | None:
-    from analysis.report.formatting import fmt_duration
+    from analysis.formatting import fmt_duration
 
     return None if v is None or pd.isna(v) else fmt_duration(float(v))
 

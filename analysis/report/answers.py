@@ -25,8 +25,8 @@ from analysis.report import deadlocks, sections
 from analysis.projection import speedup_gap
 from analysis.comparisons import comparison_labels, framework_comparison, framework_pairs
 from analysis.report.context import Context, main_experiment
-from analysis.report.display import row_anchor
-from analysis.report.formatting import fmt_pct
+from analysis.display import row_anchor
+from analysis.formatting import fmt_pct
 from analysis.grouping import paper_order, performance_runs, truthy
 from analysis.stats import NO_CLEAR, middle, over_configurations
 from analysis.tables.scaling import SUPERLINEAR_WARN, scaling_anchor

@@ -14,7 +14,7 @@ from analysis import BUSY_WARN_PERCENT, FRAMEWORK_ORDER, GRID_KEYS, framework_la
 from analysis.repeats import next_sweep
 from analysis.projection import speedup_gap
 from analysis.comparisons import comparison_labels, framework_comparison, framework_pairs
-from analysis.report.formatting import config_text, fmt_pct, interval_text
+from analysis.formatting import config_text, fmt_pct, interval_text
 from analysis.grouping import paper_order, performance_runs, truthy
 from analysis.stats import CI_METHOD_DIFF, CI_METHOD_RATIO, NO_CLEAR
 from analysis.tables.scaling import EFFICIENCY_WARN, OVERSUBSCRIBED_MARK, SCALING_VALUE, SUPERLINEAR_WARN

@@ -21,7 +21,7 @@ from analysis import (FRAMEWORK_COLOURS, FRAMEWORK_ORDER, MODEL_ORDER, PHASE_COL
                       STATUS_COLOURS, STATUSES, framework_label, model_label)
 from analysis import tables  # noqa: E402
 from analysis.projection import speedup_gap  # noqa: E402
-from analysis.report.formatting import fmt_si, worst_status  # noqa: E402
+from analysis.formatting import fmt_si, worst_status  # noqa: E402
 from analysis.grouping import paper_order  # noqa: E402
 
 sns.set_theme(style="whitegrid", context="notebook", font_scale=0.85)

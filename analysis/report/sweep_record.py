@@ -15,8 +15,8 @@ import pandas as pd
 from analysis import FRAMEWORK_ORDER, framework_label, model_label
 from analysis.report import deadlocks
 from analysis.repeats import next_sweep
-from analysis.report.display import TableSet, frame_table, row_anchor
-from analysis.report.formatting import fmt_bytes, fmt_duration, fmt_pct
+from analysis.display import TableSet, frame_table, row_anchor
+from analysis.formatting import fmt_bytes, fmt_duration, fmt_pct
 from analysis.grouping import paper_order, truthy
 from analysis.tables.memory import memory_model_table
 from runners.adapters import registry

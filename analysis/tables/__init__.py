@@ -4,7 +4,7 @@ step's time goes and the steady state (steps), whether both learn the same (accu
 study's Table 2 (paper) and why its harness saw what it saw (study), and the memory model
 against the measured peak (memory); grids holds the layouts they share.
 
-Every table is an `analysis.report.display.TableSet`: a tidy numeric frame (written as CSV) and
+Every table is an `analysis.display.TableSet`: a tidy numeric frame (written as CSV) and
 one display grid per experiment (written as an HTML fragment). Repeats of one grid point are
 averaged with a 95% confidence interval (grouping.grid_points); a grid point without an ok run
 shows its status.

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pandas as pd
 
 from analysis import GRID_KEYS
-from analysis.report.display import Cell, TableSet
-from analysis.report.formatting import fmt_num
+from analysis.display import Cell, TableSet
+from analysis.formatting import fmt_num
 from analysis.tables.grids import flat_grids
 
 KEEP = ["experiment", *GRID_KEYS, "n_runs", "n_ok", "n_converged", "n_not_converged", "n_reached_target",

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pandas as pd
 
 from analysis import FRAMEWORK_ORDER, framework_label, model_label
-from analysis.report.display import Cell, GridTable, index_cells, row_anchor, value_cell
-from analysis.report.formatting import fmt_num
+from analysis.display import Cell, GridTable, index_cells, row_anchor, value_cell
+from analysis.formatting import fmt_num
 from analysis.grouping import paper_order
 
 

@@ -7,7 +7,7 @@ from collections import Counter
 
 import pandas as pd
 
-from analysis.report.formatting import status_text
+from analysis.formatting import status_text
 
 MEMORY_KEYS = ("harness", "framework", "model", "strategy", "dataset", "devices", "workers", "batch_size",
                "mem_limit_bytes")

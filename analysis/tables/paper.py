@@ -9,8 +9,8 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import FRAMEWORK_ORDER, GRID_KEYS, framework_label, model_label
-from analysis.report.display import Cell, GridTable, TableSet, index_cells
-from analysis.report.formatting import fmt_duration, fmt_num
+from analysis.display import Cell, GridTable, TableSet, index_cells
+from analysis.formatting import fmt_duration, fmt_num
 from analysis.grouping import paper_order
 from analysis.tables.grids import table2_grids
 

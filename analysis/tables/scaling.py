@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 
 from analysis import GRID_KEYS, framework_label, model_label
-from analysis.report.display import Cell, GridTable, TableSet, index_cells, row_anchor
+from analysis.display import Cell, GridTable, TableSet, index_cells, row_anchor
 from analysis.grouping import paper_order
 from analysis.repeats.noise import pooled_noise
 from analysis.stats import CI_METHOD_RATIO, verdict

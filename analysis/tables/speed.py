@@ -8,7 +8,7 @@ import pandas as pd
 
 from analysis import framework_label, model_label
 from analysis.comparisons import framework_comparison, framework_pairs
-from analysis.report.display import Cell, GridTable, TableSet, index_cells, row_anchor
+from analysis.display import Cell, GridTable, TableSet, index_cells, row_anchor
 from analysis.grouping import paper_order, performance_runs
 from analysis.repeats.noise import caption as noise_caption
 from analysis.repeats.noise import pooled_noise

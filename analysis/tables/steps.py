@@ -7,8 +7,8 @@ from __future__ import annotations
 import pandas as pd
 
 from analysis import GRID_KEYS, PHASE_COLUMNS, PHASE_LABELS
-from analysis.report.display import Cell, TableSet
-from analysis.report.formatting import fmt_num, fmt_pct, fmt_si
+from analysis.display import Cell, TableSet
+from analysis.formatting import fmt_num, fmt_pct, fmt_si
 from analysis.tables.grids import flat_grids
 
 TIMED_TO_STARTUP_WARN = 5.0  # training time below 5x the start-up: the run is too short to mean much

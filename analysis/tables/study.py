@@ -7,8 +7,8 @@ from __future__ import annotations
 import pandas as pd
 
 from analysis import framework_label, model_label
-from analysis.report.display import Cell, GridTable, TableSet, index_cells
-from analysis.report.formatting import fmt_num
+from analysis.display import Cell, GridTable, TableSet, index_cells
+from analysis.formatting import fmt_num
 from analysis.grouping import paper_order, performance_runs
 
 HARNESS_ORDER = ("study", "fair")

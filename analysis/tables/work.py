@@ -25,7 +25,7 @@ import pandas as pd
 
 from analysis import framework_label, model_label
 from analysis.comparisons import framework_comparison
-from analysis.report.display import Cell, GridTable, TableSet, index_cells
+from analysis.display import Cell, GridTable, TableSet, index_cells
 from analysis.grouping import paper_order
 from analysis.stats import CI_METHOD_RATIO
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pandas as pd
 
 from analysis import framework_label, model_label
-from analysis.report.display import TableSet
+from analysis.display import TableSet
 from analysis.grouping import paper_order
 from analysis.stats import CI_METHOD_RATIO, over_configurations
 from analysis.variants.pairing import Axis, variant_rows, variant_table

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import pandas as pd
 
 from analysis import FRAMEWORK_ORDER, framework_label, model_label
-from analysis.report.display import Cell, GridTable, TableSet
-from analysis.report.formatting import fmt_num
+from analysis.display import Cell, GridTable, TableSet
+from analysis.formatting import fmt_num
 from analysis.grouping import performance_runs
 from analysis.repeats.noise import SPLIT_AXES, pooled_noise
 from analysis.stats import mean_ci, verdict

@@ -14,8 +14,8 @@ from __future__ import annotations
 import pandas as pd
 
 from analysis import framework_label, model_label
-from analysis.report.display import Cell, GridTable, TableSet
-from analysis.report.formatting import fmt_bytes, fmt_num, fmt_pct
+from analysis.display import Cell, GridTable, TableSet
+from analysis.formatting import fmt_bytes, fmt_num, fmt_pct
 from analysis.grouping import performance_runs
 from analysis.stats import CI_METHOD_WELCH, mean_ci, ratio_interval
 from analysis.variants.pairing import ratio_text

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.report.formatting import fmt_bytes, fmt_count, fmt_duration, fmt_duration_pm, fmt_num
+from analysis.formatting import fmt_bytes, fmt_count, fmt_duration, fmt_duration_pm, fmt_num
 
 
 @dataclass
