@@ -14,7 +14,7 @@ from analysis import PHASE_COLUMNS, PHASE_LABELS, grouping
 from analysis.projection import speedup_gap
 from analysis.repeats import next_sweep
 from analysis import formatting
-from analysis.report import answers, findings, sweep_record
+from analysis.report import answers, findings, first_screen, sweep_record
 from analysis.display import frame_table
 from analysis.aggregate import Aggregate
 from analysis.tables.axes import batch_table, workers_table
@@ -33,7 +33,7 @@ def agg(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def top(agg):
-    return answers.from_aggregate(agg)
+    return first_screen.from_aggregate(agg)
 
 
 @pytest.fixture(scope="module")
@@ -245,7 +245,7 @@ def _grid_answers(agg, repeats: int, worker_gain: float = 1.25, **override) -> d
     empty = {k: pd.DataFrame(columns=c) for k, c in Aggregate.FILES.items() if k != "runs"}
     grid = Aggregate(runs=runs, **empty)
     grid.failures = []
-    return {a.key: a.text() for a in answers.from_aggregate(grid)["answers"]}
+    return {a.key: a.text() for a in first_screen.from_aggregate(grid)["answers"]}
 
 
 def test_grid_answers_carry_intervals_and_verdicts(grid_top):
@@ -416,13 +416,13 @@ def test_an_answer_wider_than_the_precision_is_named_with_what_would_settle_it()
                                                     "high": 2 * 1.15, "points": 8}])
     narrow = answers.Answer("scaling", intervals=[{"what": "PyG 1 → 2", "estimate": 1.5, "low": 1.5 / 1.05,
                                                         "high": 1.5 * 1.05, "points": 12}])
-    rows = answers.open_answers([wide, narrow], 0.10, 2, 6.0)
+    rows = first_screen.open_answers([wide, narrow], 0.10, 2, 6.0)
     assert [r["what"] for r in rows] == ["GAT PyG / DGL"]
     assert rows[0]["half"] == pytest.approx(0.15) and rows[0]["runs"] == 24 and rows[0]["minutes"] == pytest.approx(2.4)
-    (text, href), = answers._open_caveat(rows, 0.10)
+    (text, href), = first_screen._open_caveat(rows, 0.10)
     assert text == "not settled to ±10 %: GAT PyG / DGL (±15 %); about 24 more runs (2 min) would settle it"
     assert href == "#plan"
-    assert answers.open_answers([narrow], 0.10, 2, 6.0) == [] and answers._open_caveat([], 0.10) == []
+    assert first_screen.open_answers([narrow], 0.10, 2, 6.0) == [] and first_screen._open_caveat([], 0.10) == []
 
 
 def test_the_cost_of_an_open_answer_is_the_planners_from_the_runs():
@@ -440,14 +440,14 @@ def test_the_cost_of_an_open_answer_is_the_planners_from_the_runs():
                          for r in range(3)])
     wide = answers.Answer("speed", intervals=[{"what": "GAT PyG / DGL", "estimate": 2.0, "low": 2 / 1.15,
                                                     "high": 2 * 1.15, "points": 8, "answer": ("framework", "gat")}])
-    rows = answers.open_answers([wide], 0.05, 3, 9.0)
-    planned = answers.planned_cost(rows, runs, "e", 0.05)
+    rows = first_screen.open_answers([wide], 0.05, 3, 9.0)
+    planned = first_screen.planned_cost(rows, runs, "e", 0.05)
     assert planned["settled"] and planned["runs"] % 8 == 0 and planned["runs"] != rows[0]["runs"]
-    (text, _), = answers._open_caveat(rows, 0.05, planned)
+    (text, _), = first_screen._open_caveat(rows, 0.05, planned)
     assert text == (f"not settled to ±5 %: GAT PyG / DGL (±15 %); about {planned['runs']} more runs "
                     f"({planned['minutes']:.0f} min) would settle it")
     rows[0]["answer"] = None  # e.g. 1 → 4 devices, which the planner does not plan for
-    assert answers.planned_cost(rows, runs, "e", 0.05) is None
+    assert first_screen.planned_cost(rows, runs, "e", 0.05) is None
 
 
 def test_the_planners_widths_are_the_first_screens(agg):
@@ -472,7 +472,7 @@ def test_the_planners_widths_are_the_first_screens(agg):
     empty = {k: pd.DataFrame(columns=c) for k, c in Aggregate.FILES.items() if k != "runs"}
     grid = Aggregate(runs=runs, **empty)
     grid.failures = []
-    top = answers.from_aggregate(grid)
+    top = first_screen.from_aggregate(grid)
     page = {i["answer"]: math.sqrt(i["high"] / i["low"]) - 1 for a in top["answers"] for i in a.intervals
             if i.get("answer")}
     _, _, planned, measured = second_round._answers(second_round.points_from_runs(runs), 0.1, 0, 5)

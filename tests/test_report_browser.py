@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from analysis.report import answers
+from analysis.report import first_screen
 from analysis.aggregate import Aggregate
 from scripts import check_report_browser as browser
 from tests import _runs
@@ -62,7 +62,7 @@ def test_first_screen_answers_the_questions_and_the_folded_page_is_short(tmp_pat
     page = _runs.report_page(tmp_path_factory)
     layout = browser.layout(page, SCREEN)
     assert not layout["problems"], layout["problems"]
-    said = {a.key: a for a in answers.from_aggregate(Aggregate.load(_runs.aggregate_dir(tmp_path_factory)))["answers"]}
+    said = {a.key: a for a in first_screen.from_aggregate(Aggregate.load(_runs.aggregate_dir(tmp_path_factory)))["answers"]}
     first = squeeze(layout["first_screen_text"])
     for key in ("speed", "scaling"):  # at least the framework and the scaling answers, whole
         assert squeeze(said[key].text()) in first, (key, said[key].text(), layout["first_screen_text"])

@@ -1,5 +1,5 @@
 """The report names the graph each answer comes from (issue 44, part 3; analysis/graphs.py,
-analysis/report/answers.py with_graphs): the line built from a dataset's meta.json, the aggregate's
+analysis/report/first_screen.py with_graphs): the line built from a dataset's meta.json, the aggregate's
 datasets.json (the shape read only where meta.json has the runs' content hash), and a report
 on two graphs answering per graph, made from the saved schema-1 result (tests/data/schema1)."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from analysis import aggregate, graphs
-from analysis.report import answers, render
+from analysis.report import first_screen, render
 from runners import datasets as D
 
 SCHEMA_1 = Path(__file__).resolve().parent / "data" / "schema1" / "result.json"
@@ -112,7 +112,7 @@ def test_datasets_json_has_each_graphs_shape_only_under_its_hash(two_graphs):
 
 def test_answers_per_graph_and_a_line_each(two_graphs):
     _, data_root, agg = two_graphs
-    top = answers.from_aggregate(agg)
+    top = first_screen.from_aggregate(agg)
     assert [g["name"] for g in top["graphs"]] == [g["name"] for g in top["per_graph"]]
     assert {g["name"] for g in top["per_graph"]} == {"small", "small-twin", "changed"}
     assert top["graphs"][0]["name"] in top["experiment"]  # the main experiment's graph first

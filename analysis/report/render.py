@@ -25,7 +25,7 @@ import jinja2
 from analysis import REPORT_PLOTS, REPORT_TABLES, STATUS_COLOURS, declared
 from analysis.aggregate import Aggregate
 from analysis.projection import predict
-from analysis.report import answers, sections
+from analysis.report import answers, first_screen, sections
 from analysis.report.context import Context
 from analysis.report.figures import write_figures
 from analysis.report.findings import all_findings, precision_findings, study_findings
@@ -84,7 +84,7 @@ def render(agg: Aggregate, out: Path, assets: Path, source: str = "", collective
     for t in ctx.tables.values():
         t.write(assets)
     precision = (agg.plan or {}).get("precision") or answers.DEFAULT_PRECISION
-    top = answers.first_screen(ctx, precision)
+    top = first_screen.first_screen(ctx, precision)
     figures = write_figures(ctx, assets)
     out.write_text(page(ctx, top, figures, source))
     return out
