@@ -61,9 +61,8 @@ from pathlib import Path
 
 from analysis.stats import mean_ci
 from benchmarks.measure_runs import (LOADER_VARIANTS, PY, REPO, MeasureError, Settings, execute, launch_parts, log,
-                                     run_reference, run_runner, run_torchrun, runner_argv)
+                                     recorder_cost, run_reference, run_runner, run_torchrun, runner_argv)
 from runners import datasets
-from runners.config import build_parser as runner_parser, config_from_args
 from runners.records import envinfo
 from runners.records.rundir import RunDir
 
@@ -116,39 +115,6 @@ def cv(values: list) -> float:
 # ---------------------------------------------------------------------------------------
 # Measurements
 # ---------------------------------------------------------------------------------------
-
-def recorder_cost(s: Settings, work: Path, steps: int = 5000, rounds: int = 5) -> dict:
-    """Seconds per training step of the runner loop's bookkeeping: runners.rank.phase_timer.StepRecorder
-    over a step whose phases do nothing (a real heartbeat file, the harness's faults switched
-    off, a CPU run's no-op synchronisation, a real StepRow per step); median of `rounds`, in
-    this process. What the bookkeeping adds to one step of a run, without the step's work."""
-    import torch
-
-    from runners.adapters import Batch
-    from runners.rank.harness import Faults
-    from runners.rank.phase_timer import PHASE_HOOKS, StepRecorder
-    from runners.rank.probes import Heartbeat
-
-    cfg = config_from_args(runner_parser().parse_args(runner_argv(s, "pyg", "sage", work / "recorder")), 0,
-                           envinfo.cpu_cores())
-    hb = Heartbeat(RunDir(work / "recorder").heartbeat(0))
-    rec = StepRecorder(hb, Faults(cfg, 0), lambda: None, breakdown=True, phases_valid=True)
-    batch = Batch(inputs=None, labels=None, seed_nodes=s.batch_size, sampled_nodes=0, sampled_edges=0,
-                  seed_ids=torch.arange(s.batch_size))
-    loss = (torch.ones(1, requires_grad=True) * 2).sum()  # a loss in an autograd graph, as in training
-    per_step = []
-    for _ in range(rounds):
-        rec.start_epoch(0)
-        t0 = time.perf_counter()
-        for _ in rec.steps(steps):
-            for name in PHASE_HOOKS:
-                with rec.phase(name):
-                    pass
-            rec.step_row(batch, loss)
-        per_step.append((time.perf_counter() - t0) / steps)
-    calls = 2 + len(PHASE_HOOKS)  # steps(), one phase() per phase, step_row()
-    return {"per_step_s": statistics.median(per_step), "calls_per_step": calls, "rounds_s": per_step}
-
 
 def row(key: str, figure: float, shown: str, detail: str, interval: tuple | None = None) -> dict:
     """One table row. With `interval` (low, high), the verdict is the interval's: PASS when all

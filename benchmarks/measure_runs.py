@@ -191,3 +191,36 @@ def launch_parts(result: dict, out: Path, command_s: float) -> dict:
     parts["launch (command less training)"] = command_s - training
     parts["training epochs"] = training
     return {k: round(v, 4) for k, v in parts.items()}
+
+
+def recorder_cost(s: Settings, work: Path, steps: int = 5000, rounds: int = 5) -> dict:
+    """Seconds per training step of the runner loop's bookkeeping: runners.rank.phase_timer.StepRecorder
+    over a step whose phases do nothing (a real heartbeat file, the harness's faults switched
+    off, a CPU run's no-op synchronisation, a real StepRow per step); median of `rounds`, in
+    this process. What the bookkeeping adds to one step of a run, without the step's work."""
+    import torch
+
+    from runners.adapters import Batch
+    from runners.rank.harness import Faults
+    from runners.rank.phase_timer import PHASE_HOOKS, StepRecorder
+    from runners.rank.probes import Heartbeat
+
+    cfg = config_from_args(runner_parser().parse_args(runner_argv(s, "pyg", "sage", work / "recorder")), 0,
+                           envinfo.cpu_cores())
+    hb = Heartbeat(RunDir(work / "recorder").heartbeat(0))
+    rec = StepRecorder(hb, Faults(cfg, 0), lambda: None, breakdown=True, phases_valid=True)
+    batch = Batch(inputs=None, labels=None, seed_nodes=s.batch_size, sampled_nodes=0, sampled_edges=0,
+                  seed_ids=torch.arange(s.batch_size))
+    loss = (torch.ones(1, requires_grad=True) * 2).sum()  # a loss in an autograd graph, as in training
+    per_step = []
+    for _ in range(rounds):
+        rec.start_epoch(0)
+        t0 = time.perf_counter()
+        for _ in rec.steps(steps):
+            for name in PHASE_HOOKS:
+                with rec.phase(name):
+                    pass
+            rec.step_row(batch, loss)
+        per_step.append((time.perf_counter() - t0) / steps)
+    calls = 2 + len(PHASE_HOOKS)  # steps(), one phase() per phase, step_row()
+    return {"per_step_s": statistics.median(per_step), "calls_per_step": calls, "rounds_s": per_step}
