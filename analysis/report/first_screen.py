@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 import pandas as pd
 
@@ -90,7 +91,7 @@ class Frames:
     loaders: pd.DataFrame | None = None  # analysis.variants.loaders rows, where another loader ran
     projection: dict | None = None  # analysis.projection.predict.project's frames, where one was made
 
-    @property
+    @cached_property  # read by several answers: computed once per Frames
     def perf(self) -> pd.DataFrame:
         return performance_runs(self.runs)
 
