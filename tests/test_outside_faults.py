@@ -141,16 +141,22 @@ def test_signal_to_the_launcher_keeps_what_was_measured(tmp_path, sig):
 
 
 def test_interruption_keeps_the_steps_of_the_epoch_in_progress(tmp_path):
-    """Interrupted in the middle of the first epoch (nothing in epochs.csv yet): the steps each
-    rank took so far still reach steps.csv (the launcher asks the ranks to write them)."""
+    """Interrupted in the middle of the first epoch (nothing in epochs.csv yet): the steps a rank
+    took so far still reach steps.csv (the launcher asks the ranks to write them), even from a
+    rank that waits inside backward's all-reduce for a peer that cannot answer. Rank 0 is frozen
+    first, so rank 1 is in that wait when the launcher is interrupted: a Python signal handler
+    would never run there (a peer that wrote its rows and left first puts it in the same wait)."""
     out = tmp_path / "run"
     # Batch 2: hundreds of steps per epoch, seconds for the first one, so the signal (sent at
     # step 5, acted on at the launcher's next poll) lands well inside it.
     proc, log = start(tmp_path, runner_argv(out, devices=2, batch_size=2, epochs=50, extra=["--eval-every", "0"]))
+    beats = lambda: live_dir(out) / "heartbeats"  # noqa: E731 (the staging directory appears at launch)
     try:
-        wait_for("rank 0 at its 6th step", lambda: (
-            (hb := read_heartbeat(live_dir(out) / "heartbeats" / "rank0.hb")) is not None and hb["step"] >= 5), proc,
-            log)
+        hb0 = wait_for("rank 0 at its 6th step", lambda: (
+            (hb := read_heartbeat(beats() / "rank0.hb")) is not None and hb["step"] >= 5 and hb), proc, log)
+        os.kill(hb0["pid"], signal.SIGSTOP)
+        wait_for("rank 1 waiting in backward's all-reduce", lambda: _waits_in_backward(beats() / "rank1.hb"), proc,
+                 log)
         os.kill(proc.pid, signal.SIGTERM)
         rc = proc.wait(timeout=60)
     finally:
@@ -161,8 +167,19 @@ def test_interruption_keeps_the_steps_of_the_epoch_in_progress(tmp_path):
     result = json.loads((out / "result.json").read_text())
     assert result["status"] == "interrupted"
     assert rows(out / "rank0" / "epochs.csv") == 0 and not result["epochs"]  # the first epoch never ended
-    assert rows(out / "rank0" / "steps.csv") >= 5 and rows(out / "rank1" / "steps.csv") >= 1, log.read_text()[-2000:]
+    assert rows(out / "rank1" / "steps.csv") >= 5, log.read_text()[-2000:]
     assert not [p for p in run_pids(out) if alive(p)]
+
+
+def _waits_in_backward(beat: Path) -> bool:
+    """The rank's progress mark says backward, and is the same 0.5 s later."""
+    first = read_heartbeat(beat)
+    if first is None or first.get("phase") != "backward":
+        return False
+    time.sleep(0.5)
+    second = read_heartbeat(beat)
+    return second is not None and (second.get("phase"), second["step"]) == ("backward", first["step"])
+
 
 # -- 2. a full disk ----------------------------------------------------------------------------
 @needs_mounts

@@ -19,6 +19,7 @@ import os
 import random
 import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,17 +130,35 @@ class Rank:
         # epoch in progress, then leave. Not SIGTERM: a rank hung in a C call could not act on
         # it, and its SIGTERM must still end it at once.
         self.pending_rows = None
-        signal.signal(signal.SIGUSR2, self._keep_partial_epoch)
+        self.rows_lock = threading.Lock()
+        self._listen_for_stop()
 
     # -- bookkeeping --------------------------------------------------------------------
-    def _keep_partial_epoch(self, signum, frame) -> None:
-        rows, self.pending_rows = self.pending_rows, None
-        if rows:
-            for r in rows:
-                r.settle_loss()
-            self.step_csv.write(rows)
-        self.hb.beat("failed")
-        os._exit(128 + signum)
+    def _listen_for_stop(self) -> None:
+        """Act on SIGUSR2 in a thread of its own. A Python signal handler runs only between the
+        main thread's bytecodes, so a rank waiting in backward's all-reduce for a peer that has
+        already left would never run it; the wakeup fd is written by the C-level handler at
+        once, and this thread gets the GIL because backward releases it."""
+        read_fd, write_fd = os.pipe()
+        os.set_blocking(write_fd, False)
+        signal.signal(signal.SIGUSR2, lambda signum, frame: None)  # the thread below acts
+        signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+        threading.Thread(target=self._await_stop, args=(read_fd,), name="gnnscale-stop", daemon=True).start()
+
+    def _await_stop(self, read_fd: int) -> None:
+        while data := os.read(read_fd, 64):  # other signals' bytes land here too: skipped
+            if signal.SIGUSR2 in data:
+                self._keep_partial_epoch()
+
+    def _keep_partial_epoch(self) -> None:
+        with self.rows_lock:  # not while the epoch's end writes the same rows
+            rows, self.pending_rows = self.pending_rows, None
+            if rows:
+                for r in rows:
+                    r.settle_loss()
+                self.step_csv.write(rows)
+            self.hb.beat("failed")
+            os._exit(128 + signal.SIGUSR2)
 
     def mark(self, name: str) -> None:
         self.info["startup"][name] = round(time.time() - self.launch_t, 4)
@@ -157,6 +176,7 @@ class Rank:
         random.seed(seed)
         if self.adapter is not None:  # the framework's own generators (DGL's sampler)
             self.adapter.seed(seed)
+        signal.set_wakeup_fd(-1)  # the rank's stop listener is not in this process: SIGUSR2 is the rank's
         # Workers share the rank's cores; oversubscribing them would slow the trainer.
         torch.set_num_threads(1)
         fh = open(self.run_dir.faulthandler_dump(self.rank, os.getpid(), worker_id), "w")
@@ -487,10 +507,11 @@ class Rank:
                 if t.scheduler is not None:
                     t.scheduler.step()
             rows.append(rec.step_row(batch, loss))
-        self.pending_rows = None
         epoch_s = rec.end_epoch()
         del it
-        self.close_epoch(epoch, rows, epoch_s, t.phases_valid)
+        with self.rows_lock:  # an interruption from here on waits for these rows, then leaves
+            self.pending_rows = None
+            self.close_epoch(epoch, rows, epoch_s, t.phases_valid)
         return epoch_s
 
     def new_seed_share(self, t: "Training", epoch: int) -> None:
