@@ -54,6 +54,7 @@ class Framework:
     # untrimmed runs (config `trim`); "" where the framework's layers shrink by themselves (DGL's
     # blocks) or it has no such switch.
     layer_trim: str = ""
+    layer_trim_label: str = ""  # the trimming's own name, as the report says it
 
     @property
     def module(self) -> str:
@@ -177,7 +178,7 @@ FRAMEWORKS = {
                           "edge_bytes": 24, "all_nodes_every_layer": True,
                           "baseline_bytes": {"agent": 212 * 2**20, "rank": 296 * 2**20, "worker": 112 * 2**20},
                           "shared_tensors_per_batch": 7},
-                  layer_trim="pyg_trim",
+                  layer_trim="pyg_trim", layer_trim_label="trim_to_layer",
                   partitioned_unavailable=(
                       "PyG's distributed engine cannot run in this suite's lanes: torch_geometric.distributed needs "
                       "pyg-lib (dist_neighbor_sample, relabel_neighborhood, merge_sampler_outputs), which is not on "
