@@ -95,19 +95,19 @@ def test_the_default_config_plans_what_the_workflow_planned():
     by_block = {name: len(runs) for name, runs in sweep.blocks(cfg, sweep.resolve_devices(cfg)).items()}
     # workers only at batch 1024: 3 batch x workers points of 4; lanes are opt-in (compare: [])
     assert by_block == {"grid": 72, "convergence": 8, "study": 8, "deadlocks": 2, "lanes": 0, "loaders": 12,
-                        "trim": 12}
+                        "trim": 8}
     runs = runs_of(cfg)
-    assert len({run.name for run in runs}) == len(runs) == 114
+    assert len({run.name for run in runs}) == len(runs) == 110
     assert all(run.framework == "dgl" and run.loader == "graphbolt" for run in runs if run.loader != "default")
     # trimmed runs: the frameworks that declare a layer trimming (PyG), at the loaders' points
     assert {(run.framework, run.kind, run.devices, run.batch, run.workers) for run in runs if run.trim} == {
         ("pyg", "timing", d, 1024, 0) for d in (1, 2)}
-    assert sum(sweep.planned_by_adaptive(run) for run in runs) == 72 + 12 + 12
+    assert sum(sweep.planned_by_adaptive(run) for run in runs) == 72 + 12 + 8
     # `make report LANES=current`: 12 more runs of the current lane, the others unchanged
     lanes = config(lanes=dict(cfg["lanes"], compare=["current"]))
     with_lane = runs_of(lanes)
     # the lanes block comes after the grid, convergence, study and deadlocks (90 runs)
-    assert len(with_lane) == 126 and with_lane == runs[:90] + with_lane[90:102] + runs[90:]
+    assert len(with_lane) == 122 and with_lane == runs[:90] + with_lane[90:102] + runs[90:]
     assert {run.lane for run in with_lane[90:102]} == {"current"}
 
 

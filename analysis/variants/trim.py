@@ -17,10 +17,12 @@ from analysis import framework_label, model_label
 from analysis.display import TableSet
 from analysis.grouping import paper_order
 from analysis.stats import CI_METHOD_RATIO, over_configurations
-from analysis.variants.pairing import TRIM_BASE, TRIM_COLUMN, Axis, trimmed, variant_rows, variant_table
+from analysis.variants.pairing import (POINT_KEYS, TRIM_BASE, TRIM_COLUMN, Axis, fair_runs, trimmed, variant_rows,
+                                       variant_table)
 from runners.adapters import registry
 
 TRIMMED = registry.LAYER_TRIM
+EDGES = "step_layer_edges"  # runs.csv: the edge updates of a step (the work table's unit, analysis.tables.work)
 # The detail column: how the run's layers computed, and with which sampler (its adapter's choices).
 AXIS = Axis(TRIM_COLUMN, TRIM_BASE, "layers", "layers", named_by_detail=True)
 
@@ -52,8 +54,27 @@ def _fallback(trims: bool, can: bool) -> str:
 
 
 def trim_rows(runs: pd.DataFrame) -> pd.DataFrame:
-    """One row per point x framework x trimming at the points a trimmed run ran (pairing.variant_rows)."""
-    return variant_rows(with_trim(runs), AXIS)
+    """One row per point x framework x trimming at the points a trimmed run ran (pairing.variant_rows),
+    with `edges_over_other`: its edge updates per step over the other framework's untrimmed runs'."""
+    r = with_trim(runs)
+    data = variant_rows(r, AXIS)
+    return data.assign(edges_over_other=_edges_over_other(fair_runs(r, AXIS), data)) if len(data) else data
+
+
+def _edges_over_other(r: pd.DataFrame, data: pd.DataFrame) -> list:
+    """Each row's mean edge updates per step (ok runs) over the other framework's base runs' (NaN:
+    results from before the work columns)."""
+    if EDGES not in r:
+        return [float("nan")] * len(data)
+    ok = r[r["status"] == "ok"]
+    means = pd.to_numeric(ok[EDGES], errors="coerce").groupby(
+        [ok[k] for k in (*POINT_KEYS, "framework", TRIM_COLUMN)]).mean()
+
+    def get(row, fw, variant):
+        return means.get(tuple(row[k] for k in POINT_KEYS) + (fw, variant), float("nan"))
+
+    return [get(row, row["framework"], row[TRIM_COLUMN]) / get(row, row["other_framework"], TRIM_BASE)
+            for row in data.to_dict("records")]
 
 
 def trim_table(runs: pd.DataFrame) -> TableSet:
@@ -98,6 +119,8 @@ def trim_parts(data: pd.DataFrame, intervals: list | None = None) -> list:
         other = next(iter(g["other_framework"].dropna()), None)
         est, lo, hi = _combined(g, ["speedup_vs_default", "low", "high", "dof"])
         gap = _combined(g, ["over_other_on_default", "gap_low", "gap_high", "gap_dof"])
+        work = g["edges_over_other"].dropna() if "edges_over_other" in g else pd.Series(dtype=float)
+        work = f" at {(work.prod() ** (1 / len(work))):.2f}× its edge updates per step" if len(work) else ""
         if intervals is not None:
             intervals.append({"what": f"{model_label(model)} {fw.label} trimmed / untrimmed",
                               "estimate": 1 / est if est else est, "low": 1 / hi if hi else hi,
@@ -108,8 +131,8 @@ def trim_parts(data: pd.DataFrame, intervals: list | None = None) -> list:
         parts.append((f"{lead}{model_label(model)}: ", None))
         if other is not None and not pd.isna(gap[0]):
             parts += [(f"{fw.label} takes ", None), (f"{gap[0]:.2f}×", "#table-trim"),
-                      (f" as long as {framework_label(other)}{_ci(*gap)}{_against(_gm_over_base(data, g))}, and ",
-                       None)]
+                      (f" as long as {framework_label(other)}{_ci(*gap)}{work}{_against(_gm_over_base(data, g))}, "
+                       "and ", None)]
         parts += [(f"trimming cuts {fw.label}'s epoch by ", None), (_cut(est, lo, hi), "#table-trim")]
     return parts + [(". ", None)]
 
@@ -127,4 +150,8 @@ def _cut(est, lo, hi) -> str:
     if pd.isna(est) or not est:
         return "n/a (no untrimmed run at its points)"
     text = f"{100 * (1 - 1 / est):.0f} %"
-    return text + ("" if pd.isna(lo) else f" (95% CI {100 * (1 - 1 / lo):.0f}–{100 * (1 - 1 / hi):.0f} %)")
+    if pd.isna(lo):
+        return text
+    low, high = 100 * (1 - 1 / lo), 100 * (1 - 1 / hi)
+    # a negative end (trimming may lengthen the epoch) reads badly beside an en dash
+    return text + f" (95% CI {low:.0f}{' to ' if low < 0 else '–'}{high:.0f} %)"
