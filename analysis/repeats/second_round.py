@@ -6,10 +6,11 @@
 The report answers with ratios of timing runs' steady epoch times: PyG over DGL, 2 devices over
 1, 1 loader worker over none, batch 1024 over 256, a framework's other loader over its first
 (DGL's GraphBolt over its classic DataLoader), a framework's trimmed layers over its untrimmed ones
-(PyG's trim_to_layer; a point's last key holds the variant, another loader or the trimming). Each comparison's 95% interval rests on the launch
-noise pooled over the experiment's configurations (analysis.repeats.noise), and each first-screen answer
-is the geometric mean of its comparisons over the configurations (per model for the framework
-and loader questions, per framework for devices, workers and batch size) with its own interval.
+(PyG's trim_to_layer; a point's last key holds the variant, another loader or the trimming). Each
+comparison's 95% interval rests on the launch noise pooled over the experiment's configurations
+(analysis.repeats.noise), and each first-screen answer is the geometric mean of its comparisons
+over the configurations (per model for the framework, loader and trimming questions, per
+framework for devices, workers and batch size) with its own interval.
 The first round runs every point a few times. This plans more repeats for the answers whose
 interval is still wider than the precision asked for, within a time budget, and says why each
 point got them.
