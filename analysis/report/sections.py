@@ -49,7 +49,9 @@ SECTIONS = (
     Section("speed", "Which framework is faster?", {"framework": Ratio(
         "framework", _FIRST, _SECOND, f"{framework_label(_FIRST)} over {framework_label(_SECOND)}")},
         answer="report.first_screen:answer_speed"),
-    Section("work", "Why is one framework slower?"),
+    # The layer trimming's answer sits under the framework answer (report.first_screen.answer_speed).
+    Section("work", "Why is one framework slower?", {registry.LAYER_TRIM: Ratio(
+        "loader", registry.LAYER_TRIM, DEFAULT_LOADER, "trimmed layers over untrimmed")}),
     Section("loaders", "Classic DataLoader or GraphBolt?", {name: Ratio(
         "loader", name, DEFAULT_LOADER, f"{name} over the framework's first loader") for name in registry.OTHER_LOADERS},
         conditional=True, answer="report.first_screen:answer_loaders"),
