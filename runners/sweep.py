@@ -237,7 +237,7 @@ def check_trim(config: dict) -> None:
         return
     if not trim_frameworks(config):
         raise ConfigError("trim", f"none of grid.frameworks ({', '.join(config['grid']['frameworks'])}) can trim "
-                          f"its layers; those that can: {', '.join(registry.TRIM_SETTINGS) or 'none'}")
+                          f"its layers; those that can: {', '.join(registry.TRIM_SETTINGS) or 'none'}; add one, or set trim: null")
     for f in trim_frameworks(config):
         key = settings.BY_NAME[registry.TRIM_SETTINGS[f]].config_key
         if settings.config_value(config, key):

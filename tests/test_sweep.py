@@ -228,7 +228,8 @@ BAD = {
                 "grid.frameworks (pyg); allowed: none"]),
     "trim without a framework that trims": (
         lambda cfg: (cfg.update(trim=TRIM), _grid(frameworks=["dgl"])(cfg)),
-        ["Invalid config: trim: none of grid.frameworks (dgl) can trim its layers; those that can: pyg"]),
+        ["Invalid config: trim: none of grid.frameworks (dgl) can trim its layers; those that can: pyg; add one, "
+         "or set trim: null"]),
     "trim with every run trimmed": (
         lambda cfg: (cfg.update(trim=TRIM), cfg["sampling"].update(pyg_trim=True)),
         ["Invalid config: trim: sampling.pyg_trim is true, so every pyg run trims already"]),
