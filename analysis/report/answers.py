@@ -86,8 +86,11 @@ def _model_speed(g: pd.DataFrame, pair, exp, intervals: list) -> list:
     a, b = pair
     model = model_label(g["model"].iloc[0])
     c = _combined(g, "estimate")
+    # The second round's key where it plans this pair (a over the declared reference), else None.
+    ratio = sections.framework_ratios().get(sections.framework_axis(a))
+    planned = ratio is not None and (ratio.numerator, ratio.denominator) == (a, b)
     intervals.append({"what": f"{model} {framework_label(a)} / {framework_label(b)}", **c, "points": 2 * len(g),
-                      "answer": ("framework", g["model"].iloc[0]) if (a, b) == tuple(FRAMEWORK_ORDER[:2]) else None})
+                      "answer": (sections.framework_axis(a), g["model"].iloc[0]) if planned else None})
     lo_row, hi_row = g.loc[g["estimate"].idxmin()], g.loc[g["estimate"].idxmax()]
     hrefs = ["#" + speed_anchor(exp, a, b, r["model"], r["devices"], r["batch_size"], r["workers"])
              for r in (lo_row, hi_row)]
@@ -135,16 +138,17 @@ def _why(g: pd.DataFrame, slow: str, fast: str) -> list:
 
 
 def speed_answer(speed: pd.DataFrame, exp) -> Answer:
-    """Which framework is faster, by how much, per model (tables.speed.speed_data)."""
+    """Which framework is faster, by how much, per model (tables.speed.speed_data): per pair (each
+    framework against the reference), each model's sentence naming both frameworks."""
     ans = Answer("speed")
     d = speed[speed["experiment"] == exp] if len(speed) else speed
     if d.empty:
         ans.parts = [("Not measured: no configuration has ok runs of two frameworks.", "#speed")]
         return ans
-    pair = next(iter(dict.fromkeys(zip(d["a"], d["b"]))))
-    d = d[(d["a"] == pair[0]) & (d["b"] == pair[1])]
-    for _, g in paper_order(d, ["model"]).groupby("model", sort=False):
-        ans.parts += _model_speed(g, pair, exp, ans.intervals)
+    for pair in dict.fromkeys(zip(d["a"], d["b"])):
+        p = d[(d["a"] == pair[0]) & (d["b"] == pair[1])]
+        for _, g in paper_order(p, ["model"]).groupby("model", sort=False):
+            ans.parts += _model_speed(g, pair, exp, ans.intervals)
     return ans
 
 
@@ -228,7 +232,7 @@ def scaling_answer(scaling: pd.DataFrame, gap: pd.DataFrame, exp) -> Answer:
 # -- loader workers and batch size ----------------------------------------------------------
 
 # The ratios the second round's planner plans for (analysis.report.sections): axis -> (from, to).
-PLANNED = {axis: (sections.RATIOS[axis].denominator, sections.RATIOS[axis].numerator) for axis in ("workers", "batch_size")}
+PLANNED = {axis: (sections.ratios()[axis].denominator, sections.ratios()[axis].numerator) for axis in ("workers", "batch_size")}
 AXES = {  # axis -> section, what the ratio is, verdict words, leads for yes / no / neither
     "workers": ("workers", "epoch speed-up", "faster", "slower", ("Yes", "No, they slow it down", "Not clearly")),
     "batch_size": ("batch", "throughput gain", "higher", "lower",
