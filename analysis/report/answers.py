@@ -368,17 +368,23 @@ def _converged_parts(fixed: pd.DataFrame) -> list:
         return [("Not yet known: ", None), (f"{bad} of {len(fixed)}", "#accuracy"),
                 (f" runs end at or below the features-only baseline ({fmt_pct(base)}); train longer.", None)]
     parts = [("all ", None), (f"{len(fixed)}", "#accuracy"), (" runs beat the features-only baseline", None)]
-    pairs = framework_pairs(fixed)
-    cmp = framework_comparison(fixed, "final_val_acc", kind="diff", pair=pairs[0]) if pairs else pd.DataFrame()
-    if cmp.empty:
-        return [("Both learn: ", None), *parts, (".", None)]
-    r = middle(cmp, "estimate")
-    clear = int((cmp["verdict"] != NO_CLEAR).sum())
-    lead = "Not quite" if clear else "Both learn" if _no_interval([r]) else "Yes"
-    diff = f"{100 * r['estimate']:+.1f} pts".replace("-", "−")
-    return [(f"{lead}: ", None), *parts, (f"; final accuracy {' − '.join(map(framework_label, pairs[0]))} ", None),
-            (diff, "#accuracy"), (f"{_ci(r, 1, 100, ' pts')} at the median configuration{_no_interval([r])}; "
-                                  f"a clear difference in {clear} of {len(cmp)}.", None)]
+    # one clause per pair (each framework against the reference)
+    cmps = [(pair, framework_comparison(fixed, "final_val_acc", kind="diff", pair=pair))
+            for pair in framework_pairs(fixed)]
+    cmps = [(pair, cmp) for pair, cmp in cmps if not cmp.empty]
+    learn = "Both learn" if len(cmps) <= 1 else "All learn"
+    if not cmps:
+        return [(f"{learn}: ", None), *parts, (".", None)]
+    mids = [middle(cmp, "estimate") for _, cmp in cmps]
+    clear = [int((cmp["verdict"] != NO_CLEAR).sum()) for _, cmp in cmps]
+    lead = "Not quite" if any(clear) else learn if _no_interval(mids) else "Yes"
+    out = [(f"{lead}: ", None), *parts]
+    for (pair, cmp), r, n in zip(cmps, mids, clear):
+        diff = f"{100 * r['estimate']:+.1f} pts".replace("-", "−")
+        out += [(f"; final accuracy {' − '.join(map(framework_label, pair))} ", None), (diff, "#accuracy"),
+                (f"{_ci(r, 1, 100, ' pts')} at the median configuration{_no_interval([r])}; "
+                 f"a clear difference in {n} of {len(cmp)}", None)]
+    return out + [(".", None)]
 
 
 # -- caveats ------------------------------------------------------------------------------
