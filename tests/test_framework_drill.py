@@ -128,3 +128,12 @@ def test_the_runner_accepts_the_new_name(third):
     assert cfg.framework == NEW and cfg.identity("h")["run_id"].startswith(f"tiny-{NEW}-sage-d1")
     with pytest.raises((SystemExit, ConfigError)):
         config_from_args(build_parser().parse_args(["--framework", "nosuch", *argv[2:]]), 0, 2)
+
+
+def test_a_loaders_gap_is_taken_against_the_reference(ctx):
+    from analysis.variants.loaders import loader_rows
+
+    rows = loader_rows(ctx.runs)
+    others = rows.groupby("framework")["other_framework"].agg(set).to_dict()
+    # DGL's GraphBolt runs ran beside every framework's first loader; the reference's gap is to the first other
+    assert others == {"pyg": {"dgl"}, NEW: {"dgl"}, "dgl": {"pyg"}}
