@@ -2,7 +2,8 @@
 
     python -m benchmarks.coverage [--launches 10] [--draws 2000] [--dataset small]
 
-Runs timing runs of the first framework and the reference (PyG and DGL; the default sweep's stop rule) at two configurations, `--launches`
+Runs timing runs of the first framework and the reference (PyG and DGL; the default sweep's stop
+rule) at two configurations, `--launches`
 times each, interleaved so that a drift of the machine hits every cell alike. Then it draws
 `--draws` subsamples of the default design's size (2 rounds of launches, every cell's launches of a
 round together, as the sweep's repeat blocks are) and computes, for each framework comparison, the

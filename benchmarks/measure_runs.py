@@ -207,8 +207,8 @@ def recorder_cost(s: Settings, work: Path, steps: int = 5000, rounds: int = 5) -
     from runners.rank.phase_timer import PHASE_HOOKS, StepRecorder
     from runners.rank.probes import Heartbeat
 
-    cfg = config_from_args(runner_parser().parse_args(runner_argv(s, registry.FRAMEWORK_NAMES[0], "sage", work / "recorder")), 0,
-                           envinfo.cpu_cores())
+    argv = runner_argv(s, registry.FRAMEWORK_NAMES[0], "sage", work / "recorder")  # any framework would do
+    cfg = config_from_args(runner_parser().parse_args(argv), 0, envinfo.cpu_cores())
     hb = Heartbeat(RunDir(work / "recorder").heartbeat(0))
     rec = StepRecorder(hb, Faults(cfg, 0), lambda: None, breakdown=True, phases_valid=True)
     batch = Batch(inputs=None, labels=None, seed_nodes=s.batch_size, sampled_nodes=0, sampled_edges=0,

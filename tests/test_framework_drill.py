@@ -46,9 +46,9 @@ def copied_under_new_name(frame: pd.DataFrame, pyg_ids: set) -> pd.DataFrame:
 
 
 @pytest.fixture(scope="module")
-def agg(tmp_path_factory, third):
+def stored(tmp_path_factory, third):
     """The stored sweep as an aggregate, its PyG runs copied under the new name."""
-    d = tmp_path_factory.mktemp("agg")
+    d = tmp_path_factory.mktemp("aggregate")
     shutil.copy(SWEEP / "runs.csv", d / "runs.csv")
     for name in ("epochs", "steps"):
         with gzip.open(SWEEP / f"{name}.csv.gz") as src, open(d / f"{name}.csv", "wb") as dst:
@@ -61,8 +61,8 @@ def agg(tmp_path_factory, third):
 
 
 @pytest.fixture(scope="module")
-def ctx(agg):
-    return Context(agg)
+def ctx(stored):
+    return Context(stored)
 
 
 def test_the_reference_pairs_follow_the_registry(third):
@@ -84,7 +84,7 @@ def test_a_third_framework_has_speed_rows_against_the_reference(ctx):
     assert new["estimate"].to_dict() == pytest.approx(pyg["estimate"].to_dict())
 
 
-def test_a_third_framework_has_a_first_screen_answer_line(agg, ctx):
+def test_a_third_framework_has_a_first_screen_answer_line(stored, ctx):
     # the speed section's declared first-screen answer, from the frames the first screen gives it
     # (first_screen.from_aggregate makes every table of the page, too slow for a unit test)
     f = first_screen.Frames(ctx.runs, ctx.points, ctx.speed, *[pd.DataFrame()] * 4, failures=[])
@@ -92,26 +92,26 @@ def test_a_third_framework_has_a_first_screen_answer_line(agg, ctx):
     text = speed.text()
     assert "PyG copy" in text and "DGL" in text
     answered = {i["answer"] for i in speed.intervals}
-    models = set(agg.runs["model"])
+    models = set(stored.runs["model"])
     assert {(sections.framework_axis(NEW), m) for m in models} <= answered
     assert {(sections.framework_axis("pyg"), m) for m in models} <= answered
     whats = [i["what"] for i in speed.intervals]
     assert any(w.endswith("PyG copy / DGL") for w in whats) and any(w.endswith("PyG / DGL") for w in whats)
 
 
-def test_the_second_round_plans_repeats_for_the_third_frameworks_pair(agg):
+def test_the_second_round_plans_repeats_for_the_third_frameworks_pair(stored):
     ratio = sections.ratios()[sections.framework_axis(NEW)]
     assert (ratio.column, ratio.numerator, ratio.denominator, ratio.words) == ("framework", NEW, "dgl",
                                                                                "PyG copy over DGL")
-    models = sorted(set(agg.runs["model"]))
+    models = sorted(set(stored.runs["model"]))
     # a precision no first round reaches: the new pair's answers are open, first-screen ones, and get repeats
-    plan = second_round.plan(second_round.points_from_runs(agg.runs), precision=0.01, budget_s=1e6, max_repeats=5)
+    plan = second_round.plan(second_round.points_from_runs(stored.runs), precision=0.01, budget_s=1e6, max_repeats=5)
     answers = {r["answer"]: r for r in plan.answers}
     for model in models:
         row = answers[f"PyG copy over DGL, {model}"]
         assert row["first_screen"] and row["comparisons"] > 0 and row["added"] > 0
     # settling the new pair's answers alone (as the first screen asks) plans runs of its two frameworks only
-    points = second_round.points_from_runs(agg.runs)
+    points = second_round.points_from_runs(stored.runs)
     keys = [(sections.framework_axis(NEW), m) for m in models]
     cost = second_round.settling_cost(points, 0.05, keys, max_repeats=40)
     assert sorted(cost["answers"]) == keys and cost["runs"] > 0 and cost["settled"]

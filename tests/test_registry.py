@@ -36,7 +36,7 @@ ALLOWED_LITERALS = {
     ("benchmarks/measure.py", "dgl"): "a second reference loop of DGL's example only (its graph formats)",
     ("benchmarks/measure_runs.py", "sage"): "the model of the recorder-cost run (any registered model would do)",
     ("benchmarks/partitioned_memory.py", "sage"): "the model of the partitioned runs (any registered model would do)",
-    ("benchmarks/coverage.py", "sage"): "the configurations the coverage check launches (any registered model would do)",
+    ("benchmarks/coverage.py", "sage"): "the configurations the coverage check launches (any model would do)",
 }
 
 

@@ -4,8 +4,9 @@
         --out results/plan/repeats.json results/runs/small/*/result.json
 
 The report answers with ratios of timing runs' steady epoch times: each framework over the
-reference (PyG over DGL), 2 devices over 1, 1 loader worker over none, batch 1024 over 256, a framework's other loader over its first
-(DGL's GraphBolt over its classic DataLoader). Each comparison's 95% interval rests on the launch
+reference (PyG over DGL), 2 devices over 1, 1 loader worker over none, batch 1024 over 256, a
+framework's other loader over its first (DGL's GraphBolt over its classic DataLoader). Each
+comparison's 95% interval rests on the launch
 noise pooled over the experiment's configurations (analysis.repeats.noise), and each first-screen answer
 is the geometric mean of its comparisons over the configurations (per model for the framework
 and loader questions, per framework for devices, workers and batch size) with its own interval.

@@ -232,7 +232,7 @@ def scaling_answer(scaling: pd.DataFrame, gap: pd.DataFrame, exp) -> Answer:
 # -- loader workers and batch size ----------------------------------------------------------
 
 # The ratios the second round's planner plans for (analysis.report.sections): axis -> (from, to).
-PLANNED = {axis: (sections.ratios()[axis].denominator, sections.ratios()[axis].numerator) for axis in ("workers", "batch_size")}
+PLANNED = {axis: (r.denominator, r.numerator) for axis, r in sections.ratios().items() if axis in ("workers", "batch_size")}
 AXES = {  # axis -> section, what the ratio is, verdict words, leads for yes / no / neither
     "workers": ("workers", "epoch speed-up", "faster", "slower", ("Yes", "No, they slow it down", "Not clearly")),
     "batch_size": ("batch", "throughput gain", "higher", "lower",
