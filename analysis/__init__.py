@@ -125,6 +125,7 @@ REPORT_TABLES = {
     "adaptive": Asset("Timing", "report.sweep_record:adaptive_table", ("agg.plan",)),
     "lanes": Asset("Timing", "variants.lanes:lanes_table", ("runs",)),
     "loaders": Asset("Timing", "variants.loaders:loaders_table", ("runs",)),
+    "trim": Asset("Timing", "variants.trim:trim_table", ("runs",)),
     "partitioned": Asset("Timing", "variants.partitioned:partitioned_table", ("runs",)),
     "memory_model": Asset("Resources", "report.sweep_record:memory_table", ("runs",), optional=True),
     "breakdown": Asset("Timing", "tables.steps:breakdown_table", ("points",)),

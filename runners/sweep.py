@@ -54,15 +54,18 @@ LANE_PREFIXES = {lane: "" if lane == "pair" else f"{lane}-" for lane in settings
 # The loader a timing run uses (registry Framework.loaders): none for the framework's first
 # ("default", as runs.csv's loader_variant says), the loader's name for another one.
 LOADER_PREFIXES = {"default": ""} | {name: f"{name}-" for name in registry.OTHER_LOADERS}
+# Whether a timing run trims its layers (registry Framework.layer_trim; config `trim`): none for the
+# framework's own default, "trim-" for a run with the trimming on.
+TRIM_PREFIXES = {False: "", True: f"{registry.LAYER_TRIM}-"}
 # How a timing run holds the graph (settings.STRATEGIES): none for replicated, "part-METHOD-"
 # for the partitioned strategy with its partitioning method (settings.PART_METHODS).
 PART_PREFIXES = {"replicated": ""} | {method: f"part-{method}-" for method in settings.PART_METHODS}
 
 # The prefix wildcards of a run name, in the order the name spells them, and each one's table.
 PREFIXES = {"kind_prefix": KIND_PREFIXES, "lane_prefix": LANE_PREFIXES, "loader_prefix": LOADER_PREFIXES,
-            "part_prefix": PART_PREFIXES}
+            "trim_prefix": TRIM_PREFIXES, "part_prefix": PART_PREFIXES}
 # A run's name, written once: the run rule's output and log, and every run directory, use it.
-RUN_NAME = ("{kind_prefix}{lane_prefix}{loader_prefix}{part_prefix}"
+RUN_NAME = ("{kind_prefix}{lane_prefix}{loader_prefix}{trim_prefix}{part_prefix}"
             "{framework}-{model}-d{devices}-b{batch}-w{workers}-r{repeat}")
 RUN_DIR = "results/runs/{dataset}/" + RUN_NAME
 # What the runs of one point share (the adaptive plan names points so), and what then tells them apart.
@@ -106,6 +109,7 @@ class Run:
     kind: str = "timing"  # KIND_PREFIXES
     lane: str = "pair"  # LANE_PREFIXES
     loader: str = "default"  # LOADER_PREFIXES
+    trim: bool = False  # TRIM_PREFIXES
     part_method: str = "replicated"  # PART_PREFIXES
     dataset: str = ""
 
@@ -113,7 +117,8 @@ class Run:
     def wildcards(self) -> dict:
         """The run rule's wildcards (RUN_DIR's fields)."""
         return dict(dataset=self.dataset, kind_prefix=KIND_PREFIXES[self.kind], lane_prefix=LANE_PREFIXES[self.lane],
-                    loader_prefix=LOADER_PREFIXES[self.loader], part_prefix=PART_PREFIXES[self.part_method],
+                    loader_prefix=LOADER_PREFIXES[self.loader], trim_prefix=TRIM_PREFIXES[self.trim],
+                    part_prefix=PART_PREFIXES[self.part_method],
                     framework=self.framework, model=self.model, devices=self.devices, batch=self.batch,
                     workers=self.workers, repeat=self.repeat)
 
@@ -152,7 +157,8 @@ def from_wildcards(wildcards) -> Run:
         names[key] = inverse[get(key)]
     return Run(framework=get("framework"), model=get("model"), devices=int(get("devices")), batch=int(get("batch")),
                workers=int(get("workers")), repeat=int(get("repeat")), kind=names["kind_prefix"],
-               lane=names["lane_prefix"], loader=names["loader_prefix"], part_method=names["part_prefix"],
+               lane=names["lane_prefix"], loader=names["loader_prefix"], trim=names["trim_prefix"],
+               part_method=names["part_prefix"],
                dataset=get("dataset"))
 
 
@@ -217,10 +223,31 @@ def check(config: dict, basedir: str = ".", data_root: str = "results/datasets")
             raise ConfigError("loaders.compare", f"{loader!r} is no other loader of a framework in grid.frameworks "
                               f"({', '.join(grid['frameworks'])}); allowed: "
                               + (", ".join(allowed) or "none, as none of them has a second loader"))
+    check_trim(config)
     if config.get("strategy") and config["nodes"] < 2:
         raise ConfigError("strategy", "partitioned runs need nodes >= 2 (one partition per host, each host an "
                           "address of its own: DGL finds a process's machine by the first local address in its "
                           f"ip_config); nodes is {config['nodes']}")
+
+
+def check_trim(config: dict) -> None:
+    """Config `trim` needs a framework in the grid that can trim its layers, whose runs do not
+    trim already (then there is nothing untrimmed to time the trimmed runs beside)."""
+    if not config.get("trim"):
+        return
+    if not trim_frameworks(config):
+        raise ConfigError("trim", f"none of grid.frameworks ({', '.join(config['grid']['frameworks'])}) can trim "
+                          f"its layers; those that can: {', '.join(registry.TRIM_SETTINGS) or 'none'}")
+    for f in trim_frameworks(config):
+        key = settings.BY_NAME[registry.TRIM_SETTINGS[f]].config_key
+        if settings.config_value(config, key):
+            raise ConfigError("trim", f"{key} is true, so every {f} run trims already; set it false to time "
+                              "trimmed runs beside untrimmed ones, or trim: null")
+
+
+def trim_frameworks(config: dict) -> list:
+    """The grid's frameworks that can trim their layers (registry Framework.layer_trim)."""
+    return [f for f in config["grid"]["frameworks"] if f in registry.TRIM_SETTINGS]
 
 
 def interpreter(lane: str, basedir: str) -> str:
@@ -246,12 +273,12 @@ def resolve_devices(config: dict, visible_gpus=visible_gpu_count) -> list:
 
 
 def points(config: dict, kinds, devices, batches, workers, repeats: int, models=None, lane="pair",
-           loader="default", part_method="replicated") -> list:
+           loader="default", part_method="replicated", trim=False) -> list:
     """Runs of the grid's frameworks x models (or `models`) over the given axes, for each of
-    `kinds` in `lane` with `loader`, replicated or partitioned by `part_method`."""
+    `kinds` in `lane` with `loader`, replicated or partitioned by `part_method`, trimmed or not."""
     grid = config["grid"]
     return [Run(framework=f, model=m, devices=d, batch=b, workers=w, repeat=r, kind=kind, lane=lane,
-                loader=loader, part_method=part_method, dataset=config["dataset"])
+                loader=loader, part_method=part_method, trim=trim, dataset=config["dataset"])
             for kind, f, m, d, b, w, r in itertools.product(
                 kinds, grid["frameworks"], models or grid["models"], devices, sorted(batches), sorted(workers),
                 range(repeats))]
@@ -259,7 +286,7 @@ def points(config: dict, kinds, devices, batches, workers, repeats: int, models=
 
 def blocks(config: dict, devices: list) -> dict:
     """The first round's runs by the config block that asks for them, in a stable order: the
-    grid, then convergence, study, deadlocks, lanes, loaders and strategy when present."""
+    grid, then convergence, study, deadlocks, lanes, loaders, trim and strategy when present."""
     grid = config["grid"]
     out = {"grid": [
         run for run in points(config, ["timing" if h == settings.default("harness") else h for h in grid["harnesses"]],
@@ -288,6 +315,11 @@ def blocks(config: dict, devices: list) -> dict:
                           for run in points(config, ["timing"], sorted(o["devices"]), [o["batch_size"]],
                                             [o["workers"]], o["repeats"], o.get("models"), loader=loader)
                           if run.framework in loader_frameworks(config, loader)]
+    if config.get("trim"):
+        t = config["trim"]
+        out["trim"] = [run for run in points(config, ["timing"], sorted(t["devices"]), [t["batch_size"]],
+                                             [t["workers"]], t["repeats"], t.get("models"), trim=True)
+                       if run.framework in trim_frameworks(config)]
     if config.get("strategy"):
         p = config["strategy"]
         out["strategy"] = [run for run in points(config, ["timing"], sorted(p["devices"]), [p["batch_size"]], [0],
@@ -302,8 +334,8 @@ def first_round(config: dict, devices: list) -> list:
 
 
 def planned_by_adaptive(run: Run) -> bool:
-    """Whether the adaptive plan reads the run: the pair's replicated timing runs (the grid's
-    and a framework's other loaders'; a plan's point key has no lane or strategy)."""
+    """Whether the adaptive plan reads the run: the pair's replicated timing runs (the grid's,
+    a framework's other loaders' and its trimmed runs'; a plan's point key has no lane or strategy)."""
     return run.kind == "timing" and run.lane == "pair" and run.part_method == "replicated"
 
 
@@ -317,6 +349,9 @@ def run_flags(config: dict, run: Run) -> str:
     # Nor do runs of a framework's first loader pass --loader: adding loaders reruns nothing.
     if run.loader != "default":
         flags = f"{flags} --loader {run.loader}"
+    # A trimmed run names its framework's trimming switch (--pyg-trim); the others pass none.
+    if run.trim:
+        flags = f"{flags} {settings.BY_NAME[registry.TRIM_SETTINGS[run.framework]].option}"
     if run.part_method != "replicated":
         # "slurm": each node's launcher writes the list from the job's own nodes (runners.launch.slurm);
         # nobody can name them before the scheduler picks them.

@@ -173,7 +173,8 @@ SCHEMA_TO_OPTION = {
 }
 # Workflow-only settings (the runner has no such option, or a different meaning).
 WORKFLOW_ONLY = {"raw_dir", "download", "grid.repeats", "node_gpus", "max_cpu_devices", "nodes",
-                 "request_gpus", "master_port", "models", "optimizer", "sampling", "run_order_seed", "grid.harnesses", "lanes", "loaders", "strategy",
+                 "request_gpus", "master_port", "models", "optimizer", "sampling", "run_order_seed", "grid.harnesses", "lanes", "loaders", "trim",
+                 "strategy",
                  "deadlocks",
                  # The sweep's timing runs stop by the rule with caps; the runner's own default is
                  # the fixed schedule of --epochs (a command line says what it wants).

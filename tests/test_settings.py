@@ -17,7 +17,8 @@ JSON_TYPES = {int: "integer", float: "number", str: "string", bool: "boolean", l
 # Top-level keys that shape the sweep rather than set a run: the grid and its kinds of runs,
 # the dataset job, the device count of "all", SLURM requests, and the fixed schedule
 # (`epochs`, `eval_every`, `timing`: per kind of run, settings.sweep_stop_values).
-SWEEP_KEYS = {"dataset", "raw_dir", "download", "grid", "convergence", "study", "deadlocks", "lanes", "loaders", "strategy", "adaptive", "models",
+SWEEP_KEYS = {"dataset", "raw_dir", "download", "grid", "convergence", "study", "deadlocks", "lanes", "loaders", "trim",
+              "strategy", "adaptive", "models",
               "run_order_seed", "node_gpus", "max_cpu_devices", "request_gpus", "epochs", "eval_every", "timing"}
 CONFIGURED = {s.config_key: s for s in settings.SETTINGS if s.config_key}
 

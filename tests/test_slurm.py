@@ -2,11 +2,12 @@
 (the `slurm` fixture, tests/slurm_cluster.py; skipped with the reason where it cannot start),
 and a two-node one across network-namespace hosts (`slurm_hosts`, with tests/netns_hosts.py).
 
-- the sweep submitted through profiles/slurm with the SLURM executor;
 - a multi-node run as SLURM runs it (one job, 2 tasks, one torchrun agent per task);
 - SLURM's limits (time limit, scancel) leave results;
-- on two hosts: the sweep's multi-node replicated run, one task per host, beside its partitioned
-  (DistDGL) point with the ip_config made from the job's nodes; a node killed mid-run.
+- on two hosts: the sweep submitted job by job through profiles/slurm with the SLURM executor,
+  its multi-node replicated run, one task per host, beside its partitioned (DistDGL) point with
+  the ip_config made from the job's nodes, and the report naming each run's job; a node killed
+  mid-run.
 """
 
 import json
@@ -52,38 +53,6 @@ def sweep(cluster, proj, cfg: dict, run_threads: int, *extra):
          "--configfile", str(proj / "sweep.yaml"), "--config", "request_gpus=False", *extra]),
         cwd=proj, env=cluster.env, capture_output=True, text=True, timeout=900)
     return res, time.time() - t0
-
-
-def test_slurm_sweep_through_profile(slurm, proj):
-    """A grid of both frameworks at 2 processes submitted job by job through profiles/slurm:
-    every run ok, each result names its own SLURM job, and the report is made."""
-    cfg = minimal_with(**{"grid.devices": [2], "max_steps_per_epoch": 3, "time_limit_s": 120})
-    res, sweep_s = sweep(slurm, proj, cfg, min(2, slurm.cpus))
-    out = res.stdout + res.stderr
-    assert res.returncode == 0, out[-6000:]
-    results = {p.parent.name: json.loads(p.read_text()) for p in (proj / "results/runs/tiny").glob("*/result.json")}
-    assert sorted(results) == sorted(f"{fw}-sage-d2-b64-w0-r0" for fw in ("pyg", "dgl"))
-    job_ids = set()
-    for name, r in results.items():
-        assert r["status"] == "ok", (name, r.get("diagnosis"))
-        sched = r["env"]["scheduler"]
-        assert sched["name"] == "slurm" and sched["nodelist"] == slurm.host, sched
-        assert sched["partition"] == "test" and sched["cluster"] == "gnnscale-test", sched
-        job_ids.add(sched["job_id"])
-    assert len(job_ids) == 2, job_ids  # one allocation per run
-    html = proj / "results/report/index.html"
-    assert html.exists() and html.stat().st_size > 0
-    # The report's run list names each run's job and nodes; its environment, the scheduler.
-    import pandas as pd
-
-    listed = pd.read_csv(proj / "results/report/runs.csv", dtype=str)
-    assert sorted(listed["job"]) == sorted(f"slurm {j}" for j in job_ids)
-    assert set(listed["nodes"]) == {slurm.host}
-    env_table = pd.read_csv(proj / "results/report/environment.csv", dtype=str).set_index("setting")["value"]
-    assert env_table["batch scheduler"] == "slurm"
-    runs_ran = sum(r["wall_time_s"] for r in results.values())
-    print(f"\n[slurm] sweep of {len(results)} runs + dataset/aggregate/report: {sweep_s:.1f} s; "
-          f"runs' own wall time {runs_ran:.1f} s")
 
 
 SCHEMA = result_schema()
@@ -263,14 +232,15 @@ def slurmd_pid(cluster, host) -> int:
 
 
 def test_slurm_partitioned_sweep_across_two_hosts(slurm_hosts, proj):
-    """The sweep through profiles/slurm with the `strategy` block (DistDGL, 2 partitions by METIS,
+    """The sweep through profiles/slurm, job by job, with the `strategy` block (DistDGL, 2 partitions by METIS,
     `nodes: 2`, 2 repeats) beside the grid's replicated point, which runs across both hosts as one
     job of one task per node (check_two_node_run): the `partitions` rule runs as a job
     of its own, each partitioned run as one job with one task per node, each node's launcher
     making DGL's ip_config from the job's nodes (their NodeAddr in node order: partition k on
     node k). The repeats follow each other on the same nodes and DGL port. Both nodes of each run
     `ok`, the runs learn, each host served its own partition, nothing is left on either host,
-    and the report's "replicated vs partitioned" section holds both strategies."""
+    the report's run list names each run's job and nodes, and its "replicated vs partitioned"
+    section holds both strategies."""
     import pandas as pd
 
     cluster = slurm_hosts
@@ -332,6 +302,13 @@ def test_slurm_partitioned_sweep_across_two_hosts(slurm_hosts, proj):
         wait_until(f"{h.hostname} to be idle", lambda h=h: cluster.hosts.pids(h) == [slurmd_pid(cluster, h)], 30)
         assert os.listdir(f"/proc/{slurmd_pid(cluster, h)}/root/dev/shm") == [], h.hostname
     assert not [p for p in pids if slurm_cluster._alive(p, slurm_cluster._start_time(p))]
+    # The report's run list names each run's own job and its nodes; its environment, the scheduler.
+    replicated = json.loads((runs / "dgl-sage-d1-b64-w0-r0" / "result.json").read_text())["env"]["scheduler"]
+    listed = pd.read_csv(proj / "results/report/runs.csv", dtype=str)
+    assert sorted(listed["job"]) == sorted(f"slurm {j}" for j in job_ids | {replicated["job_id"]})
+    assert set(listed["nodes"]) == {s0["nodelist"]} == {replicated["nodelist"]}, listed["nodes"]
+    env_table = pd.read_csv(proj / "results/report/environment.csv", dtype=str).set_index("setting")["value"]
+    assert env_table["batch scheduler"] == "slurm"
     # The report's section: DGL replicated beside partitioned at the point, both measured.
     table = pd.read_csv(proj / "results/report/partitioned.csv")
     dgl = table[table["framework"] == "dgl"].set_index("strategy")

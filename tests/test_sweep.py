@@ -46,14 +46,14 @@ def runs_of(cfg: dict) -> list:
 
 
 EVERY_PREFIX = list(itertools.product(sweep.KIND_PREFIXES, sweep.LANE_PREFIXES, sweep.LOADER_PREFIXES,
-                                      sweep.PART_PREFIXES))
+                                      sweep.TRIM_PREFIXES, sweep.PART_PREFIXES))
 
 
-@pytest.mark.parametrize("kind,lane,loader,part_method", EVERY_PREFIX)
-def test_every_name_parses_back_to_its_run(kind, lane, loader, part_method):
+@pytest.mark.parametrize("kind,lane,loader,trim,part_method", EVERY_PREFIX)
+def test_every_name_parses_back_to_its_run(kind, lane, loader, trim, part_method):
     for framework, model in itertools.product(registry.FRAMEWORK_NAMES, registry.MODEL_NAMES):
         run = sweep.Run(framework, model, devices=2, batch=1024, workers=1, repeat=12, kind=kind, lane=lane,
-                        loader=loader, part_method=part_method, dataset="reddit-shape")
+                        loader=loader, trim=trim, part_method=part_method, dataset="reddit-shape")
         assert sweep.parse(run.name, run.dataset) == run
         assert sweep.parse_dir(run.dir) == run
         assert sweep.parse(run.stem, run.dataset, repeat=12) == run
@@ -68,6 +68,7 @@ def test_names_are_spelled_as_before():
     assert run.stem == "conv-pyg-sage-d2-b256-w0"
     other = sweep.Run("dgl", "gat", 1, 1024, 0, 0, lane="current", loader="graphbolt", part_method="metis")
     assert other.name == "current-graphbolt-part-metis-dgl-gat-d1-b1024-w0-r0"
+    assert sweep.Run("pyg", "sage", 1, 1024, 0, 2, trim=True).name == "trim-pyg-sage-d1-b1024-w0-r2"
     assert sweep.Run("pyg", "sage", 1, 64, 0, 0, kind="study").harness == "study"
     assert sweep.Run("pyg", "sage", 1, 64, 0, 0, kind="deadlock").harness == settings.default("harness")
 
@@ -93,16 +94,20 @@ def test_the_default_config_plans_what_the_workflow_planned():
     cfg = config()
     by_block = {name: len(runs) for name, runs in sweep.blocks(cfg, sweep.resolve_devices(cfg)).items()}
     # workers only at batch 1024: 3 batch x workers points of 4; lanes are opt-in (compare: [])
-    assert by_block == {"grid": 72, "convergence": 8, "study": 8, "deadlocks": 2, "lanes": 0, "loaders": 12}
+    assert by_block == {"grid": 72, "convergence": 8, "study": 8, "deadlocks": 2, "lanes": 0, "loaders": 12,
+                        "trim": 8}
     runs = runs_of(cfg)
-    assert len({run.name for run in runs}) == len(runs) == 102
+    assert len({run.name for run in runs}) == len(runs) == 110
     assert all(run.framework == "dgl" and run.loader == "graphbolt" for run in runs if run.loader != "default")
-    assert sum(sweep.planned_by_adaptive(run) for run in runs) == 72 + 12
+    # trimmed runs: the frameworks that declare a layer trimming (PyG), at the loaders' points
+    assert {(run.framework, run.kind, run.devices, run.batch, run.workers) for run in runs if run.trim} == {
+        ("pyg", "timing", d, 1024, 0) for d in (1, 2)}
+    assert sum(sweep.planned_by_adaptive(run) for run in runs) == 72 + 12 + 8
     # `make report LANES=current`: 12 more runs of the current lane, the others unchanged
     lanes = config(lanes=dict(cfg["lanes"], compare=["current"]))
     with_lane = runs_of(lanes)
     # the lanes block comes after the grid, convergence, study and deadlocks (90 runs)
-    assert len(with_lane) == 114 and with_lane == runs[:90] + with_lane[90:102] + runs[90:]
+    assert len(with_lane) == 122 and with_lane == runs[:90] + with_lane[90:102] + runs[90:]
     assert {run.lane for run in with_lane[90:102]} == {"current"}
 
 
@@ -127,6 +132,10 @@ def test_only_runs_off_the_pair_and_first_loader_name_them_in_their_flags():
     assert "--lane" not in sweep.run_flags(cfg, plain) and "--loader" not in sweep.run_flags(cfg, plain)
     lane = sweep.Run("dgl", "sage", 2, 1024, 0, 0, lane="current", loader="graphbolt", dataset="small")
     assert sweep.run_flags(cfg, lane) == sweep.run_flags(cfg, plain) + " --lane current --loader graphbolt"
+    pyg = sweep.Run("pyg", "sage", 2, 1024, 0, 0, dataset="small")
+    assert "--pyg-trim" not in sweep.run_flags(cfg, pyg)
+    assert sweep.run_flags(cfg, sweep.Run("pyg", "sage", 2, 1024, 0, 0, trim=True, dataset="small")) == \
+        sweep.run_flags(cfg, pyg) + " --pyg-trim"
 
 
 def test_devices_all_is_this_nodes_count():
@@ -147,14 +156,14 @@ def test_the_order_is_reproducible_interleaved_and_pairs_the_frameworks():
     assert sorted(first.order) == sorted(run.result for run in runs)
     # a pin of what seed 0 gives: a change to the order's rule shows here
     assert first.order[:6] == [f"results/runs/small/{name}/result.json" for name in (
-        "dgl-sage-d1-b1024-w0-r0", "pyg-sage-d1-b1024-w0-r0", "graphbolt-dgl-sage-d1-b1024-w0-r0",
-        "hang-pyg-sage-d2-b1024-w0-r0", "hang-dgl-sage-d2-b1024-w0-r0", "dgl-sage-d2-b1024-w1-r0")]
+        "dgl-sage-d1-b1024-w0-r0", "pyg-sage-d1-b1024-w0-r0", "graphbolt-dgl-sage-d2-b1024-w0-r0",
+        "graphbolt-dgl-sage-d1-b1024-w0-r0", "pyg-sage-d2-b1024-w1-r0", "dgl-sage-d2-b1024-w1-r0")]
     by_result = {run.result: run for run in runs}
     ordered = [by_result[path] for path in first.order]
     repeats = [run.repeat for run in ordered]
     assert repeats == sorted(repeats)  # every repeat r before any r + 1
     # a configuration's frameworks run back to back
-    configuration = [(run.kind, run.loader, run.model, run.devices, run.batch, run.workers, run.repeat)
+    configuration = [(run.kind, run.loader, run.trim, run.model, run.devices, run.batch, run.workers, run.repeat)
                      for run in ordered]
     blocks = [key for key, _ in itertools.groupby(configuration)]
     assert len(blocks) == len(set(configuration))
@@ -201,6 +210,7 @@ def _grid(**changes):
     return lambda cfg: cfg["grid"].update(changes)
 
 
+TRIM = {"devices": [1], "batch_size": 64, "workers": 0, "repeats": 1}
 BAD = {
     "fanouts": (lambda cfg: cfg.update(fanouts=[5, 5, 5]),
                 ["Invalid config: fanouts: [5, 5, 5] has 3 entries", "models.sage.layers is 2"]),
@@ -216,6 +226,12 @@ BAD = {
                                                 "workers": 0, "repeats": 1}), _grid(frameworks=["pyg"])(cfg)),
                ["Invalid config: loaders.compare: 'graphbolt' is no other loader of a framework in "
                 "grid.frameworks (pyg); allowed: none"]),
+    "trim without a framework that trims": (
+        lambda cfg: (cfg.update(trim=TRIM), _grid(frameworks=["dgl"])(cfg)),
+        ["Invalid config: trim: none of grid.frameworks (dgl) can trim its layers; those that can: pyg"]),
+    "trim with every run trimmed": (
+        lambda cfg: (cfg.update(trim=TRIM), cfg["sampling"].update(pyg_trim=True)),
+        ["Invalid config: trim: sampling.pyg_trim is true, so every pyg run trims already"]),
     "lane": (lambda cfg: cfg.update(lanes={"compare": ["own"], "devices": [1], "batch_size": 64, "workers": 0,
                                            "repeats": 1}),
              ["Invalid config: lanes.compare: 'own': its environment", ".venv-own/bin/python is missing",

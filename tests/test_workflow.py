@@ -85,8 +85,8 @@ def dry_run(cwd, *configfiles, args=(), snakefile=ROOT / "Snakefile", **extra_en
         # the deadlock demonstrations: one per framework
         # (the first round: the adaptive second round is planned once it has run)
         # (workers only at batch 1024: 3 batch x workers points, not 4)
-        # + DGL's GraphBolt loader: models x devices x repeats
-        ("config.yaml", 2 * 2 * 2 * 3 * 3 + 2 * 2 * 2 + 2 * 2 * 2 * 1 + 2 + 2 * 2 * 3),  # + the current lane's 12 with LANES=current
+        # + DGL's GraphBolt loader: models x devices x repeats; + PyG trimmed: models x devices x 2 repeats
+        ("config.yaml", 2 * 2 * 2 * 3 * 3 + 2 * 2 * 2 + 2 * 2 * 2 * 1 + 2 + 2 * 2 * 3 + 2 * 2 * 2),  # + the current lane's 12 with LANES=current
         ("paper.yaml", 2 * 2 * 3 * 3 * 2),  # Reddit need not be present for -n
         ("minimal.yaml", 2),
         ("study.yaml", 2 * 2 * 2 * 2 * 2),  # harnesses x frameworks x models x devices x repeats
@@ -161,7 +161,7 @@ def test_default_sweep_run_kinds(tmp_path):
     commands = [c for c in (res.stdout + res.stderr).splitlines() if "runners.run" in c]
     kinds = {"conv": [c for c in commands if "/conv-" in c], "study": [c for c in commands if "/study-" in c],
              "lane": [c for c in commands if "/current-" in c], "hang": [c for c in commands if "/hang-" in c],
-             "loader": [c for c in commands if "/graphbolt-" in c]}
+             "loader": [c for c in commands if "/graphbolt-" in c], "trim": [c for c in commands if "/trim-" in c]}
     timing = [c for c in commands if c not in sum(kinds.values(), [])]
     assert len(timing) == 72 and len(kinds["conv"]) == 8 and len(kinds["study"]) == 8
     # DGL's GraphBolt beside its classic loader: timing runs of DGL only, at both models x 1 and 2
@@ -170,6 +170,10 @@ def test_default_sweep_run_kinds(tmp_path):
                                              and "--until precise" in c and "-b1024-w0-" in c
                                              for c in kinds["loader"])
     assert not any("--loader" in c for c in timing + kinds["conv"] + kinds["study"] + kinds["hang"])
+    # PyG with trim_to_layer beside its untrimmed runs, at the same points; only those trim.
+    assert len(kinds["trim"]) == 8 and all("--framework pyg" in c and "--pyg-trim" in c and "--until precise" in c
+                                           and "-b1024-w0-" in c for c in kinds["trim"])
+    assert not any("--pyg-trim" in c for c in commands if c not in kinds["trim"])
     # loader workers only at batch 1024 (grid.worker_batch_sizes), every other point at both
     assert not any("--workers 1" in c and "--batch-size 256" in c for c in timing)
     assert sum("--workers 1" in c for c in timing) == 24

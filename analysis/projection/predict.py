@@ -128,7 +128,7 @@ class Model:
         return step_seeds(self.seeds, self.batch, n) / step_seeds(self.seeds, self.batch, 1)
 
     def _base(self, one: np.ndarray) -> dict:
-        m = one.mean(axis=0)
+        m = one.sum(axis=0) / len(one)  # ndarray.mean's figure, without its per-call overhead
         return {p: m[COL[p]] for p in (*PHASE_COLUMNS, OUTSIDE)}
 
     def point(self, n: int) -> dict:

@@ -5,11 +5,13 @@
 
 The report answers with ratios of timing runs' steady epoch times: each framework over the
 reference (PyG over DGL), 2 devices over 1, 1 loader worker over none, batch 1024 over 256, a
-framework's other loader over its first (DGL's GraphBolt over its classic DataLoader). Each
-comparison's 95% interval rests on the launch
-noise pooled over the experiment's configurations (analysis.repeats.noise), and each first-screen answer
-is the geometric mean of its comparisons over the configurations (per model for the framework
-and loader questions, per framework for devices, workers and batch size) with its own interval.
+framework's other loader over its first (DGL's GraphBolt over its classic DataLoader), a
+framework's trimmed layers over its untrimmed ones (PyG's trim_to_layer; a point's last key holds
+the variant, another loader or the trimming). Each comparison's 95% interval rests on the launch
+noise pooled over the experiment's configurations (analysis.repeats.noise), and each first-screen
+answer is the geometric mean of its comparisons over the configurations (per model for the
+framework, loader and trimming questions, per framework for devices, workers and batch size) with
+its own interval.
 The first round runs every point a few times. This plans more repeats for the answers whose
 interval is still wider than the precision asked for, within a time budget, and says why each
 point got them.
@@ -437,8 +439,9 @@ def points_from_runs(runs) -> dict:
         if r.get("status") != "ok" or r.get("until") != "precise" or not t or not t == t or t <= 0:
             continue
         variant = r.get("loader_variant")
+        variant = trim_variant(r) or (variant if isinstance(variant, str) else DEFAULT_LOADER)
         key = (str(r["framework"]), str(r["model"]), int(r["devices"]), int(r["batch_size"]), int(r["workers"]),
-               variant if isinstance(variant, str) else DEFAULT_LOADER)
+               variant)
         p = points.setdefault(key, Point(key, [], [], {}))
         p.times.append(float(t))
         rep = r.get("repeat")
@@ -477,9 +480,17 @@ def first_round_points(result_paths: list) -> tuple:
 
 def loader_variant(cfg: dict) -> str:
     """DEFAULT_LOADER for a run of its framework's first loader (results from before --loader
-    ran that one), else the loader's name."""
+    ran that one), else the loader's name; a run with its layers trimmed is its own variant."""
     loader = cfg.get("loader")
-    return DEFAULT_LOADER if loader in (None, registry.framework(cfg["framework"]).loaders[0]) else loader
+    first = loader in (None, registry.framework(cfg["framework"]).loaders[0])
+    return (trim_variant(cfg) or DEFAULT_LOADER) if first else loader
+
+
+def trim_variant(cfg: dict) -> str | None:
+    """registry.LAYER_TRIM for a run that trimmed its layers (the point key's last place holds
+    it, as it holds another loader: both are variants of the framework's default), else None."""
+    setting = registry.TRIM_SETTINGS.get(str(cfg.get("framework")))
+    return registry.LAYER_TRIM if setting and str(cfg.get(setting)).lower() in ("true", "1", "1.0") else None
 
 
 def keep_earlier_second_round(p: Point, first_round: int) -> None:

@@ -19,6 +19,7 @@ from analysis.report.answers import (DEFAULT_PRECISION, Answer, accuracy_answer,
                                      loader_answer, projection_answer, scaling_answer, speed_answer, step_answer,
                                      timing_only)
 from analysis.report.context import Context, main_experiment
+from analysis.variants.pairing import trimmed
 
 
 def open_answers(answers: list, precision: float, repeats: float, run_s: float) -> list:
@@ -43,7 +44,8 @@ def open_answers(answers: list, precision: float, repeats: float, run_s: float) 
 
 def planned_cost(rows: list, runs: pd.DataFrame, exp, precision: float) -> dict | None:
     """What the second round's planner (analysis.repeats.second_round.settling_cost) projects would settle the
-    open answers `rows` (open_answers), from the experiment's timing runs and its other loaders':
+    open answers `rows` (open_answers), from the experiment's timing runs, its other loaders' and its
+    trimmed runs':
     {"runs", "minutes", "settled"}; None where an open answer is not one the planner knows (another
     pair of device counts, say) or the planner already finds it within the precision."""
     keys = [r.get("answer") for r in rows]
@@ -51,7 +53,7 @@ def planned_cost(rows: list, runs: pd.DataFrame, exp, precision: float) -> dict 
         return None
     main = runs[runs["experiment"] == exp]
     same = [c for c in ("dataset", "device_type", "lane") if c in runs]
-    other = runs[(runs["loader_variant"] != sections.DEFAULT_LOADER)
+    other = runs[((runs["loader_variant"] != sections.DEFAULT_LOADER) | trimmed(runs))
                  & runs[same].isin({c: set(main[c]) for c in same}).all(axis=1)]
     cost = second_round.settling_cost(second_round.points_from_runs(pd.concat([main, other])), precision, keys)
     if sorted(cost["answers"]) != sorted(keys) or not cost["runs"]:
@@ -90,14 +92,16 @@ class Frames:
     failures: list
     loaders: pd.DataFrame | None = None  # analysis.variants.loaders rows, where another loader ran
     projection: dict | None = None  # analysis.projection.predict.project's frames, where one was made
+    trim: pd.DataFrame | None = None  # analysis.variants.trim rows, where a framework's trimmed runs ran
 
     @cached_property  # read by several answers: computed once per Frames
     def perf(self) -> pd.DataFrame:
         return performance_runs(self.runs)
 
     def of_graph(self, name: str, datasets_runs: pd.DataFrame) -> "Frames":
-        """These frames cut to one graph's runs: its experiments, failures and loader rows."""
+        """These frames cut to one graph's runs: its experiments, failures, loader and trim rows."""
         from analysis.variants.loaders import loader_rows
+        from analysis.variants.trim import trim_rows
 
         exps = set(datasets_runs["experiment"])
 
@@ -109,13 +113,19 @@ class Frames:
         return Frames(datasets_runs, only(self.points), only(self.speed), only(self.scaling), only(self.gap),
                       only(self.workers), only(self.batch),
                       [f for f in self.failures if str((f.get("config") or {}).get("dataset")) == name],
-                      loader_rows(datasets_runs), projection)
+                      loader_rows(datasets_runs), projection, trim_rows(datasets_runs))
 
 
 # Each section's first-screen answer (analysis.report.sections names them): Frames and the main
 # experiment in, an Answer out, or None where the section has nothing to answer from.
 def answer_speed(f: Frames, exp) -> Answer:
-    return speed_answer(f.speed, exp)
+    """Which framework is faster and why; with trimmed runs, how much of the gap trimming closes."""
+    from analysis.variants.trim import trim_parts
+
+    ans = speed_answer(f.speed, exp)
+    if f.trim is not None and len(f.trim):
+        ans.parts += trim_parts(f.trim, ans.intervals)
+    return ans
 
 
 def answer_loaders(f: Frames, exp) -> Answer | None:
@@ -206,7 +216,7 @@ def first_screen(ctx: Context, precision: float = DEFAULT_PRECISION) -> dict:
     and tables it computes once for the whole page; `precision` as all_answers takes it."""
     tabs = ctx.tables
     f = Frames(ctx.runs, ctx.points, ctx.speed, ctx.scaling, ctx.gap, tabs["workers"].data, tabs["batch"].data,
-               ctx.agg.failures, tabs["loaders"].data, ctx.projection)
+               ctx.agg.failures, tabs["loaders"].data, ctx.projection, tabs["trim"].data)
     return with_graphs(all_answers(f, precision), f, ctx.agg.datasets, precision)
 
 

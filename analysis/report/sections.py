@@ -62,7 +62,9 @@ def framework_ratios() -> dict:
 SECTIONS = (
     Section("answers", "Answers"),
     Section("speed", "Which framework is faster?", framework_ratios, answer="report.first_screen:answer_speed"),
-    Section("work", "Why is one framework slower?"),
+    # The layer trimming's answer sits under the framework answer (report.first_screen.answer_speed).
+    Section("work", "Why is one framework slower?", {registry.LAYER_TRIM: Ratio(
+        "loader", registry.LAYER_TRIM, DEFAULT_LOADER, "trimmed layers over untrimmed")}),
     Section("loaders", "Classic DataLoader or GraphBolt?", {name: Ratio(
         "loader", name, DEFAULT_LOADER, f"{name} over the framework's first loader") for name in registry.OTHER_LOADERS},
         conditional=True, answer="report.first_screen:answer_loaders"),

@@ -2,8 +2,9 @@
 variant changes the gap to the other framework.
 
 A variant is a value of one run column that is not the base's: a lane beside the pair (another
-torch; analysis.variants.lanes) or a loader beside the framework's first (DGL's GraphBolt beside its
-classic DataLoader; analysis.variants.loaders). At every point a variant ran, each framework gets one row
+torch; analysis.variants.lanes), a loader beside the framework's first (DGL's GraphBolt beside its
+classic DataLoader; analysis.variants.loaders) or a framework's trimmed layers beside its untrimmed
+ones (PyG's trim_to_layer; analysis.variants.trim). At every point a variant ran, each framework gets one row
 per variant it ran there: its mean steady-state epoch time, its speed-up over its own base runs,
 and its epoch time over the other framework's base runs (the gap, with the variant in place).
 Only runs of the fair harness that stop alike (timing runs against timing runs) take part.
@@ -28,6 +29,9 @@ from runners.adapters import registry
 POINT_KEYS = ("model", "devices", "batch_size", "workers")
 # Compared only with runs that stop alike: a variant's timing runs against the base's timing runs.
 LIKE_KEYS = ("until", "epochs")
+# The column analysis.variants.trim gives the runs: registry.LAYER_TRIM for a run that trimmed its
+# layers, TRIM_BASE for the others.
+TRIM_COLUMN, TRIM_BASE = "trim_variant", "default"
 
 
 @dataclass(frozen=True)
@@ -43,7 +47,7 @@ class Axis:
     def columns(self) -> list:
         return ["model", "devices", "batch_size", "workers", "framework", self.column, self.detail_name, "n_ok",
                 "statuses", "reason", "epoch_s", "epoch_ci_s", f"speedup_vs_{self.base}", "low", "high", "dof", "verdict",
-                "other_framework", f"over_other_on_{self.base}", "gap_low", "gap_high"]
+                "other_framework", f"over_other_on_{self.base}", "gap_low", "gap_high", "gap_dof"]
 
 
 def fair_runs(runs: pd.DataFrame, axis: Axis) -> pd.DataFrame:
@@ -52,7 +56,19 @@ def fair_runs(runs: pd.DataFrame, axis: Axis) -> pd.DataFrame:
     if runs.empty or "until" not in runs:
         return runs.iloc[0:0]
     r = performance_runs(runs)
-    return r[r["harness"] == "fair"].copy()
+    r = r[r["harness"] == "fair"]
+    # A framework's trimmed runs are a variant of their own (TRIM_COLUMN): not another axis's base.
+    return (r if axis.column == TRIM_COLUMN else r[~trimmed(r)]).copy()
+
+
+def trimmed(runs: pd.DataFrame) -> pd.Series:
+    """Whether each run trimmed its layers (the framework's setting, registry.TRIM_SETTINGS);
+    False for a framework without one and for results from before the setting."""
+    out = pd.Series(False, index=runs.index)
+    for fw, setting in registry.TRIM_SETTINGS.items():
+        if setting in runs and "framework" in runs:
+            out |= (runs["framework"] == fw) & runs[setting].astype(str).str.lower().isin(("true", "1", "1.0"))
+    return out
 
 
 def _times(g: pd.DataFrame) -> pd.Series:
@@ -99,13 +115,13 @@ def variant_rows(runs: pd.DataFrame, axis: Axis) -> pd.DataFrame:
                            if variant != axis.base else (float("nan"),) * 4)
                 # NaN where either side has no ok run (Noise.ratio falls back to the samples)
                 gap = noise.ratio(cell(fw, variant, key), cell(other, axis.base, key), times, other_times)
-                rows.append(_row(axis, key, fw, variant, g2, other, speedup, gap[:3]))
+                rows.append(_row(axis, key, fw, variant, g2, other, speedup, gap))
     return pd.DataFrame(rows, columns=axis.columns())
 
 
 def _row(axis: Axis, key, fw: str, variant: str, g: pd.DataFrame, other, speedup: tuple, gap: tuple) -> dict:
     """A table row; `speedup`: (est, low, high, dof) of the base over this variant, `gap`: (est, low,
-    high) of this variant over the other framework's base (analysis.repeats.noise.Noise.ratio)."""
+    high, dof) of this variant over the other framework's base (analysis.repeats.noise.Noise.ratio)."""
     times = _times(g)
     mean, ci = mean_ci(times)
     is_base = variant == axis.base
@@ -118,7 +134,8 @@ def _row(axis: Axis, key, fw: str, variant: str, g: pd.DataFrame, other, speedup
             "reason": skipped["diag_summary"].iloc[0] if len(skipped) and "diag_summary" in g else "",
             "epoch_s": mean, "epoch_ci_s": ci, f"speedup_vs_{axis.base}": est, "low": lo, "high": hi, "dof": dof,
             "verdict": verdict(lo, hi, 1.0, "faster", "slower") if not is_base else "",
-            "other_framework": other, f"over_other_on_{axis.base}": gap[0], "gap_low": gap[1], "gap_high": gap[2]}
+            "other_framework": other, f"over_other_on_{axis.base}": gap[0], "gap_low": gap[1], "gap_high": gap[2],
+            "gap_dof": gap[3]}
 
 
 def ratio_text(est, lo, hi) -> str:

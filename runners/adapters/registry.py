@@ -50,6 +50,12 @@ class Framework:
     # framework has none here (a run asking for it is refused with that reason).
     partitioned_adapter: Optional[str] = None
     partitioned_unavailable: str = ""
+    # The run setting (runners.settings) that makes the framework compute each layer only on the
+    # nodes the next layers still need (PyG's trim_to_layer), which a sweep times beside the
+    # untrimmed runs (config `trim`); "" where the framework's layers shrink by themselves (DGL's
+    # blocks) or it has no such switch.
+    layer_trim: str = ""
+    layer_trim_label: str = ""  # the trimming's own name, as the report says it
 
     @property
     def module(self) -> str:
@@ -173,6 +179,7 @@ FRAMEWORKS = {
                           "edge_bytes": 24, "all_nodes_every_layer": True,
                           "baseline_bytes": {"agent": 212 * 2**20, "rank": 296 * 2**20, "worker": 112 * 2**20},
                           "shared_tensors_per_batch": 7},
+                  layer_trim="pyg_trim", layer_trim_label="trim_to_layer",
                   partitioned_unavailable=(
                       "PyG's distributed engine cannot run in this suite's lanes: torch_geometric.distributed needs "
                       "pyg-lib (dist_neighbor_sample, relabel_neighborhood, merge_sampler_outputs), which is not on "
@@ -270,6 +277,11 @@ RPC_WAIT_FILES = ("dgl/distributed/rpc.py",)
 # The loaders that are not their framework's first (a sweep times them beside it: config loaders).
 OTHER_LOADERS = tuple(dict.fromkeys(name for f in FRAMEWORKS.values() for name in f.loaders[1:]))
 MODEL_NAMES = tuple(MODELS)
+# The variant of a framework's runs with its layer trimming on (Framework.layer_trim): the run-name
+# prefix's word ("trim-"), and the analysis' name for those runs beside the untrimmed ones.
+LAYER_TRIM = "trim"
+# The settings that switch a framework's layer trimming, by framework.
+TRIM_SETTINGS = {f.name: f.layer_trim for f in FRAMEWORKS.values() if f.layer_trim}
 
 
 def reference_pairs(names) -> list:

@@ -35,6 +35,7 @@ rule run:
         python=lane_python,
     message:
         "run {RUN_NUMBER:{output.result}}: {wildcards.kind_prefix}{wildcards.lane_prefix}{wildcards.loader_prefix}"
+        "{wildcards.trim_prefix}"
         "{wildcards.framework}"
         " {wildcards.model}"
         " devices={wildcards.devices} batch={wildcards.batch}"

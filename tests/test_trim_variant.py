@@ -1,0 +1,93 @@
+"""PyG with trim_to_layer as a variant (config `trim`, analysis/variants/trim.py): on constructed
+runs whose times are known, trimmed PyG is paired with untrimmed PyG and with DGL at the same
+points, the first screen says how much of the gap trimming closes, the second round plans repeats
+for it, and runs without trimming read as before."""
+
+import pandas as pd
+import pytest
+
+from analysis import grouping
+from analysis.repeats import second_round
+from analysis.report import sections
+from analysis.variants.loaders import loader_rows
+from analysis.variants.trim import trim_parts, trim_rows, with_trim
+from runners.adapters import registry
+
+# Epoch time per framework variant at 1 device; 2 devices take 0.6 of it. Trimming halves PyG's
+# epoch, which leaves it 1.5x DGL's (3x untrimmed).
+BASE = {("pyg", False): 3.0, ("pyg", True): 1.5, ("dgl", False): 1.0}
+# Edge updates per step: trimmed PyG computes what DGL's blocks do, untrimmed twice that.
+EDGES = {("pyg", False): 2000.0, ("pyg", True): 1200.0, ("dgl", False): 1000.0}
+NOISE = (1.03, 0.97, 1.01)  # launch noise per repeat, the same for every cell
+
+
+def runs_frame(trim: bool = True, graphbolt: bool = False, work: bool = True) -> pd.DataFrame:
+    rows = []
+    cells = [k for k in BASE if trim or not k[1]] + ([("dgl", "graphbolt")] if graphbolt else [])
+    for (fw, variant), d, r in ((c, d, r) for c in cells for d in (1, 2) for r in range(3)):
+        trims, loader = variant is True, variant if isinstance(variant, str) else "default"
+        t = BASE.get((fw, trims), 0.8) * (0.6 if d == 2 else 1.0) * NOISE[r]
+        rows.append({"run_id": f"{fw}-{variant}-d{d}-r{r}", "status": "ok", "framework": fw, "model": "sage",
+                     "devices": d, "batch_size": 1024, "workers": 0, "repeat": r, "dataset": "small",
+                     "device_type": "cpu", "epochs": 4, "until": "precise", "precision": 0.05, "harness": "fair",
+                     "inject": None,
+                     "pyg_trim": trims, "loader_variant": loader, "steady_epoch_time_s": t, "wall_time_s": 9.0}
+                    | ({"step_layer_edges": EDGES.get((fw, trims), 900.0)} if work else {}))
+    return grouping.add_experiment(pd.DataFrame(rows))
+
+
+def test_trimmed_runs_pair_with_the_untrimmed_and_the_other_framework_at_their_points():
+    rows = trim_rows(runs_frame()).set_index(["devices", "framework", "trim_variant"])
+    assert len(rows) == 6  # per point: PyG untrimmed, PyG trimmed, DGL
+    for d in (1, 2):
+        trimmed = rows.loc[(d, "pyg", registry.LAYER_TRIM)]
+        # the same noise per repeat on both sides: the ratios are exact, their intervals narrow
+        assert trimmed["speedup_vs_default"] == pytest.approx(2.0)
+        assert trimmed["low"] < 2.0 < trimmed["high"] and trimmed["verdict"] == "faster"
+        assert trimmed["over_other_on_default"] == pytest.approx(1.5) and trimmed["other_framework"] == "dgl"
+        assert trimmed["gap_low"] < 1.5 < trimmed["gap_high"] and trimmed["gap_dof"] > 0
+        assert rows.loc[(d, "pyg", "default")]["over_other_on_default"] == pytest.approx(3.0)
+        # DGL's gap is taken against untrimmed PyG, as the speed table takes it
+        assert rows.loc[(d, "dgl", "default")]["over_other_on_default"] == pytest.approx(1 / 3)
+
+
+def test_the_first_screen_says_how_much_of_the_gap_trimming_closes():
+    intervals = []
+    text = "".join(t for t, _ in trim_parts(trim_rows(runs_frame()), intervals))
+    assert text.startswith("With trim_to_layer (2 configurations a model): GraphSAGE: PyG takes 1.50× as long as DGL")
+    assert "at 1.20× its edge updates per step, against 3.00× untrimmed" in text
+    assert "trimming cuts PyG's epoch by 50 % (95% CI" in text
+    # the trimmed-over-untrimmed interval is an answer the second round plans repeats for
+    [i] = intervals
+    assert i["answer"] == (registry.LAYER_TRIM, "sage") and i["estimate"] == pytest.approx(0.5)
+    assert i["low"] < 0.5 < i["high"] and i["points"] == 4
+    # results from before the work columns: the same sentence without the work
+    older = "".join(t for t, _ in trim_parts(trim_rows(runs_frame(work=False))))
+    assert older == text.replace(" at 1.20× its edge updates per step", "")
+
+
+def test_without_trimmed_runs_nothing_is_said_and_other_variants_read_as_before():
+    assert trim_parts(trim_rows(runs_frame(trim=False))) == []
+    assert trim_rows(runs_frame(trim=False)).empty
+    # trimmed PyG runs at GraphBolt's points are no untrimmed PyG runs for the loaders' table
+    both, plain = (loader_rows(runs_frame(trim=t, graphbolt=True)) for t in (True, False))
+    pd.testing.assert_frame_equal(both, plain)
+    # and a GraphBolt run is no untrimmed DGL run for the trim table
+    assert set(with_trim(runs_frame(graphbolt=True))["loader_variant"]) == {"default"}
+    assert len(trim_rows(runs_frame(graphbolt=True))) == 6
+
+
+def test_the_second_round_plans_repeats_for_the_trimming_answer():
+    assert sections.ratios()[registry.LAYER_TRIM].numerator == registry.LAYER_TRIM
+    runs = runs_frame()
+    # launch noise of its own per run, so that the answers have a width to settle
+    runs["steady_epoch_time_s"] *= [1 + 0.04 * ((i * 7) % 5 - 2) for i in range(len(runs))]
+    points = second_round.points_from_runs(runs)
+    assert ("pyg", "sage", 1, 1024, 0, registry.LAYER_TRIM) in points
+    assert second_round.loader_variant({"framework": "pyg", "pyg_trim": True, "loader": "neighbor"}) == "trim"
+    assert second_round.loader_variant({"framework": "dgl", "pyg_trim": True}) == "default"
+    trims = [c for c in second_round.comparisons(points) if c.axis == registry.LAYER_TRIM]
+    assert len(trims) == 2 and all(c.on_first_screen() and c.answer_key() == ("trim", "sage") for c in trims)
+    assert {c.den.key[-1] for c in trims} == {"default"} and {c.num.key[0] for c in trims} == {"pyg"}
+    cost = second_round.settling_cost(points, 0.001, [("trim", "sage")], max_repeats=4)
+    assert cost["answers"] == [("trim", "sage")] and cost["runs"] > 0
