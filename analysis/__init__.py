@@ -71,7 +71,9 @@ MODEL_KEYS = ("layers", "hidden", "heads", "dropout", "epochs")
 
 
 def framework_label(name) -> str:
-    return FRAMEWORK_LABELS.get(str(name), str(name))
+    # Read from the registry at each call: a framework declared after import is labelled too.
+    f = registry.FRAMEWORKS.get(str(name))
+    return f.label if f else str(name)
 
 
 def model_label(name) -> str:

@@ -1,25 +1,24 @@
-"""Framework against framework per configuration: which pairs have ok runs, the ratio or the
-difference of one value with its 95% interval, and the verdict labels that name the faster or
-higher framework.
+"""Framework against framework per configuration: which pairs have ok runs (each framework
+against the reference, runners.adapters.registry.REFERENCE_FRAMEWORK), the ratio or the difference
+of one value with its 95% interval, and the verdict labels that name the faster or higher framework.
 """
 
 from __future__ import annotations
 
-import itertools
-
 import pandas as pd
 
 from analysis import FRAMEWORK_ORDER, framework_label
+from runners.adapters import registry
 from analysis.grouping import paper_order
 from analysis.repeats.noise import pooled_noise
 from analysis.stats import verdict, welch_interval
 
 
 def framework_pairs(runs: pd.DataFrame) -> list:
-    """Every pair (a, b) of the frameworks with ok runs, in the registry's order."""
+    """(framework, reference) for every other framework with ok runs, in the registry's order
+    (registry.reference_pairs: the declared reference, or the first framework present without it)."""
     present = set(runs.loc[runs["status"] == "ok", "framework"]) if not runs.empty else set()
-    fws = [f for f in FRAMEWORK_ORDER if f in present]
-    return list(itertools.combinations(fws, 2))
+    return registry.reference_pairs(present)
 
 
 def comparison_labels(pair, kind: str = "ratio") -> tuple:
@@ -29,7 +28,7 @@ def comparison_labels(pair, kind: str = "ratio") -> tuple:
 
 
 def framework_comparison(runs: pd.DataFrame, value: str, kind: str = "ratio", pair=None) -> pd.DataFrame:
-    """Framework a against framework b (`pair`, default the first two of the registry) per
+    """Framework a against framework b (`pair`, default the registry's first framework against the reference) per
     experiment and configuration, from the ok runs' `value`.
 
     kind "ratio": a / b (for times: above 1 means b is faster); "diff": a - b.
@@ -37,7 +36,7 @@ def framework_comparison(runs: pd.DataFrame, value: str, kind: str = "ratio", pa
     (analysis.repeats.noise); `dof` is its degrees of freedom.
     Columns: experiment, model, devices, batch_size, workers, n_a, n_b, estimate, low, high, dof,
     verdict (comparison_labels, or "no clear difference")."""
-    pair = tuple(pair or FRAMEWORK_ORDER[:2])
+    pair = tuple(pair or registry.reference_pairs(FRAMEWORK_ORDER)[0])
     keys = ["experiment", "model", "devices", "batch_size", "workers"]
     cols = keys + ["n_a", "n_b", "estimate", "low", "high", "dof", "verdict"]
     ok = runs[(runs["status"] == "ok")] if not runs.empty else runs

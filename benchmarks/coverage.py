@@ -2,7 +2,8 @@
 
     python -m benchmarks.coverage [--launches 10] [--draws 2000] [--dataset small]
 
-Runs PyG and DGL timing runs (the default sweep's stop rule) at two configurations, `--launches`
+Runs timing runs of the first framework and the reference (PyG and DGL; the default sweep's stop
+rule) at two configurations, `--launches`
 times each, interleaved so that a drift of the machine hits every cell alike. Then it draws
 `--draws` subsamples of the default design's size (2 rounds of launches, every cell's launches of a
 round together, as the sweep's repeat blocks are) and computes, for each framework comparison, the
@@ -29,11 +30,13 @@ import pandas as pd
 
 from analysis import stats
 from analysis.repeats.noise import pooled_noise
+from runners.adapters import registry
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIGS = ({"model": "sage", "devices": 1, "batch_size": 1024, "workers": 0},
            {"model": "sage", "devices": 2, "batch_size": 1024, "workers": 0})
-FRAMEWORKS = ("pyg", "dgl")
+# The pair whose ratio's intervals are checked: the first framework over the reference, as the report's first pair.
+FRAMEWORKS = registry.reference_pairs(registry.FRAMEWORK_NAMES)[0]
 # The default sweep's timing runs (config/config.yaml `timing`).
 TIMING = ["--until", "precise", "--precision", "0.05", "--min-steady-epochs", "4", "--epochs", "8",
           "--max-train-time", "8", "--eval-every", "end", "--threads-per-rank", "1", "--fanouts", "10,10,10"]

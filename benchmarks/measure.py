@@ -63,10 +63,14 @@ from analysis.stats import mean_ci
 from benchmarks.measure_runs import (LOADER_VARIANTS, PY, REPO, MeasureError, Settings, execute, launch_parts, log,
                                      recorder_cost, run_reference, run_runner, run_torchrun, runner_argv)
 from runners import datasets
+from runners.adapters import registry
 from runners.records import envinfo
 from runners.records.rundir import RunDir
 
-FRAMEWORKS = ("pyg", "dgl")
+# The frameworks with an example-shaped reference loop (benchmarks/reference_<name>.py), in the registry's order.
+FRAMEWORKS = tuple(f for f in registry.FRAMEWORK_NAMES if (REPO / "benchmarks" / f"reference_{f}.py").is_file())
+# The gaps row 2b checks: each framework over the reference (as the report's first screen states them).
+GAP_PAIRS = registry.reference_pairs(FRAMEWORKS)
 TIMED = FRAMEWORKS + tuple(LOADER_VARIANTS)  # the timing rows' "frameworks"
 VARIANTS = ("probes-on", "probes-off", "reference")
 # Second references of a framework: the example's loop with one of its choices set as the
@@ -93,7 +97,7 @@ TARGETS = {
 # The stored sweeps the projection row replays by default: small aggregates kept as test data.
 PROJECTION_SWEEPS = REPO / "tests" / "data" / "sweeps"
 STARTERS = ("spawn", "torchrun")
-FLOOR_MODULES = {"pyg": "torch_geometric", "dgl": "dgl"}
+FLOOR_MODULES = {f: registry.framework(f).module for f in FRAMEWORKS}  # what the import floor imports
 
 
 QUICK = {"dataset": "tiny", "repeats": 2, "epochs": 2, "batch_size": 128, "fanouts": "6,5,4",
@@ -266,14 +270,13 @@ def fidelity_rows(s: Settings, work: Path, runs: dict, raw: dict) -> list:
 
 
 def gap_fidelity_rows(s: Settings, runs: dict) -> list:
-    """Row 2b: the first framework's epoch time over the second's as the runner measures it, over
+    """Row 2b: a framework's epoch time over the reference's (GAP_PAIRS) as the runner measures it, over
     the same ratio between the examples' own loops, per repeat (all four ran in the same repeat):
     the gap the report's first screen states, and what the runner does to it. Its geometric mean
     and 95% interval; PASS when all of the interval lies within 3% either way of 1."""
-    a, b = FRAMEWORKS[:2]
     limit = TARGETS["fidelity_gap"][2]
     rows = []
-    for m in s.models:
+    for (a, b), m in ((pair, m) for pair in GAP_PAIRS for m in s.models):
         quads = zip(*(runs[(fw, m, v)] for fw, v in ((a, "probes-on"), (b, "probes-on"), (a, "reference"),
                                                       (b, "reference"))))
         ratios = [(ra["epoch_s"] / rb["epoch_s"]) / (fa["epoch_s"] / fb["epoch_s"]) for ra, rb, fa, fb in quads]
@@ -470,7 +473,7 @@ def expected_keys(s: Settings) -> list:
     keys = [f"probe:{fw}-{m}" for fw in TIMED for m in s.models]
     keys += [f"fidelity:{fw}-{m}{suffix}" for fw in TIMED for m in s.models
              for suffix in ["", *(f"-{v.removeprefix('reference-')}" for v in REFERENCE_VARIANTS.get(fw, {}))]]
-    keys += [f"fidelity_gap:{'/'.join(FRAMEWORKS[:2])}-{m}" for m in s.models]
+    keys += [f"fidelity_gap:{a}/{b}-{m}" for a, b in GAP_PAIRS for m in s.models]
     keys += [f"memory:{fw}" for fw in FRAMEWORKS] + [f"startup:{fw}" for fw in TIMED]
     keys += ["sweep:default, cold", "noop:no-op rerun"] + [f"cv:{fw}-{m}" for fw in TIMED for m in s.models]
     keys += [f"launch:{fw}" for fw in FRAMEWORKS]

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from runners.adapters import registry
 from runners.config import build_parser as runner_parser, config_from_args
 from runners.records import envinfo, rank_rows
 from runners.records.rundir import RunDir
@@ -24,8 +25,9 @@ from runners.records.rundir import RunDir
 REPO = Path(__file__).resolve().parent.parent
 PY = sys.executable
 # Timed like a framework, run as a framework with another loader: label -> (framework, loader),
-# and its reference loop is benchmarks/reference_<loader>.py.
-LOADER_VARIANTS = {"dgl-graphbolt": ("dgl", "graphbolt")}
+# and its reference loop is benchmarks/reference_<loader>.py (DGL's GraphBolt: dgl-graphbolt).
+LOADER_VARIANTS = {f"{f.name}-{loader}": (f.name, loader) for f in registry.FRAMEWORKS.values()
+                   for loader in f.loaders[1:] if (REPO / "benchmarks" / f"reference_{loader}.py").is_file()}
 
 
 @dataclass
@@ -205,8 +207,8 @@ def recorder_cost(s: Settings, work: Path, steps: int = 5000, rounds: int = 5) -
     from runners.rank.phase_timer import PHASE_HOOKS, StepRecorder
     from runners.rank.probes import Heartbeat
 
-    cfg = config_from_args(runner_parser().parse_args(runner_argv(s, "pyg", "sage", work / "recorder")), 0,
-                           envinfo.cpu_cores())
+    argv = runner_argv(s, registry.FRAMEWORK_NAMES[0], "sage", work / "recorder")  # any framework would do
+    cfg = config_from_args(runner_parser().parse_args(argv), 0, envinfo.cpu_cores())
     hb = Heartbeat(RunDir(work / "recorder").heartbeat(0))
     rec = StepRecorder(hb, Faults(cfg, 0), lambda: None, breakdown=True, phases_valid=True)
     batch = Batch(inputs=None, labels=None, seed_nodes=s.batch_size, sampled_nodes=0, sampled_edges=0,

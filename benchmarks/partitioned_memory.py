@@ -30,11 +30,14 @@ from pathlib import Path
 import numpy as np
 import psutil
 
+from runners.adapters import registry
 from runners.records.rundir import RunDir
 from tests import netns_hosts
 from tests.helpers import REPO, run_env
 
-ROLES = ("runners.rank.harness", "runners.adapters.dgl_dist")
+# The framework with a partitioned strategy (its registry entry names the adapter; DGL's DistDGL).
+PARTITIONED = next(f.name for f in registry.FRAMEWORKS.values() if f.partitioned_adapter)
+ROLES = ("runners.rank.harness", registry.framework(PARTITIONED).partitioned_adapter)
 
 
 PAGE = 4096
@@ -108,7 +111,7 @@ def one_run(hosts, work: Path, strategy: str, dataset: str, args, port: int) -> 
         s.start()
     procs = []
     for h in hosts.hosts:
-        argv = [sys.executable, "-m", "runners.run", "--framework", "dgl", "--model", "sage", "--devices", "1",
+        argv = [sys.executable, "-m", "runners.run", "--framework", PARTITIONED, "--model", "sage", "--devices", "1",
                 "--batch-size", str(args.batch_size), "--workers", "0", "--dataset", dataset, "--epochs",
                 str(args.epochs), "--fanouts", args.fanouts, "--layers", str(len(args.fanouts.split(","))),
                 "--max-steps-per-epoch", str(args.max_steps), "--hidden", str(args.hidden), "--data-root", args.data_root, "--out", str(out),

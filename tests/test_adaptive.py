@@ -354,8 +354,8 @@ def test_what_settling_costs_is_the_planners_projection_from_all_runs():
                              "loader_variant": "default", "repeat": r, "status": "ok", "until": "precise",
                              "steady_epoch_time_s": base / d * next(noise), "wall_time_s": 10.0})
     runs = pd.DataFrame(rows)
-    cost = second_round.settling_cost(second_round.points_from_runs(runs), 0.08, [("framework", "sage")])
-    assert cost["settled"] and cost["answers"] == [("framework", "sage")]
+    cost = second_round.settling_cost(second_round.points_from_runs(runs), 0.08, [("framework:pyg", "sage")])
+    assert cost["settled"] and cost["answers"] == [("framework:pyg", "sage")]
     assert cost["runs"] > 0 and cost["runs"] % 4 == 0  # blocks of the answer's 4 points
     assert cost["seconds"] == pytest.approx(cost["runs"] * (10.0 + second_round.JOB_OVERHEAD_S))
     pts = second_round.points_from_runs(runs)
@@ -368,7 +368,7 @@ def test_what_settling_costs_is_the_planners_projection_from_all_runs():
         p.added -= 1
     assert plan.answer_width(cs) > 0.08
     # an answer that is already within the precision costs nothing
-    assert second_round.settling_cost(second_round.points_from_runs(runs), 0.5, [("framework", "sage")])["runs"] == 0
+    assert second_round.settling_cost(second_round.points_from_runs(runs), 0.5, [("framework:pyg", "sage")])["runs"] == 0
 
 
 def test_the_projection_counts_a_run_as_the_block_fit_will():
@@ -385,7 +385,7 @@ def test_the_projection_counts_a_run_as_the_block_fit_will():
         pts[key] = p
     plan = second_round.plan(pts, precision=0.5, budget_s=0, max_repeats=10)
     pyg, dgl2, dgl1 = pts.values()
-    (c,) = [c for c in second_round.comparisons(pts) if c.axis == "framework"]
+    (c,) = [c for c in second_round.comparisons(pts) if c.ratio.column == "framework"]
     before = plan.projected_part(c)[0]
     dgl2.added = dgl1.added = 1
     aside = plan.projected_part(c)[0]

@@ -439,7 +439,7 @@ def test_the_cost_of_an_open_answer_is_the_planners_from_the_runs():
                          for fw, base in (("pyg", 2.0), ("dgl", 1.0)) for d in (1, 2) for b in (256, 1024)
                          for r in range(3)])
     wide = answers.Answer("speed", intervals=[{"what": "GAT PyG / DGL", "estimate": 2.0, "low": 2 / 1.15,
-                                                    "high": 2 * 1.15, "points": 8, "answer": ("framework", "gat")}])
+                                                    "high": 2 * 1.15, "points": 8, "answer": ("framework:pyg", "gat")}])
     rows = first_screen.open_answers([wide], 0.05, 3, 9.0)
     planned = first_screen.planned_cost(rows, runs, "e", 0.05)
     assert planned["settled"] and planned["runs"] % 8 == 0 and planned["runs"] != rows[0]["runs"]
@@ -477,6 +477,6 @@ def test_the_planners_widths_are_the_first_screens(agg):
             if i.get("answer")}
     _, _, planned, measured = second_round._answers(second_round.points_from_runs(runs), 0.1, 0, 5)
     keys = {cs[0].answer_key(): name for name, cs in planned.items()}
-    assert {("framework", "sage"), ("devices", "pyg"), ("workers", "dgl")} <= set(keys) & set(page)
+    assert {("framework:pyg", "sage"), ("devices", "pyg"), ("workers", "dgl")} <= set(keys) & set(page)
     for key in set(keys) & set(page):
         assert measured[keys[key]] == pytest.approx(page[key], rel=1e-6), key

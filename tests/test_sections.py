@@ -32,6 +32,9 @@ def test_an_answer_asks_its_sections_question():
 
 
 def test_the_second_round_plans_for_the_ratios_the_sections_compare():
-    declared = {axis for s in sections.SECTIONS for axis in s.compares}
-    assert set(second_round.AXES) == declared >= {"framework", "devices", "workers", "batch_size"}
-    assert sections.RATIOS["devices"].words == "2 devices over 1"
+    declared = {axis for s in sections.SECTIONS for axis in s.ratios()}
+    assert set(sections.ratios()) == declared >= {"framework:pyg", "devices", "workers", "batch_size"}
+    assert sections.ratios()["devices"].words == "2 devices over 1"
+    # with the two frameworks of today, the one framework ratio is PyG over DGL, as before
+    framework = {a: r for a, r in sections.ratios().items() if r.column == "framework"}
+    assert [(r.numerator, r.denominator, r.words) for r in framework.values()] == [("pyg", "dgl", "PyG over DGL")]

@@ -78,7 +78,7 @@ def test_without_trimmed_runs_nothing_is_said_and_other_variants_read_as_before(
 
 
 def test_the_second_round_plans_repeats_for_the_trimming_answer():
-    assert sections.RATIOS[registry.LAYER_TRIM].numerator == registry.LAYER_TRIM
+    assert sections.ratios()[registry.LAYER_TRIM].numerator == registry.LAYER_TRIM
     runs = runs_frame()
     # launch noise of its own per run, so that the answers have a width to settle
     runs["steady_epoch_time_s"] *= [1 + 0.04 * ((i * 7) % 5 - 2) for i in range(len(runs))]

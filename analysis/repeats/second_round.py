@@ -3,14 +3,15 @@
     python -m analysis.repeats.second_round --precision 0.05 --budget-min 4 --max-repeats 6 \
         --out results/plan/repeats.json results/runs/small/*/result.json
 
-The report answers with ratios of timing runs' steady epoch times: PyG over DGL, 2 devices over
-1, 1 loader worker over none, batch 1024 over 256, a framework's other loader over its first
-(DGL's GraphBolt over its classic DataLoader), a framework's trimmed layers over its untrimmed ones
-(PyG's trim_to_layer; a point's last key holds the variant, another loader or the trimming). Each
-comparison's 95% interval rests on the launch noise pooled over the experiment's configurations
-(analysis.repeats.noise), and each first-screen answer is the geometric mean of its comparisons
-over the configurations (per model for the framework, loader and trimming questions, per
-framework for devices, workers and batch size) with its own interval.
+The report answers with ratios of timing runs' steady epoch times: each framework over the
+reference (PyG over DGL), 2 devices over 1, 1 loader worker over none, batch 1024 over 256, a
+framework's other loader over its first (DGL's GraphBolt over its classic DataLoader), a
+framework's trimmed layers over its untrimmed ones (PyG's trim_to_layer; a point's last key holds
+the variant, another loader or the trimming). Each comparison's 95% interval rests on the launch
+noise pooled over the experiment's configurations (analysis.repeats.noise), and each first-screen
+answer is the geometric mean of its comparisons over the configurations (per model for the
+framework, loader and trimming questions, per framework for devices, workers and batch size) with
+its own interval.
 The first round runs every point a few times. This plans more repeats for the answers whose
 interval is still wider than the precision asked for, within a time budget, and says why each
 point got them.
@@ -54,7 +55,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from analysis.report.sections import DEFAULT_LOADER, RATIOS
+from analysis.report.sections import DEFAULT_LOADER, ratios
 from analysis.stats import noise_dof
 from runners import sweep
 from runners.adapters import registry
@@ -64,8 +65,8 @@ from runners.records.rundir import RunDir
 
 ACROSS = "across loaders"  # launch_noise's key of the loaders' runs fitted together
 # What the report compares, by axis: each a ratio of one point's epoch time over another's that
-# differ in one key only, as the report's sections declare them (analysis.report.sections).
-AXES = RATIOS
+# differ in one key only, as the report's sections declare them (analysis.report.sections.ratios,
+# read at each plan: every framework over the reference, whichever frameworks are declared then).
 POINT_KEYS = ("framework", "model", "devices", "batch_size", "workers", "loader")
 SETTLE_CAP = 10  # repeats a point at most in the report's cost of settling an open answer (each a block fit: 0.1-2.4 s)
 JOB_OVERHEAD_S = 1.0  # a Snakemake job around each run, beside the run's own wall time
@@ -116,6 +117,7 @@ class Comparison:
     axis: str
     num: Point
     den: Point
+    ratio: object  # its sections.Ratio
 
     def label(self) -> str:
         fw, model, devices, batch, workers, _ = self.den.key
@@ -123,28 +125,28 @@ class Comparison:
                  "devices": f"{fw} {model} b{batch} w{workers}",
                  "workers": f"{fw} {model} d{devices} b{batch}",
                  "batch_size": f"{fw} {model} d{devices} w{workers}",
-                 "loader": f"{fw} {model} d{devices} b{batch} w{workers}"}[AXES[self.axis].column]
-        return f"{AXES[self.axis].words} ({where})"
+                 "loader": f"{fw} {model} d{devices} b{batch} w{workers}"}[self.ratio.column]
+        return f"{self.ratio.words} ({where})"
 
     def answer(self) -> str:
         """The first-screen answer this comparison is part of: per model for the framework and
         loader questions, per framework for the others; a comparison within another loader's
         runs (GraphBolt at 2 devices over 1) is an answer of that loader's, not on the first screen."""
         fw, model, loader = self.den.key[0], self.den.key[1], self.den.key[-1]
-        if AXES[self.axis].column in ("framework", "loader"):
-            return f"{AXES[self.axis].words}, {model}"
-        return f"{AXES[self.axis].words}, {fw}" + ("" if loader == DEFAULT_LOADER else f" {loader}")
+        if self.ratio.column in ("framework", "loader"):
+            return f"{self.ratio.words}, {model}"
+        return f"{self.ratio.words}, {fw}" + ("" if loader == DEFAULT_LOADER else f" {loader}")
 
     def answer_key(self) -> tuple:
         """(axis, model or framework): the first-screen answer this comparison is part of, as the
         report's answers key their intervals (analysis.report.answers)."""
         fw, model = self.den.key[0], self.den.key[1]
-        return (self.axis, model if AXES[self.axis].column in ("framework", "loader") else fw)
+        return (self.axis, model if self.ratio.column in ("framework", "loader") else fw)
 
     def on_first_screen(self) -> bool:
         """Whether the report's first screen states this comparison's answer (its main experiment:
         the frameworks' first loaders, and a loader over the first)."""
-        return AXES[self.axis].column == "loader" or self.den.key[-1] == DEFAULT_LOADER
+        return self.ratio.column == "loader" or self.den.key[-1] == DEFAULT_LOADER
 
 
 def combined_half_width(parts: list) -> float:
@@ -160,7 +162,7 @@ def combined_half_width(parts: list) -> float:
 def comparisons(points: dict) -> list:
     """Every pair of first-round points the report compares (same everything but one axis)."""
     out = []
-    for axis, ratio in AXES.items():
+    for axis, ratio in ratios().items():
         key_name, num_value, den_value = ratio.column, ratio.numerator, ratio.denominator
         i = POINT_KEYS.index(key_name)
         for key, den in points.items():
@@ -168,7 +170,7 @@ def comparisons(points: dict) -> list:
                 continue
             num = points.get(key[:i] + (num_value,) + key[i + 1:])
             if num is not None:
-                out.append(Comparison(axis, num, den))
+                out.append(Comparison(axis, num, den, ratio))
     return out
 
 

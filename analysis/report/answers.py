@@ -86,8 +86,11 @@ def _model_speed(g: pd.DataFrame, pair, exp, intervals: list) -> list:
     a, b = pair
     model = model_label(g["model"].iloc[0])
     c = _combined(g, "estimate")
+    # The second round's key where it plans this pair (a over the declared reference), else None.
+    ratio = sections.framework_ratios().get(sections.framework_axis(a))
+    planned = ratio is not None and (ratio.numerator, ratio.denominator) == (a, b)
     intervals.append({"what": f"{model} {framework_label(a)} / {framework_label(b)}", **c, "points": 2 * len(g),
-                      "answer": ("framework", g["model"].iloc[0]) if (a, b) == tuple(FRAMEWORK_ORDER[:2]) else None})
+                      "answer": (sections.framework_axis(a), g["model"].iloc[0]) if planned else None})
     lo_row, hi_row = g.loc[g["estimate"].idxmin()], g.loc[g["estimate"].idxmax()]
     hrefs = ["#" + speed_anchor(exp, a, b, r["model"], r["devices"], r["batch_size"], r["workers"])
              for r in (lo_row, hi_row)]
@@ -135,16 +138,17 @@ def _why(g: pd.DataFrame, slow: str, fast: str) -> list:
 
 
 def speed_answer(speed: pd.DataFrame, exp) -> Answer:
-    """Which framework is faster, by how much, per model (tables.speed.speed_data)."""
+    """Which framework is faster, by how much, per model (tables.speed.speed_data): per pair (each
+    framework against the reference), each model's sentence naming both frameworks."""
     ans = Answer("speed")
     d = speed[speed["experiment"] == exp] if len(speed) else speed
     if d.empty:
         ans.parts = [("Not measured: no configuration has ok runs of two frameworks.", "#speed")]
         return ans
-    pair = next(iter(dict.fromkeys(zip(d["a"], d["b"]))))
-    d = d[(d["a"] == pair[0]) & (d["b"] == pair[1])]
-    for _, g in paper_order(d, ["model"]).groupby("model", sort=False):
-        ans.parts += _model_speed(g, pair, exp, ans.intervals)
+    for pair in dict.fromkeys(zip(d["a"], d["b"])):
+        p = d[(d["a"] == pair[0]) & (d["b"] == pair[1])]
+        for _, g in paper_order(p, ["model"]).groupby("model", sort=False):
+            ans.parts += _model_speed(g, pair, exp, ans.intervals)
     return ans
 
 
@@ -228,7 +232,7 @@ def scaling_answer(scaling: pd.DataFrame, gap: pd.DataFrame, exp) -> Answer:
 # -- loader workers and batch size ----------------------------------------------------------
 
 # The ratios the second round's planner plans for (analysis.report.sections): axis -> (from, to).
-PLANNED = {axis: (sections.RATIOS[axis].denominator, sections.RATIOS[axis].numerator) for axis in ("workers", "batch_size")}
+PLANNED = {axis: (r.denominator, r.numerator) for axis, r in sections.ratios().items() if axis in ("workers", "batch_size")}
 AXES = {  # axis -> section, what the ratio is, verdict words, leads for yes / no / neither
     "workers": ("workers", "epoch speed-up", "faster", "slower", ("Yes", "No, they slow it down", "Not clearly")),
     "batch_size": ("batch", "throughput gain", "higher", "lower",
@@ -364,17 +368,23 @@ def _converged_parts(fixed: pd.DataFrame) -> list:
         return [("Not yet known: ", None), (f"{bad} of {len(fixed)}", "#accuracy"),
                 (f" runs end at or below the features-only baseline ({fmt_pct(base)}); train longer.", None)]
     parts = [("all ", None), (f"{len(fixed)}", "#accuracy"), (" runs beat the features-only baseline", None)]
-    pairs = framework_pairs(fixed)
-    cmp = framework_comparison(fixed, "final_val_acc", kind="diff", pair=pairs[0]) if pairs else pd.DataFrame()
-    if cmp.empty:
-        return [("Both learn: ", None), *parts, (".", None)]
-    r = middle(cmp, "estimate")
-    clear = int((cmp["verdict"] != NO_CLEAR).sum())
-    lead = "Not quite" if clear else "Both learn" if _no_interval([r]) else "Yes"
-    diff = f"{100 * r['estimate']:+.1f} pts".replace("-", "−")
-    return [(f"{lead}: ", None), *parts, (f"; final accuracy {' − '.join(map(framework_label, pairs[0]))} ", None),
-            (diff, "#accuracy"), (f"{_ci(r, 1, 100, ' pts')} at the median configuration{_no_interval([r])}; "
-                                  f"a clear difference in {clear} of {len(cmp)}.", None)]
+    # one clause per pair (each framework against the reference)
+    cmps = [(pair, framework_comparison(fixed, "final_val_acc", kind="diff", pair=pair))
+            for pair in framework_pairs(fixed)]
+    cmps = [(pair, cmp) for pair, cmp in cmps if not cmp.empty]
+    learn = "Both learn" if len(cmps) <= 1 else "All learn"
+    if not cmps:
+        return [(f"{learn}: ", None), *parts, (".", None)]
+    mids = [middle(cmp, "estimate") for _, cmp in cmps]
+    clear = [int((cmp["verdict"] != NO_CLEAR).sum()) for _, cmp in cmps]
+    lead = "Not quite" if any(clear) else learn if _no_interval(mids) else "Yes"
+    out = [(f"{lead}: ", None), *parts]
+    for (pair, cmp), r, n in zip(cmps, mids, clear):
+        diff = f"{100 * r['estimate']:+.1f} pts".replace("-", "−")
+        out += [(f"; final accuracy {' − '.join(map(framework_label, pair))} ", None), (diff, "#accuracy"),
+                (f"{_ci(r, 1, 100, ' pts')} at the median configuration{_no_interval([r])}; "
+                 f"a clear difference in {n} of {len(cmp)}", None)]
+    return out + [(".", None)]
 
 
 # -- caveats ------------------------------------------------------------------------------

@@ -58,7 +58,7 @@ class Context:
 
     @cached_property
     def speed(self) -> pd.DataFrame:
-        """tables.speed.speed_data: every pair of frameworks per configuration."""
+        """tables.speed.speed_data: each framework against the reference per configuration."""
         from analysis.tables.speed import speed_data
         return speed_data(self.runs)
 

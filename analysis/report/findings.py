@@ -40,8 +40,8 @@ def _pair_label(pair, sep=" / ") -> str:
 
 
 def speed_findings(runs: pd.DataFrame, speed: pd.DataFrame | None = None) -> list:
-    """Which framework is faster, per configuration, with a 95% interval (one experiment; every
-    pair of frameworks in the registry's order).
+    """Which framework is faster, per configuration, with a 95% interval (one experiment; each
+    framework against the reference, in the registry's order).
 
     The headline is the steady-state epoch time (warm-up excluded); the total training time
     follows for fixed-schedule runs only (timing runs stop after different numbers of epochs,

@@ -517,7 +517,7 @@ def framework_ratios(speed: pd.DataFrame):
                         + f"{model_label(r['model'])}, {r['devices']}d b{r['batch_size']} w{r['workers']}"
                         for r in rows], fontsize=7.5)
     ax.grid(axis="y", visible=False)
-    a, b = (framework_label(f) for f in (rows[0]["a"], rows[0]["b"]))
+    a, b = framework_label(rows[0]["a"]) if pairs == 1 else "the framework", framework_label(rows[0]["b"])
     ax.set_xlabel(f"{a} epoch time / {b} epoch time  (← {a} faster · {b} faster →)", fontsize=8)
     ax.set_title(title, fontsize=9, fontweight="bold")
     return fig

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import jinja2
 
-from analysis import REPORT_PLOTS, REPORT_TABLES, STATUS_COLOURS, declared
+from analysis import FRAMEWORK_ORDER, REPORT_PLOTS, REPORT_TABLES, STATUS_COLOURS, declared, framework_label
 from analysis.aggregate import Aggregate
 from analysis.projection import predict
 from analysis.report import answers, first_screen, sections
@@ -60,6 +60,7 @@ def page(ctx: Context, top: dict, figures: dict, source: str) -> str:
     runs = ctx.runs
     return env.get_template("report.html.j2").render(
         generated=dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
+        frameworks=" vs ".join(framework_label(f) for f in FRAMEWORK_ORDER),  # the title: every declared one
         source=source, counts=Counter(runs["status"]), n_runs=len(runs), n_invalid=len(ctx.agg.invalid),
         status_colours=STATUS_COLOURS, top=top, answer={a.key: a for a in top["answers"]},
         **page_findings(ctx),

@@ -1,6 +1,7 @@
 """The report's sections in page order, each declared once: its anchor, its title (the question it
 answers, as the navigation, its heading and the first screen all say it) and, where the answer is
-a ratio the second round can settle with more repeats, what that ratio compares.
+a ratio the second round can settle with more repeats, what that ratio compares (the speed
+section: each framework over the reference, runners.adapters.registry.REFERENCE_FRAMEWORK).
 
 A new question is one `Section` here, naming the function that answers it on the first screen
 (any module under analysis) and the tables it shows; the navigation, the first screen and the
@@ -13,13 +14,11 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass, field
 
-from analysis import FRAMEWORK_ORDER, framework_label
+from analysis import framework_label
 from runners.adapters import registry
 
 # A point's loader when it is its framework's first (aggregate's loader_variant).
 DEFAULT_LOADER = "default"
-# The first framework's time over the second's, as every comparison of the report orders them.
-_FIRST, _SECOND = FRAMEWORK_ORDER[:2]
 
 
 @dataclass(frozen=True)
@@ -35,7 +34,8 @@ class Ratio:
 class Section:
     key: str  # its id on the page, which sentences link to
     title: str
-    compares: dict = field(default_factory=dict)  # axis -> Ratio, for the second round
+    # axis -> Ratio, for the second round; or a function returning them, read at each use
+    compares: object = field(default_factory=dict)
     conditional: bool = False  # on the page only where its answer is (the template's `answer`)
     # Where the first-screen answer comes from: "module:function" under analysis (or the function),
     # called with the answers' Frames and the main experiment; None: nothing on the first screen.
@@ -43,12 +43,25 @@ class Section:
     # The tables (REPORT_TABLES names) a section without a block of its own in the template shows.
     tables: tuple = ()
 
+    def ratios(self) -> dict:
+        return self.compares() if callable(self.compares) else self.compares
+
+
+def framework_axis(name: str) -> str:
+    """The axis of framework `name`'s ratio over the reference (the second round's and the answers' key)."""
+    return f"framework:{name}"
+
+
+def framework_ratios() -> dict:
+    """Each framework's epoch time over the reference's (registry.reference_pairs), by framework_axis;
+    read at each call, so that a framework declared later is compared too."""
+    return {framework_axis(a): Ratio("framework", a, b, f"{framework_label(a)} over {framework_label(b)}")
+            for a, b in registry.reference_pairs(registry.FRAMEWORK_NAMES)}
+
 
 SECTIONS = (
     Section("answers", "Answers"),
-    Section("speed", "Which framework is faster?", {"framework": Ratio(
-        "framework", _FIRST, _SECOND, f"{framework_label(_FIRST)} over {framework_label(_SECOND)}")},
-        answer="report.first_screen:answer_speed"),
+    Section("speed", "Which framework is faster?", framework_ratios, answer="report.first_screen:answer_speed"),
     # The layer trimming's answer sits under the framework answer (report.first_screen.answer_speed).
     Section("work", "Why is one framework slower?", {registry.LAYER_TRIM: Ratio(
         "loader", registry.LAYER_TRIM, DEFAULT_LOADER, "trimmed layers over untrimmed")}),
@@ -76,8 +89,11 @@ SECTIONS = (
     Section("invalid", "Malformed results"),
     Section("runs", "All runs and rerun commands"),
 )
-# Every ratio the report compares, by axis (the second round plans repeats for these).
-RATIOS = {axis: ratio for s in SECTIONS for axis, ratio in s.compares.items()}
+
+
+def ratios() -> dict:
+    """Every ratio the report compares, by axis (the second round plans repeats for these)."""
+    return {axis: ratio for s in SECTIONS for axis, ratio in s.ratios().items()}
 
 
 def by_key() -> dict:

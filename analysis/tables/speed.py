@@ -25,9 +25,10 @@ def speed_anchor(experiment, a, b, model, devices, batch_size, workers) -> str:
 
 
 def speed_data(runs: pd.DataFrame) -> pd.DataFrame:
-    """Every pair of frameworks per experiment and configuration: the ratio of their steady-state
-    epoch times (a / b, above 1: b is faster) with its 95% interval and verdict (performance runs),
-    and the ratios of their work per step and time per edge update (tables.work.with_work)."""
+    """Each framework against the reference (comparisons.framework_pairs) per experiment and
+    configuration: the ratio of their steady-state epoch times (a / b, above 1: b is faster) with its
+    95% interval and verdict (performance runs), and the ratios of their work per step and time per
+    edge update (tables.work.with_work)."""
     cols = ["a", "b", *SPEED_KEYS, "n_a", "n_b", "estimate", "low", "high", "dof", "verdict", "oversubscribed"]
     perf = performance_runs(runs)
     parts = [framework_comparison(perf, SCALING_VALUE, "ratio", pair).assign(a=pair[0], b=pair[1])

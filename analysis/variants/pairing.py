@@ -101,8 +101,10 @@ def variant_rows(runs: pd.DataFrame, axis: Axis) -> pd.DataFrame:
         on_base = {fw: _times(here[(here["framework"] == fw) & (here[axis.column] == axis.base)])
                    for fw in FRAMEWORK_ORDER}
         for fw in FRAMEWORK_ORDER:
-            # The gap is taken against the other framework's base runs, where it has some.
-            other = next((f for f in FRAMEWORK_ORDER if f != fw and len(on_base[f])), None)
+            # The gap is taken against another framework's base runs, where it has some: the
+            # reference's first (registry.REFERENCE_FRAMEWORK), as the report's comparisons are.
+            other = next((f for f in sorted(FRAMEWORK_ORDER, key=lambda f: f != registry.REFERENCE_FRAMEWORK)
+                          if f != fw and len(on_base[f])), None)
             for variant in [axis.base, *others]:
                 g2 = here[(here["framework"] == fw) & (here[axis.column] == variant)]
                 if g2.empty:

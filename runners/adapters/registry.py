@@ -11,12 +11,13 @@ Adding a model: declare it in MODELS, give each adapter a builder for it (its
 `MODEL_BUILDERS`), and add it to the schemas' lists. Adding a framework: declare it in
 FRAMEWORKS (what the launcher must know without importing it: its packages, environment
 facts and checks, memory traits) and write its adapter module (ADAPTER, MODEL_BUILDERS,
-self_check).
+self_check); the analysis compares it with REFERENCE_FRAMEWORK (reference_pairs).
 """
 
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -233,7 +234,33 @@ MODELS = {
     )
 }
 
-FRAMEWORK_NAMES = tuple(FRAMEWORKS)
+# The framework every other one is compared with: the report's speed ratios, first-screen answers
+# and the second round's repeats are each framework's time over this one's (PyG over DGL with the
+# two of today). Where a sweep has no runs of it, the first framework present takes its place.
+REFERENCE_FRAMEWORK = "dgl"
+
+
+class _Names(Sequence):
+    """The declared frameworks' names in declaration order, read from FRAMEWORKS at each use, so
+    that a framework declared later (a test's, say) is listed wherever the names are read."""
+
+    def __getitem__(self, i):
+        return tuple(FRAMEWORKS)[i]
+
+    def __len__(self) -> int:
+        return len(FRAMEWORKS)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Sequence) and tuple(self) == tuple(other)
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return repr(tuple(self))
+
+
+FRAMEWORK_NAMES = _Names()
 # Every loader name of every framework (--loader's choices; which framework offers which is
 # checked with the framework, runners.config.check_combinations).
 LOADER_NAMES = tuple(dict.fromkeys(name for f in FRAMEWORKS.values() for name in f.loaders))
@@ -255,6 +282,17 @@ MODEL_NAMES = tuple(MODELS)
 LAYER_TRIM = "trim"
 # The settings that switch a framework's layer trimming, by framework.
 TRIM_SETTINGS = {f.name: f.layer_trim for f in FRAMEWORKS.values() if f.layer_trim}
+
+
+def reference_pairs(names) -> list:
+    """(framework, reference) for each framework of `names` but the reference, in declaration order:
+    what the analysis compares. The reference is REFERENCE_FRAMEWORK where `names` holds it, else
+    the first of `names` in declaration order; fewer than two frameworks give no pair."""
+    present = [f for f in FRAMEWORK_NAMES if f in set(names)]
+    if len(present) < 2:
+        return []
+    ref = REFERENCE_FRAMEWORK if REFERENCE_FRAMEWORK in present else present[0]
+    return [(f, ref) for f in present if f != ref]
 
 
 def framework(name: str) -> Framework:
