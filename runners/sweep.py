@@ -188,6 +188,11 @@ def check(config: dict, basedir: str = ".", data_root: str = "results/datasets")
     `basedir` holds the lanes' environments, `data_root` the user's imported graphs.
     """
     grid = config["grid"]
+    # The registry is the one list of frameworks (the schema names none, so adding one is one entry)
+    unknown = [f for f in grid["frameworks"] if f not in registry.FRAMEWORK_NAMES]
+    if unknown:
+        raise ConfigError("grid.frameworks", f"{unknown[0]!r} is no registered framework; registered: "
+                          f"{', '.join(registry.FRAMEWORK_NAMES)} (runners/adapters/registry.py)")
     for model, given in config["models"].items():
         # epochs: any model may train for its own number of epochs
         unused = sorted(set(given) - set(registry.model(model).settings) - {"epochs"})
@@ -237,7 +242,8 @@ def check_trim(config: dict) -> None:
         return
     if not trim_frameworks(config):
         raise ConfigError("trim", f"none of grid.frameworks ({', '.join(config['grid']['frameworks'])}) can trim "
-                          f"its layers; those that can: {', '.join(registry.TRIM_SETTINGS) or 'none'}; add one, or set trim: null")
+                          f"its layers; those that can: {', '.join(registry.TRIM_SETTINGS) or 'none'}; add one, or set "
+                          "trim: null")
     for f in trim_frameworks(config):
         key = settings.BY_NAME[registry.TRIM_SETTINGS[f]].config_key
         if settings.config_value(config, key):

@@ -226,6 +226,9 @@ BAD = {
                                                 "workers": 0, "repeats": 1}), _grid(frameworks=["pyg"])(cfg)),
                ["Invalid config: loaders.compare: 'graphbolt' is no other loader of a framework in "
                 "grid.frameworks (pyg); allowed: none"]),
+    "unknown framework": (_grid(frameworks=["pyg", "mxnet"]),
+                          ["Invalid config: grid.frameworks: 'mxnet' is no registered framework; registered: pyg, "
+                           "dgl (runners/adapters/registry.py)"]),
     "trim without a framework that trims": (
         lambda cfg: (cfg.update(trim=TRIM), _grid(frameworks=["dgl"])(cfg)),
         ["Invalid config: trim: none of grid.frameworks (dgl) can trim its layers; those that can: pyg; add one, "

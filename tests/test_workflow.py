@@ -320,7 +320,7 @@ def minimal_with(**changes):
 @pytest.mark.parametrize(
     "changes,expected",
     [
-        ({"grid.frameworks": ["tensorflow"]}, ["frameworks", "tensorflow", "'pyg', 'dgl'"]),
+        ({"grid.frameworks": ["tensorflow"]}, ["grid.frameworks: 'tensorflow' is no registered framework", "pyg, dgl"]),
         ({"fanouts": [10, 10, 10]}, ["fanouts", "models.sage.layers is 2"]),
         ({"optimizer.lr_scaling": "sqrt"}, ["lr_scaling", "'none', 'linear'"]),
         ({"grid.devices": [0]}, ["devices"]),

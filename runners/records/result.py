@@ -204,14 +204,16 @@ def _validator():
 
 
 def schema() -> dict:
-    """result.schema.json with what is declared elsewhere, once: the registered frameworks' env
-    keys required (registry.required_env), and every cause a diagnosis may name (CAUSES)."""
+    """result.schema.json with what is declared elsewhere, once: the registered frameworks (their
+    names and the env keys they require: registry.required_env), and every cause a diagnosis may
+    name (CAUSES)."""
     from runners.adapters import registry
     from runners.watch.diagnosis.causes import CAUSES
 
     doc = json.loads(SCHEMA_PATH.read_text())
     env = doc["properties"]["env"]
     env["required"] = [*env["required"][:2], *registry.required_env(), *env["required"][2:]]
+    doc["properties"]["config"]["properties"]["framework"]["enum"] = list(registry.FRAMEWORK_NAMES)
     doc["properties"]["diagnosis"]["properties"]["cause"]["enum"] = list(CAUSES)
     return doc
 
