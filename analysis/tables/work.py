@@ -18,12 +18,13 @@ the workers did not hide, not the sampling itself).
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
 import pandas as pd
 
-from analysis import framework_label, model_label
+from analysis import PHASE_COLUMNS, framework_label, model_label
 from analysis.comparisons import framework_comparison
 from analysis.display import Cell, GridTable, TableSet, index_cells
 from analysis.grouping import paper_order
@@ -97,7 +98,45 @@ def work_data(speed: pd.DataFrame, perf: pd.DataFrame) -> pd.DataFrame:
         data = data.merge(cmp, on=["a", "b", *KEYS], how="left")
         for k in ("", "_low", "_high"):
             data[f"{phase}_per_work{k}"] = data[f"{phase}{k}"] / data[f"{unit}_work"]
-    return data.reset_index(drop=True)
+    return with_loader_bound(data, ok)
+
+
+def with_loader_bound(data: pd.DataFrame, ok: pd.DataFrame) -> pd.DataFrame:
+    """`a_loader_share`: the share of framework a's step its loader wait takes (the sampling itself
+    without loader workers), and `without_loader`: the time ratio if that wait took no time, the
+    most a faster sampler could close of the gap."""
+    phases = [f"step_{c}" for c in PHASE_COLUMNS if f"step_{c}" in ok]
+    if "step_load_wait_s" not in phases:
+        return data.assign(a_loader_share=math.nan, without_loader=math.nan).reset_index(drop=True)
+    t = ok.assign(**{c: pd.to_numeric(ok[c], errors="coerce") for c in phases})
+    g = t.groupby(list(KEYS) + ["framework"], sort=False)
+    share = g["step_load_wait_s"].mean() / g[phases].mean().sum(axis=1)
+    data = data.assign(a_loader_share=[share.get(tuple(r[k] for k in KEYS) + (r["a"],), math.nan)
+                                       for r in data.to_dict("records")])
+    return data.assign(without_loader=data["estimate"] * (1 - data["a_loader_share"])).reset_index(drop=True)
+
+
+def samplers(perf: pd.DataFrame) -> dict:
+    """framework -> the samplers its ok runs recorded (their adapters' own words), in order."""
+    if perf.empty or "adapter_choices" not in perf:
+        return {}
+    out = {}
+    for fw, text in zip(perf["framework"], perf["adapter_choices"]):
+        try:
+            found = json.loads(text).get("sampler")
+        except (TypeError, ValueError, AttributeError):
+            found = None
+        if found:
+            out.setdefault(fw, {})[found] = None  # a dict keeps the order they were seen in
+    return {fw: list(names) for fw, names in out.items()}
+
+
+def _share(v) -> str:
+    return "–" if v is None or v != v else f"{100 * v:.0f} %"
+
+
+def _times(v) -> str:
+    return "–" if v is None or v != v else f"{v:.2f}×"
 
 
 def _ci(r: dict, col: str) -> str:
@@ -115,7 +154,8 @@ def work_table(data: pd.DataFrame, perf: pd.DataFrame) -> TableSet:
         pair = f"{framework_label(a)} / {framework_label(b)}"
         header = [[("Model", 1), ("Devices", 1), ("Batch size", 1), ("Workers", 1), ("epoch time", 1),
                    ("edge updates", 1), ("node updates", 1), ("time per edge update", 1),
-                   (PHASES["compute"][2], 1), (PHASES["loader"][2], 1)]]
+                   (PHASES["compute"][2], 1), (PHASES["loader"][2], 1), (f"{framework_label(a)}'s loader wait", 1),
+                   ("epoch time without it", 1)]]
         rows, prev = [], None
         for r in paper_order(g, ["model", "devices", "batch_size", "workers"]).to_dict("records"):
             labels = [model_label(r["model"]), str(r["devices"]), str(r["batch_size"]), str(r["workers"])]
@@ -123,9 +163,14 @@ def work_table(data: pd.DataFrame, perf: pd.DataFrame) -> TableSet:
             prev = labels
             r = {**r, "estimate_low": r["low"], "estimate_high": r["high"]}
             cells += [Cell(_ci(r, "estimate")), Cell(f"{r['edges_work']:.2f}×"), Cell(f"{r['nodes_work']:.2f}×"),
-                      Cell(_ci(r, "per_edge")), Cell(_ci(r, "compute_per_work")), Cell(_ci(r, "loader_per_work"))]
+                      Cell(_ci(r, "per_edge")), Cell(_ci(r, "compute_per_work")), Cell(_ci(r, "loader_per_work")),
+                      Cell(_share(r["a_loader_share"])), Cell(_times(r["without_loader"]))]
             rows.append(cells)
         grids.append(GridTable(f"{exp} · {pair}", header, rows, n_index=4))
+    ok = perf[perf["status"] == "ok"] if len(perf) else perf
+    ran = samplers(ok)
+    sampled = ("; ".join(f"{framework_label(f)}: {', '.join(names)}" for f, names in ran.items())
+               if ran else "not recorded")
     means = work_means(perf)
     spread = float(np.nanmax(means["edges_spread"])) if len(means) and means["edges_spread"].notna().any() else None
     varies = (f" A configuration's edge updates per step vary by at most {100 * spread:.1f} % between its runs, so "
@@ -138,7 +183,9 @@ def work_table(data: pd.DataFrame, perf: pd.DataFrame) -> TableSet:
         "edge in one layer, summed over the layers; node updates: the rows each layer writes), and the time "
         "per unit of work, so that time ratio = work ratio × time per edge update. Per phase: forward + backward "
         "per edge update, and the loader's wait per edge sampled (with loader workers, the wait the workers "
-        f"did not hide). 95% intervals: {CI_METHOD_RATIO}.{varies}",
+        "did not hide). The last two columns bound what a faster sampler could do: the share of the first "
+        "framework's step its loader wait takes, and the epoch-time ratio with that wait at zero. The samplers "
+        f"that ran, as the adapters recorded them: {sampled}. 95% intervals: {CI_METHOD_RATIO}.{varies}",
         data, grids, empty_text="No configuration has ok runs of two frameworks with recorded work "
                                 "(results from before the work columns have none).")
 

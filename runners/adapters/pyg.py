@@ -184,7 +184,9 @@ class PygAdapter(Adapter):
         self.choices = {
             "graph_input": "adj_t SparseTensor on the memory-mapped CSC (zero-copy"
                            + ("; PyG copies it to shared memory for its workers)" if cfg.workers else ")"),
-            "sampler": f"torch_geometric.loader.NeighborLoader ({self.backend})",
+            "sampler": f"torch_geometric.loader.NeighborLoader ({self.backend}"
+                       + ("" if self.backend == "pyg-lib" else "; pyg-lib, PyG's own faster sampler, is not installed")
+                       + ")",
             "layer_compute": f"trim_to_layer (per-hop counts {hops_from})" if cfg.pyg_trim
                              else "all sampled nodes every layer",
             "seed_split": ("Lightning's DistributedSampler (loader built in a LightningDataModule hook, "
