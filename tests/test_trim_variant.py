@@ -10,7 +10,7 @@ from analysis import grouping
 from analysis.repeats import second_round
 from analysis.report import sections
 from analysis.variants.loaders import loader_rows
-from analysis.variants.trim import trim_parts, trim_rows, with_trim
+from analysis.variants.trim import trim_parts, trim_rows, trim_table, with_trim
 from runners.adapters import registry
 
 # Epoch time per framework variant at 1 device; 2 devices take 0.6 of it. Trimming halves PyG's
@@ -53,7 +53,10 @@ def test_trimmed_runs_pair_with_the_untrimmed_and_the_other_framework_at_their_p
 
 def test_the_first_screen_says_how_much_of_the_gap_trimming_closes():
     intervals = []
-    text = "".join(t for t, _ in trim_parts(trim_rows(runs_frame()), intervals))
+    # the page's first screen reads the trim table's rows (first_screen.Frames.trim): the same rows
+    rows = trim_table(runs_frame()).data
+    pd.testing.assert_frame_equal(rows, trim_rows(runs_frame()))
+    text = "".join(t for t, _ in trim_parts(rows, intervals))
     assert text.startswith("With trim_to_layer (2 configurations a model): GraphSAGE: PyG takes 1.50× as long as DGL")
     assert "at 1.20× its edge updates per step, against 3.00× untrimmed" in text
     assert "trimming cuts PyG's epoch by 50 % (95% CI" in text
