@@ -489,8 +489,7 @@ def loader_variant(cfg: dict) -> str:
 def trim_variant(cfg: dict) -> str | None:
     """registry.LAYER_TRIM for a run that trimmed its layers (the point key's last place holds
     it, as it holds another loader: both are variants of the framework's default), else None."""
-    setting = registry.TRIM_SETTINGS.get(str(cfg.get("framework")))
-    return registry.LAYER_TRIM if setting and str(cfg.get(setting)).lower() in ("true", "1", "1.0") else None
+    return registry.LAYER_TRIM if registry.trims_layers(cfg) else None
 
 
 def keep_earlier_second_round(p: Point, first_round: int) -> None:

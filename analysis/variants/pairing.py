@@ -64,11 +64,9 @@ def fair_runs(runs: pd.DataFrame, axis: Axis) -> pd.DataFrame:
 def trimmed(runs: pd.DataFrame) -> pd.Series:
     """Whether each run trimmed its layers (the framework's setting, registry.TRIM_SETTINGS);
     False for a framework without one and for results from before the setting."""
-    out = pd.Series(False, index=runs.index)
-    for fw, setting in registry.TRIM_SETTINGS.items():
-        if setting in runs and "framework" in runs:
-            out |= (runs["framework"] == fw) & runs[setting].astype(str).str.lower().isin(("true", "1", "1.0"))
-    return out
+    if runs.empty:
+        return pd.Series(False, index=runs.index, dtype=bool)
+    return runs.apply(registry.trims_layers, axis=1).astype(bool)
 
 
 def _times(g: pd.DataFrame) -> pd.Series:

@@ -284,6 +284,13 @@ LAYER_TRIM = "trim"
 TRIM_SETTINGS = {f.name: f.layer_trim for f in FRAMEWORKS.values() if f.layer_trim}
 
 
+def trims_layers(record) -> bool:
+    """Whether a run (its config, or its runs.csv row) trimmed its layers: its framework's trimming
+    setting (TRIM_SETTINGS) is on; False for a framework without one and for older results."""
+    setting = TRIM_SETTINGS.get(str(record.get("framework")))
+    return bool(setting) and str(record.get(setting)).lower() in ("true", "1", "1.0")
+
+
 def reference_pairs(names) -> list:
     """(framework, reference) for each framework of `names` but the reference, in declaration order:
     what the analysis compares. The reference is REFERENCE_FRAMEWORK where `names` holds it, else
