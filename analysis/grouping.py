@@ -5,6 +5,7 @@ value over its repeats, in the seed study's order.
 
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
 
@@ -97,6 +98,20 @@ def performance_runs(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 CARRIED = ("dataset", "epochs", "device_type", "harness", "processes", "oversubscribed", "until")
+
+
+def adapter_choice(runs: pd.DataFrame, key: str) -> pd.Series:
+    """One entry of each run's adapter choices (runs.csv's adapter_choices, the JSON its adapter
+    recorded: its sampler, how its layers compute, ...); None where the run recorded none."""
+    if "adapter_choices" not in runs:
+        return pd.Series([None] * len(runs), index=runs.index, dtype=object)
+
+    def get(text):
+        try:
+            return json.loads(text).get(key)
+        except (TypeError, ValueError, AttributeError):
+            return None
+    return runs["adapter_choices"].map(get)
 
 
 def truthy(v):

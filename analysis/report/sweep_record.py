@@ -7,7 +7,6 @@ and the memory model against the measured peak.
 from __future__ import annotations
 
 import functools
-import json
 from collections import Counter
 
 import pandas as pd
@@ -17,7 +16,7 @@ from analysis.report import deadlocks
 from analysis.repeats import next_sweep
 from analysis.display import TableSet, frame_table, row_anchor
 from analysis.formatting import fmt_bytes, fmt_duration, fmt_pct
-from analysis.grouping import paper_order, truthy
+from analysis.grouping import adapter_choice, paper_order, truthy
 from analysis.tables.memory import memory_model_table
 from runners.adapters import registry
 
@@ -64,14 +63,6 @@ def environment_frame(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["setting", "value"])
 
 
-def _choices(runs, key) -> pd.Series:
-    def get(text):
-        try:
-            return json.loads(text).get(key)
-        except (TypeError, ValueError, AttributeError):
-            return None
-    return runs["adapter_choices"].map(get)
-
 
 LOOP_MODELS = [m for m in registry.MODELS.values() if m.self_loops]  # models --no-self-loops changes
 
@@ -81,24 +72,24 @@ FAIRNESS_ROWS = (
     ("loader (--loader)", lambda r: r["loader"]),
     ("each loader's sampling: replacement, self-loops",
      lambda r: r["loader"] + ": " + r["replace"].map(lambda v: "with" if truthy(v) else "without")
-     + " replacement; self-loops: " + _choices(r, "self_loops").fillna("none")),
-    ("sampler", lambda r: _choices(r, "sampler")),
+     + " replacement; self-loops: " + adapter_choice(r, "self_loops").fillna("none")),
+    ("sampler", lambda r: adapter_choice(r, "sampler")),
     ("PyG sampler backend (recorded per run)", lambda r: r["env_pyg_sampler_backend"].where(r["framework"] == "pyg")),
     (f"self-loops ({', '.join(m.label for m in LOOP_MODELS)})",
      lambda r: r["self_loops"].where(r["model"].isin([m.name for m in LOOP_MODELS]))),
-    ("self-loop implementation", lambda r: _choices(r, "self_loops").where(r["model"].isin([m.name for m in LOOP_MODELS]))),
+    ("self-loop implementation", lambda r: adapter_choice(r, "self_loops").where(r["model"].isin([m.name for m in LOOP_MODELS]))),
     ("sampling with replacement", lambda r: r["replace"]),
     ("PyG layer trimming", lambda r: r["pyg_trim"].where(r["framework"] == "pyg")),
-    ("model layer (per model)", lambda r: _choices(r, "layer")),
-    ("layer computation", lambda r: _choices(r, "layer_compute")),
+    ("model layer (per model)", lambda r: adapter_choice(r, "layer")),
+    ("layer computation", lambda r: adapter_choice(r, "layer_compute")),
     ("training harness (fair: the suite's DDP loop; study: the seed study's Lightning harness)",
      lambda r: r["harness"] if "harness" in r else None),
-    ("seed split across ranks", lambda r: _choices(r, "seed_split")),
+    ("seed split across ranks", lambda r: adapter_choice(r, "seed_split")),
     ("uneven batches (naive split)", lambda r: r["uneven_batches"]),
-    ("graph input", lambda r: _choices(r, "graph_input")),
-    ("where node features are gathered", lambda r: _choices(r, "feature_gather")),
-    ("batch preparation (timed as its own phase)", lambda r: _choices(r, "batch_prepare")),
-    ("what a sampled-edge count counts", lambda r: _choices(r, "sampled_edges")),
+    ("graph input", lambda r: adapter_choice(r, "graph_input")),
+    ("where node features are gathered", lambda r: adapter_choice(r, "feature_gather")),
+    ("batch preparation (timed as its own phase)", lambda r: adapter_choice(r, "batch_prepare")),
+    ("what a sampled-edge count counts", lambda r: adapter_choice(r, "sampled_edges")),
     ("warm-up (outside the steady-state time)", lambda r: r["framework"].map(lambda _: "first epoch")),
     ("accuracy target / features-only baseline", lambda r: _accuracy_reference(r)),
     ("learning rate", lambda r: r["lr"]),

@@ -18,7 +18,6 @@ the workers did not hide, not the sampling itself).
 
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
@@ -27,7 +26,7 @@ import pandas as pd
 from analysis import PHASE_COLUMNS, framework_label, model_label
 from analysis.comparisons import framework_comparison
 from analysis.display import Cell, GridTable, TableSet, index_cells
-from analysis.grouping import paper_order
+from analysis.grouping import adapter_choice, paper_order
 from analysis.stats import CI_METHOD_RATIO
 
 KEYS = ("experiment", "model", "devices", "batch_size", "workers")
@@ -118,14 +117,10 @@ def with_loader_bound(data: pd.DataFrame, ok: pd.DataFrame) -> pd.DataFrame:
 
 def samplers(perf: pd.DataFrame) -> dict:
     """framework -> the samplers its ok runs recorded (their adapters' own words), in order."""
-    if perf.empty or "adapter_choices" not in perf:
+    if perf.empty:
         return {}
     out = {}
-    for fw, text in zip(perf["framework"], perf["adapter_choices"]):
-        try:
-            found = json.loads(text).get("sampler")
-        except (TypeError, ValueError, AttributeError):
-            found = None
+    for fw, found in zip(perf["framework"], adapter_choice(perf, "sampler")):
         if found:
             out.setdefault(fw, {})[found] = None  # a dict keeps the order they were seen in
     return {fw: list(names) for fw, names in out.items()}

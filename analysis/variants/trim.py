@@ -9,13 +9,12 @@ closes. Which framework can trim, and what its trimming is called, is the regist
 
 from __future__ import annotations
 
-import json
 
 import pandas as pd
 
 from analysis import framework_label, model_label
 from analysis.display import TableSet
-from analysis.grouping import paper_order
+from analysis.grouping import adapter_choice, paper_order
 from analysis.stats import CI_METHOD_RATIO, over_configurations
 from analysis.variants.pairing import (POINT_KEYS, TRIM_BASE, TRIM_COLUMN, Axis, fair_runs, trimmed, variant_rows,
                                        variant_table)
@@ -27,13 +26,6 @@ EDGES = "step_layer_edges"  # runs.csv: the edge updates of a step (the work tab
 AXIS = Axis(TRIM_COLUMN, TRIM_BASE, "layers", "layers", named_by_detail=True)
 
 
-def _choice(text, key: str):
-    try:
-        return json.loads(text).get(key)
-    except (TypeError, ValueError, AttributeError):
-        return None
-
-
 def with_trim(runs: pd.DataFrame) -> pd.DataFrame:
     """The runs of the frameworks' first loaders, with TRIM_COLUMN (TRIMMED or TRIM_BASE) and
     `layers`: how each run's layers computed and its sampler, as its adapter recorded them."""
@@ -41,11 +33,10 @@ def with_trim(runs: pd.DataFrame) -> pd.DataFrame:
         return runs.assign(**{TRIM_COLUMN: [], "layers": []})
     r = runs[runs["loader_variant"] == "default"] if "loader_variant" in runs else runs
     on = trimmed(r)
-    choices = r["adapter_choices"] if "adapter_choices" in r else pd.Series(None, index=r.index)
     can = r["framework"].isin(list(registry.TRIM_SETTINGS))
     # results without adapter choices say what the setting says
-    layers = [" · ".join(str(v) for v in (_choice(c, "layer_compute") or _fallback(t, k), _choice(c, "sampler")) if v)
-              for c, t, k in zip(choices, on, can)]
+    layers = [" · ".join(str(v) for v in (c or _fallback(t, k), sampler) if v)
+              for c, sampler, t, k in zip(adapter_choice(r, "layer_compute"), adapter_choice(r, "sampler"), on, can)]
     return r.assign(**{TRIM_COLUMN: on.map({True: TRIMMED, False: TRIM_BASE}), "layers": layers})
 
 
