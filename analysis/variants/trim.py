@@ -84,7 +84,7 @@ def trim_table(runs: pd.DataFrame) -> TableSet:
         f"({CI_METHOD_RATIO}). Each row names how its layers "
         "computed and its sampler, as the run's adapter recorded them.",
         "No trimmed run. Add `trim: {devices: [1, 2], batch_size: 1024, workers: 0, repeats: 2}` to the config "
-        "(the default sweep has it) to time PyG's trim_to_layer beside its untrimmed runs.",
+        f"(the default sweep has it) to time {names} beside its untrimmed runs.",
         ("Layers", "Speed-up over untrimmed", "Epoch time over the other framework's"))
     # the first screen reads this table's rows (first_screen.Frames.trim): they carry the work too
     table.data = _with_edges(r, table.data)
