@@ -37,9 +37,10 @@ Prints one markdown table (measurement, figure, target, verdict, detail) and wri
 
 The configurations of 1, 2, 4 and 6 run interleaved (repeat i runs every variant once, in an
 order rotated by i) so that drift of a shared machine hits all variants alike; each figure
-is the median over repeats of a per-repeat ratio, except fidelity's: the geometric mean of the
-per-repeat ratios with a 95% interval, whose verdict is UNSETTLED while the interval spans the
-target (more repeats narrow it). Runner runs go through `python -m
+is the median over repeats of a per-repeat ratio, except fidelity's: the ratio of the cells as
+the report's first screen takes it (log epoch time fitted as cell + repeat block over every cell
+of the run, its 95% interval on the noise pooled over the cells), whose verdict is UNSETTLED
+while the interval spans the target (more repeats narrow it). Runner runs go through `python -m
 runners.run`, exactly what users run. This is a benchmark, not a test: verdicts are
 reported, never asserted.
 """
@@ -59,7 +60,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from analysis.stats import mean_ci
+from benchmarks.fidelity import FIDELITY_FILE, block_ratio, fidelity_record, of
 from benchmarks.measure_runs import (LOADER_VARIANTS, PY, REPO, MeasureError, Settings, execute, launch_parts, log,
                                      recorder_cost, run_reference, run_runner, run_torchrun, runner_argv)
 from runners import datasets
@@ -132,14 +133,6 @@ def row(key: str, figure: float, shown: str, detail: str, interval: tuple | None
     return {"key": key, "measurement": f"{name} ({key.split(':')[1]})", "figure": shown, "value": figure,
             "target": target, "verdict": verdict, "detail": detail,
             **({"interval": list(interval)} if interval is not None else {})}
-
-
-def paired_ratio(ratios: list) -> tuple:
-    """(geometric mean, low, high) of per-repeat ratios of interleaved pairs: a 95% t-interval
-    on their logs, so the pairing cancels the drift the repeats share and the interval is
-    multiplicative, as timing noise is. NaN bounds below 2 repeats."""
-    mean, half = mean_ci([math.log(r) for r in ratios])
-    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
 
 
 def wanted(s: Settings, kind: str) -> bool:
@@ -236,8 +229,8 @@ def startup_rows(s: Settings, runs: dict, variants: tuple, raw: dict) -> list:
 
 
 def fidelity_rows(s: Settings, work: Path, runs: dict, raw: dict) -> list:
-    """Row 2: runner over reference epoch time (the geometric mean of per-repeat ratios with its
-    95% interval, which gives the verdict; their median and range beside it), and what the
+    """Row 2: runner over reference epoch time (block_ratio's estimate and 95% interval, which give
+    the verdict; the per-repeat ratios' median and range beside it), and what the
     runner's per-step bookkeeping (recorder_cost) is of its median step."""
     rec = raw["recorder"] = recorder_cost(s, work)
     rows = []
@@ -245,45 +238,48 @@ def fidelity_rows(s: Settings, work: Path, runs: dict, raw: dict) -> list:
         for m in s.models:
             on, ref = runs[(fw, m, "probes-on")], runs[(fw, m, "reference")]
             ratios = [a["epoch_s"] / b["epoch_s"] for a, b in zip(on, ref)]
-            fid, lo, hi = paired_ratio(ratios)
+            fid, lo, hi, dof = block_ratio(runs, m, {(fw, "probes-on"): 1, (fw, "reference"): -1})
             step = statistics.median(r["step_s"] for r in on)
             rows.append(row(f"fidelity:{fw}-{m}", fid, f"{fid:.3f} ({lo:.3f}-{hi:.3f})",
-                            f"{len(ratios)} interleaved repeats: median {statistics.median(ratios):.3f}, "
+                            f"{len(ratios)} interleaved repeats, noise pooled over the run's cells ({dof} dof); "
+                            f"per repeat: median {statistics.median(ratios):.3f}, "
                             f"range {min(ratios):.3f}-{max(ratios):.3f}; median epoch "
                             f"{statistics.median(r['epoch_s'] for r in on):.3f} s runner vs "
                             f"{statistics.median(r['epoch_s'] for r in ref):.3f} s reference; steps/epoch "
                             f"{on[0]['steps_per_epoch']} vs {ref[0]['steps_per_epoch']}; threads/rank "
                             f"{on[0]['threads']} vs {ref[0]['threads']}; loop bookkeeping (StepRecorder, "
                             f"{rec['calls_per_step']} calls) {rec['per_step_s'] * 1e6:.1f} us/step = "
-                            f"{rec['per_step_s'] / step * 100:.3f}% of the median step", (lo, hi)))
+                            f"{rec['per_step_s'] / step * 100:.3f}% of the median step", (lo, hi)) | of(fw, m))
             for v, (what, _) in REFERENCE_VARIANTS.get(fw, {}).items():
                 other = runs[(fw, m, v)]
                 ratios = [a["epoch_s"] / b["epoch_s"] for a, b in zip(on, other)]
-                fid, lo, hi = paired_ratio(ratios)
+                fid, lo, hi, _ = block_ratio(runs, m, {(fw, "probes-on"): 1, (fw, v): -1})
                 rows.append(row(f"fidelity:{fw}-{m}-{v.removeprefix('reference-')}", fid,
                                 f"{fid:.3f} ({lo:.3f}-{hi:.3f})",
                                 f"against {what}: median {statistics.median(ratios):.3f}, range "
                                 f"{min(ratios):.3f}-{max(ratios):.3f}; median epoch "
                                 f"{statistics.median(r['epoch_s'] for r in other):.3f} s; the example as written "
-                                f"(every format) {statistics.median(r['epoch_s'] for r in ref):.3f} s", (lo, hi)))
+                                f"(every format) {statistics.median(r['epoch_s'] for r in ref):.3f} s", (lo, hi))
+                            | of(fw, m, against=what))
     return rows + gap_fidelity_rows(s, runs)
 
 
 def gap_fidelity_rows(s: Settings, runs: dict) -> list:
     """Row 2b: a framework's epoch time over the reference's (GAP_PAIRS) as the runner measures it, over
     the same ratio between the examples' own loops, per repeat (all four ran in the same repeat):
-    the gap the report's first screen states, and what the runner does to it. Its geometric mean
-    and 95% interval; PASS when all of the interval lies within 3% either way of 1."""
+    the gap the report's first screen states, and what the runner does to it. Its block-fit
+    estimate and 95% interval (block_ratio); PASS when all of the interval lies within 3% either way of 1."""
     limit = TARGETS["fidelity_gap"][2]
     rows = []
     for (a, b), m in ((pair, m) for pair in GAP_PAIRS for m in s.models):
         quads = zip(*(runs[(fw, m, v)] for fw, v in ((a, "probes-on"), (b, "probes-on"), (a, "reference"),
                                                       (b, "reference"))))
         ratios = [(ra["epoch_s"] / rb["epoch_s"]) / (fa["epoch_s"] / fb["epoch_s"]) for ra, rb, fa, fb in quads]
-        est, lo, hi = paired_ratio(ratios)
+        est, lo, hi, _ = block_ratio(runs, m, {(a, "probes-on"): 1, (b, "probes-on"): -1, (a, "reference"): -1,
+                                               (b, "reference"): 1})
         r = row(f"fidelity_gap:{a}/{b}-{m}", max(est, 1 / est), f"{est:.3f} ({lo:.3f}-{hi:.3f})",
                 f"{len(ratios)} repeats of all four; median {statistics.median(ratios):.3f}, range "
-                f"{min(ratios):.3f}-{max(ratios):.3f}: above 1, the runner widens the gap")
+                f"{min(ratios):.3f}-{max(ratios):.3f}: above 1, the runner widens the gap") | of(a, m, over=b)
         if lo == lo and hi == hi:  # an interval: its verdict, two-sided
             r["interval"] = [lo, hi]
             r["verdict"] = ("PASS" if 1 / limit <= lo and hi <= limit else
@@ -586,6 +582,9 @@ def main(argv=None) -> int:
     text = render(table, raw, s)
     (out_dir / "measure.md").write_text(text)
     (out_dir / "measure.json").write_text(json.dumps(raw, indent=1))
+    record = fidelity_record(table, raw, s)
+    if record is not None:
+        (out_dir / FIDELITY_FILE).write_text(json.dumps(record, indent=1))
     print(text, end="")
     print(f"\n(measured in {raw['measure_wall_s']:.0f} s; {out_dir / 'measure.md'}, {out_dir / 'measure.json'})")
     return 0

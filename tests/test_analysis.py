@@ -381,6 +381,10 @@ def test_fairness_table_records_feature_gathering_and_edge_meaning(agg):
     assert "prefetch_node_feats" in fair.loc["where node features are gathered", "DGL"]
     assert fair.loc["what a sampled-edge count counts", "PyG"] != fair.loc["what a sampled-edge count counts", "DGL"]
     assert "first epoch" in fair.loc["warm-up (outside the steady-state time)", "PyG"]
+    # how close the runner's loop is to each framework's example loop, with where it was measured
+    from analysis.report import fidelity
+    assert fair.loc[fidelity.SETTING, "PyG"].startswith("GraphSAGE: ")
+    assert "commit " in fair.loc[fidelity.MEASURED, "DGL"]
 
 
 def test_accuracy_reference_target_baseline_and_time_to_target(results, tmp_path):

@@ -63,3 +63,9 @@ def test_quick_measure_prints_every_row(tmp_path):
         floors = raw["launch"][fw]["floor"]
         assert floors["import torch + framework"] > 0 and floors["... + torch._dynamo"] > 0
     assert "Launch, part by part" in written and "| rank starter, until the ranks exist |" in written
+    # The fidelity rows are kept with where and how they were measured, for the report's fairness table.
+    record = json.loads((tmp_path / "out" / "fidelity.json").read_text())
+    assert record["settings"]["repeats"] == 1 and record["cpu_cores"] >= 1 and record["git_commit"]
+    kept = {(r["framework"], r.get("loader"), r["model"], r.get("against"), r.get("over")) for r in record["rows"]}
+    assert {("pyg", None, "sage", None, None), ("dgl", None, "sage", None, None),
+            ("dgl", "graphbolt", "sage", None, None), ("pyg", None, "sage", None, "dgl")} <= kept

@@ -60,10 +60,12 @@ def test_the_first_screen_says_how_much_of_the_gap_trimming_closes():
     assert text.startswith("With trim_to_layer (2 configurations a model): GraphSAGE: PyG takes 1.50× as long as DGL")
     assert "at 1.20× its edge updates per step, against 3.00× untrimmed" in text
     assert "trimming cuts PyG's epoch by 50 % (95% CI" in text
-    # the trimmed-over-untrimmed interval is an answer the second round plans repeats for
-    [i] = intervals
+    # the trimmed-over-untrimmed and trimmed-over-DGL intervals are answers the second round plans repeats for
+    i, gap = intervals
     assert i["answer"] == (registry.LAYER_TRIM, "sage") and i["estimate"] == pytest.approx(0.5)
     assert i["low"] < 0.5 < i["high"] and i["points"] == 4
+    assert gap["answer"] == (sections.trim_axis("pyg"), "sage") and gap["estimate"] == pytest.approx(1.5)
+    assert gap["low"] < 1.5 < gap["high"] and gap["what"] == "GraphSAGE PyG trimmed / DGL"
     # results from before the work columns: the same sentence without the work
     older = "".join(t for t, _ in trim_parts(trim_rows(runs_frame(work=False))))
     assert older == text.replace(" at 1.20× its edge updates per step", "")
@@ -94,3 +96,26 @@ def test_the_second_round_plans_repeats_for_the_trimming_answer():
     assert {c.den.key[-1] for c in trims} == {"default"} and {c.num.key[0] for c in trims} == {"pyg"}
     cost = second_round.settling_cost(points, 0.001, [("trim", "sage")], max_repeats=4)
     assert cost["answers"] == [("trim", "sage")] and cost["runs"] > 0
+
+
+def test_the_second_round_plans_repeats_for_the_gap_left_after_trimming():
+    """Trimmed PyG over DGL differs in two keys (framework and variant): it is still one answer the
+    planner projects and buys blocks for, paired at the points both ran."""
+    ratio = sections.ratios()[sections.trim_axis("pyg")]
+    assert (ratio.column, ratio.numerator, ratio.denominator, ratio.numerator_variant) == (
+        "framework", "pyg", "dgl", registry.LAYER_TRIM)
+    runs = runs_frame(graphbolt=True)
+    runs["steady_epoch_time_s"] *= [1 + 0.04 * ((i * 7) % 5 - 2) for i in range(len(runs))]
+    points = second_round.points_from_runs(runs)
+    gaps = [c for c in second_round.comparisons(points) if c.axis == sections.trim_axis("pyg")]
+    # trimmed PyG against DGL's first loader only, never against GraphBolt
+    assert sorted((c.num.key, c.den.key) for c in gaps) == [
+        (("pyg", "sage", d, 1024, 0, registry.LAYER_TRIM), ("dgl", "sage", d, 1024, 0, "default")) for d in (1, 2)]
+    assert all(c.on_first_screen() and c.answer_key() == ("trim:pyg", "sage") for c in gaps)
+    # the plain framework ratio still pairs untrimmed PyG with DGL
+    plain = {c.num.key[-1] for c in second_round.comparisons(points) if c.axis == "framework:pyg"}
+    assert plain == {"default"}
+    cost = second_round.settling_cost(points, 0.001, [("trim:pyg", "sage")], max_repeats=4)
+    assert cost["answers"] == [("trim:pyg", "sage")] and cost["runs"] > 0
+    plan = second_round.plan(points, 0.02, 600, 6)
+    assert any(a["answer"].startswith("PyG with trim_to_layer over DGL") for a in plan.answers)

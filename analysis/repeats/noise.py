@@ -98,10 +98,17 @@ class BlockFit:
     def contrast(self, a, b):
         """(log a - log b with the blocks' shifts out, its standard error, dof); None when the
         design cannot tell the two cells apart from the blocks."""
-        if a not in self.cells or b not in self.cells or self.dof <= 0:
+        return self.combination({a: 1.0, b: -1.0})
+
+    def combination(self, weights: dict):
+        """(sum of weight x log cell with the blocks' shifts out, its standard error, dof) of
+        {cell: weight} (weights summing to 0); None where a cell is missing or the design cannot
+        estimate it apart from the blocks."""
+        if any(cell not in self.cells for cell in weights) or self.dof <= 0:
             return None
         c = np.zeros(len(self.coef))
-        c[self.cells.index(a)], c[self.cells.index(b)] = 1.0, -1.0
+        for cell, w in weights.items():
+            c[self.cells.index(cell)] += w
         if not np.allclose(self.projector @ c, c, atol=1e-8):
             return None
         return float(c @ self.coef), float(self.sd * math.sqrt(max(c @ self.xtx_pinv @ c, 0.0))), self.dof

@@ -7,7 +7,8 @@ The report answers with ratios of timing runs' steady epoch times: each framewor
 reference (PyG over DGL), 2 devices over 1, 1 loader worker over none, batch 1024 over 256, a
 framework's other loader over its first (DGL's GraphBolt over its classic DataLoader), a
 framework's trimmed layers over its untrimmed ones (PyG's trim_to_layer; a point's last key holds
-the variant, another loader or the trimming). Each comparison's 95% interval rests on the launch
+the variant, another loader or the trimming), and a trimmed framework over the reference (trimmed
+PyG over DGL, the gap trimming leaves: its points differ in framework and variant). Each comparison's 95% interval rests on the launch
 noise pooled over the experiment's configurations (analysis.repeats.noise), and each first-screen
 answer is the geometric mean of its comparisons over the configurations (per model for the
 framework, loader and trimming questions, per framework for devices, workers and batch size) with
@@ -160,15 +161,17 @@ def combined_half_width(parts: list) -> float:
 
 
 def comparisons(points: dict) -> list:
-    """Every pair of first-round points the report compares (same everything but one axis)."""
+    """Every pair of first-round points the report compares (same everything but one axis, and the
+    variant where the ratio names the numerator's)."""
     out = []
     for axis, ratio in ratios().items():
         key_name, num_value, den_value = ratio.column, ratio.numerator, ratio.denominator
         i = POINT_KEYS.index(key_name)
         for key, den in points.items():
-            if key[i] != den_value:
+            if key[i] != den_value or (ratio.numerator_variant and key[-1] != DEFAULT_LOADER):
                 continue
-            num = points.get(key[:i] + (num_value,) + key[i + 1:])
+            num_key = key[:i] + (num_value,) + key[i + 1:]
+            num = points.get(num_key[:-1] + (ratio.numerator_variant,) if ratio.numerator_variant else num_key)
             if num is not None:
                 out.append(Comparison(axis, num, den, ratio))
     return out

@@ -23,11 +23,14 @@ DEFAULT_LOADER = "default"
 
 @dataclass(frozen=True)
 class Ratio:
-    """One point's epoch time over another's that differs in `column` only."""
+    """One point's epoch time over another's that differs in `column` only, or also in its variant
+    (its loader or trimming, the point key's last place) where `numerator_variant` names one: the
+    denominator is then a framework's first loader."""
     column: str
     numerator: object
     denominator: object
     words: str  # how the report says it, e.g. "2 devices over 1"
+    numerator_variant: str | None = None
 
 
 @dataclass(frozen=True)
@@ -59,12 +62,28 @@ def framework_ratios() -> dict:
             for a, b in registry.reference_pairs(registry.FRAMEWORK_NAMES)}
 
 
+def trim_axis(name: str) -> str:
+    """The axis of framework `name`'s trimmed runs over the reference's (the second round's and the answers' key)."""
+    return f"{registry.LAYER_TRIM}:{name}"
+
+
+def trim_ratios() -> dict:
+    """A framework's trimmed layers over its untrimmed ones (registry.LAYER_TRIM), and each framework
+    that trims, trimmed, over the reference: how much of the gap trimming closes, and what is left."""
+    out = {registry.LAYER_TRIM: Ratio("loader", registry.LAYER_TRIM, DEFAULT_LOADER, "trimmed layers over untrimmed")}
+    for a, b in registry.reference_pairs(registry.FRAMEWORK_NAMES):
+        f = registry.framework(a)
+        if f.layer_trim:
+            out[trim_axis(a)] = Ratio("framework", a, b, f"{f.label} with {f.layer_trim_label} over {framework_label(b)}",
+                                      numerator_variant=registry.LAYER_TRIM)
+    return out
+
+
 SECTIONS = (
     Section("answers", "Answers"),
     Section("speed", "Which framework is faster?", framework_ratios, answer="report.first_screen:answer_speed"),
     # The layer trimming's answer sits under the framework answer (report.first_screen.answer_speed).
-    Section("work", "Why is one framework slower?", {registry.LAYER_TRIM: Ratio(
-        "loader", registry.LAYER_TRIM, DEFAULT_LOADER, "trimmed layers over untrimmed")}),
+    Section("work", "Why is one framework slower?", trim_ratios),
     Section("loaders", "Classic DataLoader or GraphBolt?", {name: Ratio(
         "loader", name, DEFAULT_LOADER, f"{name} over the framework's first loader") for name in registry.OTHER_LOADERS},
         conditional=True, answer="report.first_screen:answer_loaders"),

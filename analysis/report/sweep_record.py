@@ -12,7 +12,7 @@ from collections import Counter
 import pandas as pd
 
 from analysis import FRAMEWORK_ORDER, framework_label, model_label
-from analysis.report import deadlocks
+from analysis.report import deadlocks, fidelity
 from analysis.repeats import next_sweep
 from analysis.display import TableSet, frame_table, row_anchor
 from analysis.formatting import fmt_bytes, fmt_duration, fmt_pct
@@ -118,7 +118,8 @@ def _model_arch(runs, model):
 
 
 def fairness_frame(runs: pd.DataFrame) -> pd.DataFrame:
-    """Setting -> values per framework, so differences between the frameworks are visible."""
+    """Setting -> values per framework, so differences between the frameworks are visible; and how
+    close the runner's loop is to each framework's example loop (analysis.report.fidelity)."""
     fws = [f for f in FRAMEWORK_ORDER if f in set(runs["framework"])]
     rows = []
     for label, fn in FAIRNESS_ROWS:
@@ -130,6 +131,7 @@ def fairness_frame(runs: pd.DataFrame) -> pd.DataFrame:
         for f in fws:
             row[framework_label(f)] = _distinct(values[runs["framework"] == f])
         rows.append(row)
+    rows += fidelity.fidelity_rows(fws) if fws else []
     return pd.DataFrame(rows, columns=["setting"] + [framework_label(f) for f in fws])
 
 
@@ -310,7 +312,12 @@ def fairness_table(runs: pd.DataFrame) -> TableSet:
     """What each framework was given."""
     return frame_table(fairness_frame(runs), "fairness", "Fairness settings",
                        "What each framework was given; a value that differs between the "
-                       "columns is a deliberate, recorded framework difference.")
+                       "columns is a deliberate, recorded framework difference. The last rows: the "
+                       "runner's epoch time over a minimal loop written after each framework's own "
+                       "multi-GPU example on the same graph and settings, and the first screen's gap as "
+                       "the runner measures it over the same gap between those loops (1 = the runner "
+                       "adds nothing; PASS: the 95% interval within the 1.03 target, MISS: all of it past it, "
+                       "UNSETTLED: the interval spans it), with where and when they were measured.")
 
 
 def runs_table(runs: pd.DataFrame) -> TableSet:

@@ -15,6 +15,7 @@ import pandas as pd
 from analysis import framework_label, model_label
 from analysis.display import TableSet
 from analysis.grouping import adapter_choice, paper_order
+from analysis.report.sections import trim_axis
 from analysis.stats import CI_METHOD_RATIO, over_configurations
 from analysis.variants.pairing import (POINT_KEYS, TRIM_BASE, TRIM_COLUMN, Axis, fair_runs, trimmed, variant_rows,
                                        variant_table)
@@ -107,7 +108,8 @@ def trim_parts(data: pd.DataFrame, intervals: list | None = None) -> list:
     framework's epoch time over the other's and by how much trimming cuts its epoch, each the
     geometric mean over the configurations with its 95% interval; [] without trimmed ok runs.
     `intervals`: where given, each model's trimmed-over-untrimmed interval is appended to it, keyed
-    as the second round plans it ((TRIMMED, model): analysis.report.sections)."""
+    as the second round plans it ((TRIMMED, model): analysis.report.sections), and its trimmed-over-
+    the-other-framework interval ((sections.trim_axis(framework), model) where the other is the reference)."""
     rows = data[(data[TRIM_COLUMN] == TRIMMED) & (data["n_ok"] > 0)] if len(data) else data
     if rows.empty:
         return []
@@ -123,6 +125,11 @@ def trim_parts(data: pd.DataFrame, intervals: list | None = None) -> list:
             intervals.append({"what": f"{model_label(model)} {fw.label} trimmed / untrimmed",
                               "estimate": 1 / est if est else est, "low": 1 / hi if hi else hi,
                               "high": 1 / lo if lo else lo, "points": 2 * len(g), "answer": (TRIMMED, model)})
+            if other is not None and not pd.isna(gap[0]):
+                intervals.append({"what": f"{model_label(model)} {fw.label} trimmed / {framework_label(other)}",
+                                  "estimate": gap[0], "low": gap[1], "high": gap[2], "points": 2 * len(g),
+                                  "answer": (trim_axis(fw.name), model) if other == registry.REFERENCE_FRAMEWORK
+                                  else None})
         lead = (f"With {fw.layer_trim_label} ({len(g)} configuration{'s' if len(g) > 1 else ''} a model): "
                 if first else "; ")
         first = False
