@@ -41,7 +41,8 @@ def block_ratio(runs: dict, model: str, weights: dict) -> tuple:
 def of(name: str, model: str, **more) -> dict:
     """What a fidelity row measured, for the report (fidelity_record): the framework and its loader
     (a TIMED name: a framework, or a framework's other loader), the model, and `against` (a second
-    reference of the framework's) or `over` (the gap's other framework)."""
+    reference of the framework's) or `over` and `estimate` (the gap's other framework, and its ratio
+    as measured: the row's value is folded to >= 1 for the two-sided verdict)."""
     framework, loader = LOADER_VARIANTS.get(name, (name, None))
     return {"framework": framework, "loader": loader, "model": model, **more}
 
@@ -55,8 +56,8 @@ FIDELITY_FILE = "fidelity.json"
 def fidelity_record(rows: list, raw: dict, s: Settings) -> dict | None:
     """The fidelity rows that measured (runner/reference per framework, and the gap's ratio of
     ratios), with the commit, host, cores, settings and time of the measurement; None without any."""
-    kept = [{k: r[k] for k in ("key", "measurement", "figure", "value", "interval", "verdict", "target", "framework",
-                                "loader", "model", "against", "over") if k in r}
+    kept = [{k: r[k] for k in ("key", "measurement", "figure", "value", "estimate", "interval", "verdict", "target",
+                                "framework", "loader", "model", "against", "over") if k in r}
             for r in rows if r["key"].split(":")[0] in ("fidelity", "fidelity_gap") and r["verdict"] != "ERROR"]
     if not kept:
         return None

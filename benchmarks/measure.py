@@ -279,7 +279,7 @@ def gap_fidelity_rows(s: Settings, runs: dict) -> list:
                                                (b, "reference"): 1})
         r = row(f"fidelity_gap:{a}/{b}-{m}", max(est, 1 / est), f"{est:.3f} ({lo:.3f}-{hi:.3f})",
                 f"{len(ratios)} repeats of all four; median {statistics.median(ratios):.3f}, range "
-                f"{min(ratios):.3f}-{max(ratios):.3f}: above 1, the runner widens the gap") | of(a, m, over=b)
+                f"{min(ratios):.3f}-{max(ratios):.3f}: above 1, the runner widens the gap") | of(a, m, over=b, estimate=est)
         if lo == lo and hi == hi:  # an interval: its verdict, two-sided
             r["interval"] = [lo, hi]
             r["verdict"] = ("PASS" if 1 / limit <= lo and hi <= limit else

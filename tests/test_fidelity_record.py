@@ -14,7 +14,7 @@ def record(value: float, commit: str) -> dict:
              "interval": [1.02, 1.06], "verdict": "MISS", "framework": "dgl", "loader": "graphbolt", "model": "sage"},
             {"key": "fidelity:dgl-sage-csc", "figure": "0.980 (0.950-1.010)", "value": 0.98, "interval": [0.95, 1.01],
              "verdict": "PASS", "framework": "dgl", "loader": None, "model": "sage", "against": "the CSC-only loop"},
-            {"key": "fidelity_gap:pyg/dgl-sage", "figure": "0.970 (0.950-0.990)", "value": 1 / 0.97,
+            {"key": "fidelity_gap:pyg/dgl-sage", "figure": "0.970 (0.950-0.990)", "value": 1 / 0.97, "estimate": 0.97,
              "interval": [0.95, 0.99], "verdict": "UNSETTLED", "framework": "pyg", "loader": None, "model": "sage",
              "over": "dgl"}]
     return {"measured_at": "2026-11-29T01:40:00Z", "git_commit": commit, "host": "box", "cpu_cores": 2,
@@ -25,7 +25,8 @@ def test_fidelity_rows_state_each_framework_and_the_gap_with_where_they_were_mea
     own, stored = tmp_path / "results" / "benchmarks" / "fidelity.json", tmp_path / "benchmarks" / "fidelity.json"
     stored.parent.mkdir(parents=True)
     stored.write_text(json.dumps(record(1.0, "a" * 40)))
-    rows = {r["setting"]: r for r in fidelity.fidelity_rows(["pyg", "dgl"], (own, stored))}
+    sources = ((own, "this checkout's last measurement"), (stored, "the project's record"))
+    rows = {r["setting"]: r for r in fidelity.fidelity_rows(["pyg", "dgl"], sources)}
     assert rows[fidelity.SETTING]["PyG"] == "GraphSAGE: 1.000 (0.990–1.010) PASS"
     assert rows[fidelity.SETTING]["DGL"] == ("GraphSAGE with its graphbolt loader: 1.040 (1.020–1.060) MISS; "
                                              "GraphSAGE, against the CSC-only loop: 0.980 (0.950–1.010) PASS")
@@ -36,12 +37,12 @@ def test_fidelity_rows_state_each_framework_and_the_gap_with_where_they_were_mea
     # this checkout's own measurement comes first
     own.parent.mkdir(parents=True)
     own.write_text(json.dumps(record(1.02, "b" * 40)))
-    rows = {r["setting"]: r for r in fidelity.fidelity_rows(["pyg", "dgl"], (own, stored))}
+    rows = {r["setting"]: r for r in fidelity.fidelity_rows(["pyg", "dgl"], sources)}
     assert rows[fidelity.SETTING]["PyG"].startswith("GraphSAGE: 1.020")
     assert "commit bbbbbbb" in rows[fidelity.MEASURED]["DGL"] and "last measurement" in rows[fidelity.MEASURED]["DGL"]
 
 
 def test_without_a_record_the_row_names_the_command(tmp_path):
-    [row] = fidelity.fidelity_rows(["pyg"], (tmp_path / "none.json",))
+    [row] = fidelity.fidelity_rows(["pyg"], ((tmp_path / "none.json", "nothing"),))
     assert row["PyG"] == f"not measured: {fidelity.COMMAND}"
 

@@ -8,8 +8,9 @@ reference (PyG over DGL), 2 devices over 1, 1 loader worker over none, batch 102
 framework's other loader over its first (DGL's GraphBolt over its classic DataLoader), a
 framework's trimmed layers over its untrimmed ones (PyG's trim_to_layer; a point's last key holds
 the variant, another loader or the trimming), and a trimmed framework over the reference (trimmed
-PyG over DGL, the gap trimming leaves: its points differ in framework and variant). Each comparison's 95% interval rests on the launch
-noise pooled over the experiment's configurations (analysis.repeats.noise), and each first-screen
+PyG over DGL, the gap trimming leaves: its points differ in framework and variant). Each
+comparison's 95% interval rests on the launch noise pooled over the experiment's configurations
+(analysis.repeats.noise), and each first-screen
 answer is the geometric mean of its comparisons over the configurations (per model for the
 framework, loader and trimming questions, per framework for devices, workers and batch size) with
 its own interval.

@@ -17,7 +17,8 @@ from runners.adapters import registry
 
 REPO = Path(__file__).resolve().parents[2]
 # Where the rows come from, first found: this checkout's last measurement, then the project's record.
-SOURCES = (REPO / "results" / "benchmarks" / "fidelity.json", REPO / "benchmarks" / "fidelity.json")
+SOURCES = ((REPO / "results" / "benchmarks" / "fidelity.json", "this checkout's last measurement"),
+           (REPO / "benchmarks" / "fidelity.json", "the project's record"))
 COMMAND = "python -m benchmarks.measure --dataset small --repeats 10 --only fidelity"
 SETTING = "runner / the framework's example loop (epoch time, 95% CI)"
 GAP_SETTING = "gap over {reference}: runner's / the example loops'"
@@ -25,43 +26,39 @@ MEASURED = "fidelity measured"
 
 
 def read(sources=SOURCES) -> tuple:
-    """(record, path) of the first readable fidelity record; (None, None) without one."""
-    for path in sources:
+    """(record, path, what it is) of the first readable fidelity record of `sources` ((path, what)
+    pairs); (None, None, None) without one."""
+    for path, what in sources:
         try:
-            return json.loads(Path(path).read_text()), Path(path)
+            return json.loads(Path(path).read_text()), Path(path), what
         except (OSError, ValueError):
             continue
-    return None, None
+    return None, None, None
 
 
 def _figure(r: dict) -> str:
+    """'0.995 (0.918–1.077) UNSETTLED': the estimate as measured (a gap row's `value` is folded to
+    >= 1 for its two-sided verdict), its interval and verdict."""
     lo, hi = (r.get("interval") or [None, None])[:2]
     ci = f" ({lo:.3f}–{hi:.3f})" if lo is not None and hi is not None else ""
-    return f"{r['value']:.3f}{ci} {r['verdict']}" if not r.get("over") else f"{_gap(r):.3f}{ci} {r['verdict']}"
+    return f"{r.get('estimate', r['value']):.3f}{ci} {r['verdict']}"
 
 
-def _gap(r: dict) -> float:
-    """The gap row's estimate as measured (its `value` is folded to >= 1 for the verdict); the
-    shown figure's first number."""
-    return float(str(r["figure"]).split()[0])
-
-
-def _where(record: dict, path: Path) -> str:
+def _where(record: dict, path: Path, what: str) -> str:
     s = record.get("settings") or {}
     commit = (record.get("git_commit") or "?")[:7]
-    own = "this checkout's last measurement" if path.parent.name == "benchmarks" and path.parent.parent.name == "results" \
-        else "the project's record"
+    shown = path.relative_to(REPO) if path.is_relative_to(REPO) else path
     return (f"{record.get('measured_at', '?')}, commit {commit}, {record.get('host', '?')} "
             f"({record.get('cpu_cores', '?')} cores), {s.get('dataset')} graph, {s.get('devices')} processes, "
-            f"batch {s.get('batch_size')}, {s.get('repeats')} interleaved repeats: {own} ({path.name} under "
-            f"{path.parent.relative_to(REPO) if path.is_relative_to(REPO) else path.parent}); rerun: {COMMAND}")
+            f"batch {s.get('batch_size')}, {s.get('repeats')} interleaved repeats: {what} ({shown}); "
+            f"rerun: {COMMAND}")
 
 
 def fidelity_rows(frameworks: list, sources=SOURCES) -> list:
     """Fairness-table rows ({"setting", <framework label>: text}) for `frameworks` (names, the
     table's columns): runner/reference per model and loader, the gap's ratio of ratios, and where
     it was measured; one row naming the command where no record is found."""
-    record, path = read(sources)
+    record, path, what = read(sources)
     labels = {f: framework_label(f) for f in frameworks}
     if record is None:
         return [{"setting": SETTING, **{lab: f"not measured: {COMMAND}" for lab in labels.values()}}]
@@ -71,14 +68,14 @@ def fidelity_rows(frameworks: list, sources=SOURCES) -> list:
         fw = r.get("framework")
         if fw not in labels:
             continue
-        what = model_label(r.get("model", ""))
+        measured = model_label(r.get("model", ""))
         if r.get("loader"):
-            what += f" with its {r['loader']} loader"
+            measured += f" with its {r['loader']} loader"
         if r.get("against"):
-            what += f", against {r['against']}"
-        (gap if r.get("over") else own).setdefault(fw, []).append(f"{what}: {_figure(r)}")
+            measured += f", against {r['against']}"
+        (gap if r.get("over") else own).setdefault(fw, []).append(f"{measured}: {_figure(r)}")
     reference = registry.REFERENCE_FRAMEWORK
     return [{"setting": SETTING, **{labels[f]: "; ".join(own.get(f, [])) or "—" for f in frameworks}},
             {"setting": GAP_SETTING.format(reference=framework_label(reference)),
              **{labels[f]: "; ".join(gap.get(f, [])) or "—" for f in frameworks}},
-            {"setting": MEASURED, **{lab: _where(record, path) for lab in labels.values()}}]
+            {"setting": MEASURED, **{lab: _where(record, path, what) for lab in labels.values()}}]
