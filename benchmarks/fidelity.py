@@ -23,19 +23,15 @@ def block_ratio(runs: dict, model: str, weights: dict) -> tuple:
     interval on the noise left within the blocks, pooled over all cells
     (analysis.repeats.noise.fit_blocks). NaN bounds where the fit leaves no degrees of freedom."""
     from analysis.repeats.noise import fit_blocks
-    from runners.rank.stopping import t_quantile
 
     cells = {(fw, v): ([math.log(r["epoch_s"]) for r in recs], [str(i) for i in range(len(recs))])
              for (fw, m, v), recs in runs.items() if m == model and recs}
     fit = fit_blocks(cells)
-    got = fit.combination(weights) if fit is not None else None
-    if got is None:
-        logs = [sum(w * cells[c][0][i] for c, w in weights.items()) for i in range(len(cells[next(iter(weights))][0]))]
-        est = math.exp(statistics.mean(logs))
+    got = fit.ratio(weights) if fit is not None else None
+    if got is None:  # one repeat: the combination of the cells' means, no interval
+        est = math.exp(sum(w * statistics.mean(cells[c][0]) for c, w in weights.items()))
         return est, float("nan"), float("nan"), 0
-    diff, se, dof = got
-    half = t_quantile(dof) * se
-    return math.exp(diff), math.exp(diff - half), math.exp(diff + half), dof
+    return got
 
 
 def of(name: str, model: str, **more) -> dict:

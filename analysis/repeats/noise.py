@@ -113,6 +113,16 @@ class BlockFit:
             return None
         return float(c @ self.coef), float(self.sd * math.sqrt(max(c @ self.xtx_pinv @ c, 0.0))), self.dof
 
+    def ratio(self, weights: dict):
+        """(ratio, low, high, dof): combination(weights) back on the time scale, with its 95%
+        interval; None where the combination has none."""
+        got = self.combination(weights)
+        if got is None:
+            return None
+        d, se, dof = got
+        h = t_quantile(dof) * se
+        return math.exp(d), math.exp(d - h), math.exp(d + h), dof
+
 
 def _design(cell_blocks: dict) -> tuple:
     """(cells, X) of {cell: [block of each run]}: one row per run, a column per cell and per block."""
@@ -242,11 +252,9 @@ class Noise:
         ka, kb = (tuple(k.get(c) for c in self.cell_keys) for k in (key_a, key_b))
         g = self.of_cell.get(ka)
         if g is not None and g is self.of_cell.get(kb) and g.fit is not None:
-            c = g.fit.contrast(ka, kb)
-            if c is not None:
-                d, se, dof = c
-                h = t_quantile(dof) * se
-                return math.exp(d), math.exp(d - h), math.exp(d + h), dof
+            got = g.fit.ratio({ka: 1.0, kb: -1.0})
+            if got is not None:
+                return got
         return ratio_interval_dof(a, b, self.pair(key_a, key_b))
 
     def describe(self) -> pd.DataFrame:

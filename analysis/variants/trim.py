@@ -9,7 +9,6 @@ closes. Which framework can trim, and what its trimming is called, is the regist
 
 from __future__ import annotations
 
-
 import pandas as pd
 
 from analysis import framework_label, model_label
