@@ -1,48 +1,44 @@
 """Does the suite measure the frameworks, or itself? Numbers, side by side, in one run (issue 7).
 
     python -m benchmarks.measure [--quick] [--dataset small] [--repeats 5] [--with-sweep] [--only fidelity,cv]
+                                 [--timed pyg,dgl]
 
 Prints one markdown table (measurement, figure, target, verdict, detail) and writes it to
 `results/benchmarks/measure.md` with every raw number in `measure.json`:
 
 1. probe overhead  the runner with probes on vs `--no-probes`: median step time.
-2. fidelity        the runner vs a minimal DDP loop in the style of each framework's own
-                   multi-GPU example (benchmarks/reference_{pyg,dgl}.py; DGL with --loader graphbolt
-                   against reference_graphbolt.py, its GraphBolt example): median epoch time
-                   of the slowest rank; with the cost per step of the runner loop's
-                   bookkeeping (runners.rank.phase_timer.StepRecorder, timed in-process); and
-                   the gap itself: PyG's epoch time over DGL's as the runner measures it, over
-                   the same ratio between the references, per repeat (within 3% either way).
-3. memory          PSS summed over ranks of the graph as the runner's adapters hold it,
-                   2 ranks vs 1 (benchmarks/memory_probe.py), on a synthetic graph large
-                   enough to dominate.
+2. fidelity        the runner vs a minimal DDP loop in the style of each framework's own multi-GPU example
+                   (benchmarks/reference_{pyg,dgl}.py; DGL with --loader graphbolt against
+                   reference_graphbolt.py, its GraphBolt example): median epoch time of the slowest rank; with
+                   the cost per step of the runner loop's bookkeeping (runners.rank.phase_timer.StepRecorder,
+                   timed in-process); and the gap itself: PyG's epoch time over DGL's as the runner measures it,
+                   over the same ratio between the references, per repeat (within 3% either way).
+3. memory          PSS summed over ranks of the graph as the runner's adapters hold it, 2 ranks vs 1
+                   (benchmarks/memory_probe.py), on a synthetic graph large enough to dominate.
 4. start-up        launch to first step of the runner, and its split (result.json marks).
-5. sweep           wall time of the default Snakemake sweep in a clean copy of the repo,
-                   and of a no-op rerun (only with --with-sweep).
+5. sweep           wall time of the default Snakemake sweep in a clean copy of the repo, and of a no-op rerun
+                   (only with --with-sweep).
 6. variation       coefficient of variation of the runner's epoch time over repeats.
-7. launch          what one run costs beside its training, part by part (the launcher, the
-                   rank starter, each rank's imports, process group, data, validation,
-                   records, exit), for each rank starter (runners.launch.spawn, torchrun), against
-                   the floor: a bare `python -c "import torch, FRAMEWORK"`, and that plus
-                   torch._dynamo, which torch 2.2's optimisers import on first use.
-8. coverage        (only with --with-coverage) the share of the report's 95% intervals, on
-                   subsamples of 2 rounds of launches from 10 launches of PyG and DGL at two
-                   points, that miss the all-launch ratio: the configuration + block fit, launch
-                   noise pooled without blocks, and the old per-comparison Welch interval
-                   (benchmarks/coverage.py).
-9. projection      the projection's out-of-sample check replayed on stored sweeps (their
-                   aggregates: tests/data/sweeps/*, and results/aggregate when there is one): per
-                   sweep, the share of held-out multi-device points inside their calibrated
-                   intervals (analysis.projection.predict.calibrate), beside the sweep's launch noise.
+7. launch          what one run costs beside its training, part by part (the launcher, the rank starter, each
+                   rank's imports, process group, data, validation, records, exit), for each rank starter
+                   (runners.launch.spawn, torchrun), against the floor: a bare `python -c "import torch,
+                   FRAMEWORK"`, and that plus torch._dynamo, which torch 2.2's optimisers import on first use.
+8. coverage        (only with --with-coverage) the share of the report's 95% intervals, on subsamples of 2
+                   rounds of launches from 10 launches of PyG and DGL at two points, that miss the all-launch
+                   ratio: the configuration + block fit, launch noise pooled without blocks, and the old
+                   per-comparison Welch interval (benchmarks/coverage.py).
+9. projection      the projection's out-of-sample check replayed on stored sweeps (their aggregates:
+                   tests/data/sweeps/*, and results/aggregate when there is one): per sweep, the share of
+                   held-out multi-device points inside their calibrated intervals
+                   (analysis.projection.predict.calibrate), beside the sweep's launch noise.
 
-The configurations of 1, 2, 4 and 6 run interleaved (repeat i runs every variant once, in an
-order rotated by i) so that drift of a shared machine hits all variants alike; each figure
-is the median over repeats of a per-repeat ratio, except fidelity's: the ratio of the cells as
-the report's first screen takes it (log epoch time fitted as cell + repeat block over every cell
-of the run, its 95% interval on the noise pooled over the cells), whose verdict is UNSETTLED
-while the interval spans the target (more repeats narrow it). Runner runs go through `python -m
-runners.run`, exactly what users run. This is a benchmark, not a test: verdicts are
-reported, never asserted.
+The configurations of 1, 2, 4 and 6 run interleaved (repeat i runs every variant once, in an order rotated by i)
+so that drift of a shared machine hits all variants alike; each figure is the median over repeats of a
+per-repeat ratio, except fidelity's: the ratio of the cells as the report's first screen takes it (log epoch
+time fitted as cell + repeat block over every cell of the run, its 95% interval on the noise pooled over the
+cells), whose verdict is UNSETTLED while the interval spans the target (more repeats narrow it). Runner runs go
+through `python -m runners.run`, exactly what users run. This is a benchmark, not a test: verdicts are reported,
+never asserted.
 """
 
 from __future__ import annotations
@@ -61,18 +57,14 @@ from dataclasses import asdict
 from pathlib import Path
 
 from benchmarks.fidelity import FIDELITY_FILE, block_ratio, fidelity_record, of
-from benchmarks.measure_runs import (LOADER_VARIANTS, PY, REPO, MeasureError, Settings, execute, launch_parts, log,
-                                     recorder_cost, run_reference, run_runner, run_torchrun, runner_argv)
+from benchmarks.measure_runs import (FRAMEWORKS, PY, REPO, TIMED, MeasureError, Settings, execute, gap_pairs,
+                                     launch_parts, log, recorder_cost, run_reference, run_runner, run_torchrun,
+                                     runner_argv, timed)
 from runners import datasets
 from runners.adapters import registry
 from runners.records import envinfo
 from runners.records.rundir import RunDir
 
-# The frameworks with an example-shaped reference loop (benchmarks/reference_<name>.py), in the registry's order.
-FRAMEWORKS = tuple(f for f in registry.FRAMEWORK_NAMES if (REPO / "benchmarks" / f"reference_{f}.py").is_file())
-# The gaps row 2b checks: each framework over the reference (as the report's first screen states them).
-GAP_PAIRS = registry.reference_pairs(FRAMEWORKS)
-TIMED = FRAMEWORKS + tuple(LOADER_VARIANTS)  # the timing rows' "frameworks"
 VARIANTS = ("probes-on", "probes-off", "reference")
 # Second references of a framework: the example's loop with one of its choices set as the
 # runner sets it, to tell a cost of the runner's loop from a choice both can make. DGL's example
@@ -157,7 +149,7 @@ def measure_timing(s: Settings, work: Path, raw: dict) -> list:
     rows = probe_rows(s, runs) if wanted(s, "probe") else []
     rows += fidelity_rows(s, work, runs, raw) if wanted(s, "fidelity") else []
     rows += startup_rows(s, runs, variants, raw) if wanted(s, "startup") else []
-    for fw in TIMED:
+    for fw in timed(s):
         for m in s.models if wanted(s, "cv") else ():
             times = [r["epoch_s"] for r in runs[(fw, m, "probes-on")]]
             if len(times) < 2:
@@ -173,11 +165,11 @@ def measure_timing(s: Settings, work: Path, raw: dict) -> list:
 def timing_runs(s: Settings, work: Path, variants: tuple) -> dict:
     """(framework, model, variant) -> its runs' records: every variant once per repeat, in an
     order rotated by the repeat, so that drift of a shared machine hits all variants alike."""
-    extra_refs = {fw: tuple(REFERENCE_VARIANTS.get(fw, {})) if "reference" in variants else () for fw in TIMED}
-    runs = {(fw, m, v): [] for fw in TIMED for m in s.models for v in variants + extra_refs[fw]}
+    extra_refs = {fw: tuple(REFERENCE_VARIANTS.get(fw, {})) if "reference" in variants else () for fw in timed(s)}
+    runs = {(fw, m, v): [] for fw in timed(s) for m in s.models for v in variants + extra_refs[fw]}
     total = len(runs) * s.repeats
     for i in range(s.repeats):
-        for fw in TIMED:
+        for fw in timed(s):
             fw_variants = variants + extra_refs[fw]
             order = fw_variants[i % len(fw_variants):] + fw_variants[:i % len(fw_variants)]
             for m in s.models:
@@ -192,13 +184,14 @@ def timing_runs(s: Settings, work: Path, variants: tuple) -> dict:
                         rec = run_runner(s, work, fw, m, label, probes=v == "probes-on")
                     log(f"    median epoch {rec['epoch_s']:.3f} s, command {rec['command_s']:.1f} s")
                     runs[(fw, m, v)].append(rec)
+                    (work / "timing-so-far.json").write_text(json.dumps({"/".join(k): v for k, v in runs.items()}))
     return runs
 
 
 def probe_rows(s: Settings, runs: dict) -> list:
     """Row 1: the runner's step time with probes on over probes off."""
     rows = []
-    for fw in TIMED:
+    for fw in timed(s):
         for m in s.models:
             on, off = runs[(fw, m, "probes-on")], runs[(fw, m, "probes-off")]
             step = ratio_median([(a["step_s"], b["step_s"]) for a, b in zip(on, off)]) - 1
@@ -214,7 +207,7 @@ def probe_rows(s: Settings, runs: dict) -> list:
 def startup_rows(s: Settings, runs: dict, variants: tuple, raw: dict) -> list:
     """Row 4: the runner's command to first step, split by phase (into raw["startup"])."""
     rows = []
-    for fw in TIMED:
+    for fw in timed(s):
         recs = [r for m in s.models for v in variants if not v.startswith("reference") for r in runs[(fw, m, v)]]
         split = {k: statistics.median(r["startup"][k] for r in recs) for k in recs[0]["startup"]}
         raw.setdefault("startup", {})[fw] = split
@@ -234,7 +227,7 @@ def fidelity_rows(s: Settings, work: Path, runs: dict, raw: dict) -> list:
     runner's per-step bookkeeping (recorder_cost) is of its median step."""
     rec = raw["recorder"] = recorder_cost(s, work)
     rows = []
-    for fw in TIMED:
+    for fw in timed(s):
         for m in s.models:
             on, ref = runs[(fw, m, "probes-on")], runs[(fw, m, "reference")]
             ratios = [a["epoch_s"] / b["epoch_s"] for a, b in zip(on, ref)]
@@ -271,7 +264,7 @@ def gap_fidelity_rows(s: Settings, runs: dict) -> list:
     estimate and 95% interval (block_ratio); PASS when all of the interval lies within 3% either way of 1."""
     limit = TARGETS["fidelity_gap"][2]
     rows = []
-    for (a, b), m in ((pair, m) for pair in GAP_PAIRS for m in s.models):
+    for (a, b), m in ((pair, m) for pair in gap_pairs(s) for m in s.models):
         quads = zip(*(runs[(fw, m, v)] for fw, v in ((a, "probes-on"), (b, "probes-on"), (a, "reference"),
                                                       (b, "reference"))))
         ratios = [(ra["epoch_s"] / rb["epoch_s"]) / (fa["epoch_s"] / fb["epoch_s"]) for ra, rb, fa, fb in quads]
@@ -466,12 +459,12 @@ def measure_projection(s: Settings, work: Path, raw: dict) -> list:
 
 
 def expected_keys(s: Settings) -> list:
-    keys = [f"probe:{fw}-{m}" for fw in TIMED for m in s.models]
-    keys += [f"fidelity:{fw}-{m}{suffix}" for fw in TIMED for m in s.models
+    keys = [f"probe:{fw}-{m}" for fw in timed(s) for m in s.models]
+    keys += [f"fidelity:{fw}-{m}{suffix}" for fw in timed(s) for m in s.models
              for suffix in ["", *(f"-{v.removeprefix('reference-')}" for v in REFERENCE_VARIANTS.get(fw, {}))]]
-    keys += [f"fidelity_gap:{a}/{b}-{m}" for a, b in GAP_PAIRS for m in s.models]
-    keys += [f"memory:{fw}" for fw in FRAMEWORKS] + [f"startup:{fw}" for fw in TIMED]
-    keys += ["sweep:default, cold", "noop:no-op rerun"] + [f"cv:{fw}-{m}" for fw in TIMED for m in s.models]
+    keys += [f"fidelity_gap:{a}/{b}-{m}" for a, b in gap_pairs(s) for m in s.models]
+    keys += [f"memory:{fw}" for fw in FRAMEWORKS] + [f"startup:{fw}" for fw in timed(s)]
+    keys += ["sweep:default, cold", "noop:no-op rerun"] + [f"cv:{fw}-{m}" for fw in timed(s) for m in s.models]
     keys += [f"launch:{fw}" for fw in FRAMEWORKS]
     keys += [f"coverage:{name}" for name in COVERAGE_ROWS.values()] if s.with_coverage else []
     keys += [f"projection:{d.name}" for d in projection_sweeps(s)]
@@ -534,6 +527,8 @@ def parse_args(argv=None) -> Settings:
     p.add_argument("--projection-sweeps", type=lambda t: t.split(","),
                    help="comma-separated aggregate directories the projection row replays (default: "
                         "tests/data/sweeps/* and results/aggregate)")
+    p.add_argument("--timed", type=lambda t: t.split(","),
+                   help=f"comma-separated frameworks and loaders the timing rows run ({', '.join(TIMED)}); default all")
     p.add_argument("--out-dir")
     p.add_argument("--only", type=lambda t: t.split(","),
                    help=f"comma-separated row kinds to measure ({', '.join(TARGETS)}); default all")
@@ -546,6 +541,8 @@ def parse_args(argv=None) -> Settings:
         p.error("--launch-repeats must be at least 1")
     if s.only and set(s.only) - set(TARGETS):
         p.error(f"--only: unknown row kinds {sorted(set(s.only) - set(TARGETS))}; known: {', '.join(TARGETS)}")
+    if s.timed and set(s.timed) - set(TIMED):
+        p.error(f"--timed: unknown {sorted(set(s.timed) - set(TIMED))}; known: {', '.join(TIMED)}")
     return s
 
 

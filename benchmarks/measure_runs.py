@@ -29,6 +29,21 @@ PY = sys.executable
 LOADER_VARIANTS = {f"{f.name}-{loader}": (f.name, loader) for f in registry.FRAMEWORKS.values()
                    for loader in f.loaders[1:] if (REPO / "benchmarks" / f"reference_{loader}.py").is_file()}
 
+# The frameworks with an example-shaped reference loop (benchmarks/reference_<name>.py), in the registry's order.
+FRAMEWORKS = tuple(f for f in registry.FRAMEWORK_NAMES if (REPO / "benchmarks" / f"reference_{f}.py").is_file())
+# The gaps row 2b checks: each framework over the reference (as the report's first screen states them).
+GAP_PAIRS = registry.reference_pairs(FRAMEWORKS)
+TIMED = FRAMEWORKS + tuple(LOADER_VARIANTS)  # the timing rows' "frameworks"
+
+
+def timed(s: Settings) -> tuple:
+    """The TIMED names this measurement times (--timed; all by default)."""
+    return tuple(fw for fw in TIMED if s.timed is None or fw in s.timed)
+
+
+def gap_pairs(s: Settings) -> tuple:
+    return tuple((a, b) for a, b in GAP_PAIRS if {a, b} <= set(timed(s)))
+
 
 @dataclass
 class Settings:
@@ -51,6 +66,7 @@ class Settings:
     launch_repeats: int | None = None  # repeats of the launch row (None: `repeats`)
     # aggregate directories whose projection the projection row replays (None: PROJECTION_SWEEPS)
     projection_sweeps: list | None = None
+    timed: list | None = None  # frameworks and loaders the timing rows run (measure.TIMED names); None: all
     out_dir: str = "results/benchmarks"
     only: list | None = None  # row kinds (TARGETS keys) to measure; None: all
 

@@ -4,7 +4,10 @@ where it was measured; a missing record says which command measures it."""
 
 import json
 
+import pytest
+
 from analysis.report import fidelity
+from benchmarks import measure
 
 
 def record(value: float, commit: str) -> dict:
@@ -46,3 +49,14 @@ def test_without_a_record_the_row_names_the_command(tmp_path):
     [row] = fidelity.fidelity_rows(["pyg"], ((tmp_path / "none.json", "nothing"),))
     assert row["PyG"] == f"not measured: {fidelity.COMMAND}"
 
+
+
+def test_timed_limits_the_rows_to_the_named_frameworks_and_refuses_unknown_names(capsys):
+    s = measure.parse_args(["--only", "fidelity", "--timed", "pyg,dgl"])
+    keys = measure.expected_keys(s)
+    assert "fidelity_gap:pyg/dgl-sage" in keys and "fidelity:dgl-sage-csc" in keys
+    assert not [k for k in keys if "graphbolt" in k]
+    assert measure.gap_pairs(measure.parse_args(["--timed", "pyg"])) == ()
+    with pytest.raises(SystemExit):
+        measure.parse_args(["--timed", "pyg,mxnet"])
+    assert "--timed: unknown ['mxnet']; known: pyg, dgl" in capsys.readouterr().err
