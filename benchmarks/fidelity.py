@@ -61,5 +61,5 @@ def fidelity_record(rows: list, raw: dict, s: Settings) -> dict | None:
             "host": raw["host"], "cpu_cores": raw["cpu_cores"], "cpu_model": envinfo.cpu_model(),
             "command": "python -m benchmarks.measure " + " ".join(sys.argv[1:]),
             "settings": {k: raw["settings"][k] for k in ("dataset", "devices", "batch_size", "fanouts", "workers",
-                                                           "epochs", "repeats", "models")},
-            "rows": kept}
+                                                           "epochs", "repeats", "models", "timed")},
+            **({"resumed": raw["resumed"]} if "resumed" in raw else {}), "rows": kept}

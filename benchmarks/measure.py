@@ -57,20 +57,15 @@ from dataclasses import asdict
 from pathlib import Path
 
 from benchmarks.fidelity import FIDELITY_FILE, block_ratio, fidelity_record, of
-from benchmarks.measure_runs import (FRAMEWORKS, PY, REPO, TIMED, MeasureError, Settings, execute, gap_pairs,
-                                     launch_parts, log, recorder_cost, run_reference, run_runner, run_torchrun,
-                                     runner_argv, timed)
+from benchmarks.interleave import SO_FAR, so_far, timing_runs
+from benchmarks.measure_runs import (FRAMEWORKS, PY, REFERENCE_VARIANTS, REPO, TIMED, MeasureError, Settings, execute,
+                                     gap_pairs, launch_parts, log, recorder_cost, run_torchrun, runner_argv, timed)
 from runners import datasets
 from runners.adapters import registry
 from runners.records import envinfo
 from runners.records.rundir import RunDir
 
 VARIANTS = ("probes-on", "probes-off", "reference")
-# Second references of a framework: the example's loop with one of its choices set as the
-# runner sets it, to tell a cost of the runner's loop from a choice both can make. DGL's example
-# creates every sparse format of the graph (create_formats_); the runner builds CSC only.
-REFERENCE_VARIANTS = {"dgl": {"reference-csc": ("the example's loop on the runner's CSC-only graph",
-                                                ["--graph-formats", "csc"])}}
 
 # (key prefix, measurement, target as text, limit): a figure passes when figure <= limit.
 TARGETS = {
@@ -143,7 +138,7 @@ def timing_variants(s: Settings) -> tuple:
 def measure_timing(s: Settings, work: Path, raw: dict) -> list:
     """Rows 1, 2, 4, 6: runner with probes on, off, and the reference, interleaved."""
     variants = timing_variants(s)
-    runs = timing_runs(s, work, variants)
+    runs = timing_runs(s, work, variants, raw)
     raw["timing"] = {"/".join(k): v for k, v in runs.items()}
 
     rows = probe_rows(s, runs) if wanted(s, "probe") else []
@@ -160,32 +155,6 @@ def measure_timing(s: Settings, work: Path, raw: dict) -> list:
                             f"{len(times)} repeats of the runner: median epoch "
                             + ", ".join(f"{t:.3f}" for t in times) + " s"))
     return rows
-
-
-def timing_runs(s: Settings, work: Path, variants: tuple) -> dict:
-    """(framework, model, variant) -> its runs' records: every variant once per repeat, in an
-    order rotated by the repeat, so that drift of a shared machine hits all variants alike."""
-    extra_refs = {fw: tuple(REFERENCE_VARIANTS.get(fw, {})) if "reference" in variants else () for fw in timed(s)}
-    runs = {(fw, m, v): [] for fw in timed(s) for m in s.models for v in variants + extra_refs[fw]}
-    total = len(runs) * s.repeats
-    for i in range(s.repeats):
-        for fw in timed(s):
-            fw_variants = variants + extra_refs[fw]
-            order = fw_variants[i % len(fw_variants):] + fw_variants[:i % len(fw_variants)]
-            for m in s.models:
-                for v in order:
-                    label = f"{fw}-{m}-{v}-r{i}"
-                    log(f"{sum(map(len, runs.values())) + 1}/{total} {label}")
-                    if v == "reference":
-                        rec = run_reference(s, work, fw, m, label)
-                    elif v in extra_refs[fw]:
-                        rec = run_reference(s, work, fw, m, label, tuple(REFERENCE_VARIANTS[fw][v][1]))
-                    else:
-                        rec = run_runner(s, work, fw, m, label, probes=v == "probes-on")
-                    log(f"    median epoch {rec['epoch_s']:.3f} s, command {rec['command_s']:.1f} s")
-                    runs[(fw, m, v)].append(rec)
-                    (work / "timing-so-far.json").write_text(json.dumps({"/".join(k): v for k, v in runs.items()}))
-    return runs
 
 
 def probe_rows(s: Settings, runs: dict) -> list:
@@ -529,6 +498,8 @@ def parse_args(argv=None) -> Settings:
                         "tests/data/sweeps/* and results/aggregate)")
     p.add_argument("--timed", type=lambda t: t.split(","),
                    help=f"comma-separated frameworks and loaders the timing rows run ({', '.join(TIMED)}); default all")
+    p.add_argument("--resume", action="store_true", help=f"continue the timing runs kept in OUT_DIR/work/{SO_FAR} "
+                   "(the same settings and measured code) up to --repeats in all")
     p.add_argument("--out-dir")
     p.add_argument("--only", type=lambda t: t.split(","),
                    help=f"comma-separated row kinds to measure ({', '.join(TARGETS)}); default all")
@@ -550,8 +521,15 @@ def main(argv=None) -> int:
     s = parse_args(argv)
     out_dir = Path(s.out_dir)
     work = out_dir / "work"
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
+    if s.resume:  # refused before anything runs where it cannot continue
+        try:
+            so_far(s, work, timing_variants(s))
+        except MeasureError as exc:
+            print(f"python -m benchmarks.measure: error: {exc}", file=sys.stderr)
+            return 2
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True, exist_ok=True)
     datasets.prepare(s.dataset, root=s.data_root)
     t0 = time.perf_counter()
     raw: dict = {"settings": asdict(s), "host": socket.gethostname(), "cpu_cores": envinfo.cpu_cores()}

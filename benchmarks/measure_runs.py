@@ -34,6 +34,11 @@ FRAMEWORKS = tuple(f for f in registry.FRAMEWORK_NAMES if (REPO / "benchmarks" /
 # The gaps row 2b checks: each framework over the reference (as the report's first screen states them).
 GAP_PAIRS = registry.reference_pairs(FRAMEWORKS)
 TIMED = FRAMEWORKS + tuple(LOADER_VARIANTS)  # the timing rows' "frameworks"
+# Second references of a framework: the example's loop with one of its choices set as the
+# runner sets it, to tell a cost of the runner's loop from a choice both can make. DGL's example
+# creates every sparse format of the graph (create_formats_); the runner builds CSC only.
+REFERENCE_VARIANTS = {"dgl": {"reference-csc": ("the example's loop on the runner's CSC-only graph",
+                                                ["--graph-formats", "csc"])}}
 
 
 def timed(s: Settings) -> tuple:
@@ -67,6 +72,7 @@ class Settings:
     # aggregate directories whose projection the projection row replays (None: PROJECTION_SWEEPS)
     projection_sweeps: list | None = None
     timed: list | None = None  # frameworks and loaders the timing rows run (measure.TIMED names); None: all
+    resume: bool = False  # continue the timing runs kept in out_dir/work (benchmarks.interleave)
     out_dir: str = "results/benchmarks"
     only: list | None = None  # row kinds (TARGETS keys) to measure; None: all
 

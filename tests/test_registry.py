@@ -33,7 +33,7 @@ ALLOWED_LITERALS = {
     ("analysis/report/findings.py", "dgl"): "the seed study's findings: its DGL loader was the unsharded one",
     ("analysis/aggregate.py", "dgl"): "the env column of the DGL package version",
     ("benchmarks/memory_probe.py", "sage"): "the model the memory probe builds (any registered model would do)",
-    ("benchmarks/measure.py", "dgl"): "a second reference loop of DGL's example only (its graph formats)",
+    ("benchmarks/measure_runs.py", "dgl"): "a second reference loop of DGL's example only (its graph formats)",
     ("benchmarks/measure_runs.py", "sage"): "the model of the recorder-cost run (any registered model would do)",
     ("benchmarks/partitioned_memory.py", "sage"): "the model of the partitioned runs (any registered model would do)",
     ("benchmarks/coverage.py", "sage"): "the configurations the coverage check launches (any model would do)",

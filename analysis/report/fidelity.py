@@ -19,7 +19,10 @@ REPO = Path(__file__).resolve().parents[2]
 # Where the rows come from, first found: this checkout's last measurement, then the project's record.
 SOURCES = ((REPO / "results" / "benchmarks" / "fidelity.json", "this checkout's last measurement"),
            (REPO / "benchmarks" / "fidelity.json", "the project's record"))
-COMMAND = "python -m benchmarks.measure --dataset small --repeats 10 --only fidelity"
+# What settles it to within 3 % on a quiet 2-core machine: its speed moves in spells of several seconds, so each
+# run samples about one spell, and only repeats narrow the interval (about 80 for a framework's row, 1.5 hours;
+# --resume continues a measurement cut off, until its --repeats are done).
+COMMAND = "python -m benchmarks.measure --only fidelity --timed pyg,dgl --repeats 80"
 SETTING = "runner / the framework's example loop (epoch time, 95% CI)"
 GAP_SETTING = "gap over {reference}: runner's / the example loops'"
 MEASURED = "fidelity measured"
@@ -50,8 +53,8 @@ def _where(record: dict, path: Path, what: str) -> str:
     shown = path.relative_to(REPO) if path.is_relative_to(REPO) else path
     return (f"{record.get('measured_at', '?')}, commit {commit}, {record.get('host', '?')} "
             f"({record.get('cpu_cores', '?')} cores), {s.get('dataset')} graph, {s.get('devices')} processes, "
-            f"batch {s.get('batch_size')}, {s.get('repeats')} interleaved repeats: {what} ({shown}); "
-            f"rerun: {COMMAND}")
+            f"batch {s.get('batch_size')}, {s.get('epochs')} epochs, {s.get('repeats')} interleaved repeats: {what} "
+            f"({shown}); rerun: {record.get('command') or COMMAND}")
 
 
 def fidelity_rows(frameworks: list, sources=SOURCES) -> list:
