@@ -39,10 +39,13 @@ def test_fidelity_rows_state_each_framework_and_the_gap_with_where_they_were_mea
     assert "commit aaaaaaa" in rows[fidelity.MEASURED]["PyG"] and "the project's record" in rows[fidelity.MEASURED]["PyG"]
     # this checkout's own measurement comes first
     own.parent.mkdir(parents=True)
-    own.write_text(json.dumps(record(1.02, "b" * 40)))
+    own.write_text(json.dumps(record(1.02, "b" * 40)
+                              | {"command": "python -m benchmarks.measure --only fidelity --repeats 9 --resume"}))
     rows = {r["setting"]: r for r in fidelity.fidelity_rows(["pyg", "dgl"], sources)}
     assert rows[fidelity.SETTING]["PyG"].startswith("GraphSAGE: 1.020")
     assert "commit bbbbbbb" in rows[fidelity.MEASURED]["DGL"] and "last measurement" in rows[fidelity.MEASURED]["DGL"]
+    # measuring afresh is its own command without --resume, which only continues runs kept where it ran
+    assert rows[fidelity.MEASURED]["DGL"].endswith("rerun: python -m benchmarks.measure --only fidelity --repeats 9")
 
 
 def test_without_a_record_the_row_names_the_command(tmp_path):

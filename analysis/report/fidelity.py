@@ -48,13 +48,15 @@ def _figure(r: dict) -> str:
 
 
 def _where(record: dict, path: Path, what: str) -> str:
+    """Where, when and how the record was measured, and the command that measures it afresh (its own,
+    less `--resume`, which only continues the runs kept where it ran)."""
     s = record.get("settings") or {}
     commit = (record.get("git_commit") or "?")[:7]
     shown = path.relative_to(REPO) if path.is_relative_to(REPO) else path
     return (f"{record.get('measured_at', '?')}, commit {commit}, {record.get('host', '?')} "
             f"({record.get('cpu_cores', '?')} cores), {s.get('dataset')} graph, {s.get('devices')} processes, "
             f"batch {s.get('batch_size')}, {s.get('epochs')} epochs, {s.get('repeats')} interleaved repeats: {what} "
-            f"({shown}); rerun: {record.get('command') or COMMAND}")
+            f"({shown}); rerun: {(record.get('command') or COMMAND).replace(' --resume', '')}")
 
 
 def fidelity_rows(frameworks: list, sources=SOURCES) -> list:
