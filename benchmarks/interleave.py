@@ -24,6 +24,11 @@ RUN_SETTINGS = ("dataset", "data_root", "devices", "batch_size", "workers", "fan
 MEASURED_CODE = ("runners", "benchmarks/reference_*.py")
 
 
+def run_settings(s: Settings) -> dict:
+    settings = asdict(s)
+    return {k: settings[k] for k in RUN_SETTINGS}
+
+
 def framework_variants(fw: str, variants: tuple) -> tuple:
     """`variants` of `fw`, and its second references (REFERENCE_VARIANTS) where the reference is one."""
     return variants + (tuple(REFERENCE_VARIANTS.get(fw, {})) if "reference" in variants else ())
@@ -54,7 +59,7 @@ def so_far(s: Settings, work: Path, variants: tuple) -> tuple:
         saved = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise MeasureError(f"--resume: no measurement to continue in {path} ({exc}); run without --resume") from exc
-    now = {k: asdict(s)[k] for k in RUN_SETTINGS}
+    now = run_settings(s)
     differ = [f"{k} {now[k]!r} here, {saved['settings'].get(k)!r} there" for k in RUN_SETTINGS
               if saved["settings"].get(k) != now[k]]
     if differ:
@@ -79,7 +84,7 @@ def timing_runs(s: Settings, work: Path, variants: tuple, raw: dict) -> dict:
         runs, done, commit = so_far(s, work, variants)
         raw["resumed"] = {"repeats": done, "git_commit": commit}
         log(f"resumed: {done} complete repeats of the measurement begun at {(commit or '?')[:7]}")
-    total = len(runs) * s.repeats
+    total, settings = len(runs) * s.repeats, run_settings(s)
     for i in range(done, s.repeats):
         for fw in timed(s):
             fw_variants = framework_variants(fw, variants)
@@ -96,6 +101,6 @@ def timing_runs(s: Settings, work: Path, variants: tuple, raw: dict) -> dict:
                     log(f"    median epoch {rec['epoch_s']:.3f} s, command {rec['command_s']:.1f} s")
                     runs[(fw, m, v)].append(rec)
                     (work / SO_FAR).write_text(json.dumps({
-                        "settings": {k: asdict(s)[k] for k in RUN_SETTINGS}, "git_commit": commit,
+                        "settings": settings, "git_commit": commit,
                         "runs": {"/".join(k): v for k, v in runs.items()}}))
     return runs
