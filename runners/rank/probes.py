@@ -118,6 +118,32 @@ def proc_stat(pid: int):
             "wait_status": int(fields[49]) if len(fields) > 49 else None}
 
 
+def descendant_pids(root: int):
+    """`root` and every process below it, read from /proc/PID/task/TID/children; None where the
+    kernel has no such file (built without CONFIG_PROC_CHILDREN), for the caller to fall back
+    on psutil.
+
+    psutil's children() reads /proc/PID/stat of every process on the machine, about 3.4 ms a
+    call with 70 processes; this reads a few files per process of the tree, about 0.2 ms. A
+    process that starts or exits during the walk may be missed: the next poll sees it.
+    """
+    if not os.path.exists(f"/proc/{root}/task/{root}/children"):
+        return None
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        if pid in found:  # the kernel may list a child twice while the tree changes
+            continue
+        found.append(pid)
+        try:
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{tid}/children") as fh:
+                    todo += map(int, fh.read().split())
+        except OSError:  # it or one of its threads exited during the walk
+            pass
+    return found
+
+
 def describe_wait_status(status: int) -> dict:
     """{'signal': 'SIGKILL'} or {'exit_code': n} from a waitpid-style status."""
     if os.WIFSIGNALED(status):
@@ -221,10 +247,16 @@ class CpuSampler(_Sampler):
     def sample(self) -> None:
         t = time.time() - self.t0
         procs = [("rank", self.me)]
+        below = descendant_pids(self.me.pid)
         try:
-            procs += [("worker", self._proc(c.pid)) for c in self.me.children(recursive=True)]
+            below = below[1:] if below is not None else [c.pid for c in self.me.children(recursive=True)]
         except self.psutil.Error:
-            pass
+            below = []
+        for pid in below:
+            try:
+                procs.append(("worker", self._proc(pid)))
+            except self.psutil.Error:  # exited since the walk
+                pass
         # USS needs /proc/PID/smaps (~10 ms of CPU per process with torch loaded), RSS is
         # nearly free: read USS only every USS_EVERY-th sample so the probe stays cheap.
         full = self.samples % USS_EVERY == 0

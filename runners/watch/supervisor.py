@@ -26,7 +26,7 @@ from pathlib import Path
 
 import psutil
 
-from runners.rank.probes import STARTUP_PHASES, read_heartbeat
+from runners.rank.probes import STARTUP_PHASES, descendant_pids, read_heartbeat
 from runners.records.rundir import RunDir
 from runners.watch.diagnosis import (Outcome, classify_exit, diagnose_interruption,
                                      diagnose_stop)
@@ -203,8 +203,17 @@ class Supervisor:
 
     # -- observation ---------------------------------------------------------------------
     def _track_processes(self) -> None:
-        for p in process_tree(self.proc.pid):
-            self.seen.setdefault(p.pid, p)
+        # Every poll walks the tree: the cheap walk (descendant_pids) keeps the launcher's own
+        # CPU off the cores the ranks train on; psutil's is the fallback.
+        pids = descendant_pids(self.proc.pid)
+        if pids is None:
+            pids = [p.pid for p in process_tree(self.proc.pid)]
+        for pid in pids:
+            if pid not in self.seen:
+                try:
+                    self.seen[pid] = psutil.Process(pid)
+                except psutil.Error:  # exited since the walk
+                    pass
         self.ledger.observe(list(self.seen), time.time())
         shm = shm_usage()
         if shm and (self.shm_peak is None or shm[0] > self.shm_peak[0]):
