@@ -42,6 +42,6 @@ def test_cpu_probe_records_every_process_below_the_rank(tree):
     sampler = CpuSampler(interval=60.0)  # sampled by hand, never started
     sampler.sample()
     rows = {row[1]: row[2] for row in sampler.drain()}
-    below = {p.pid for p in psutil.Process().children(recursive=True)}
+    below = {tree.pid} | {p.pid for p in psutil.Process(tree.pid).children(recursive=True)}
     assert rows[psutil.Process().pid] == "rank"
-    assert below and below <= {pid for pid, role in rows.items() if role == "worker"}
+    assert len(below) == 4 and below <= {pid for pid, role in rows.items() if role == "worker"}
