@@ -1,13 +1,14 @@
 """The cheap process-tree walk the supervisor and the CPU probe poll with (probes.descendant_pids):
 the same tree as psutil's, and the probe's worker rows from it."""
 
+import os
 import subprocess
 import time
 
 import psutil
 import pytest
 
-from runners.rank.probes import CpuSampler, descendant_pids
+from runners.rank.probes import CpuSampler, descendant_pids, psutil_tree_pids
 
 
 @pytest.fixture
@@ -25,17 +26,17 @@ def tree():
 
 
 def test_walk_finds_the_tree_psutil_finds(tree):
+    assert os.path.exists(f"/proc/{tree.pid}/task/{tree.pid}/children"), "this kernel has no children file"
     walked = descendant_pids(tree.pid)
-    assert walked is not None, "this kernel has no /proc/PID/task/TID/children"
-    assert walked[0] == tree.pid
-    expected = {tree.pid} | {p.pid for p in psutil.Process(tree.pid).children(recursive=True)}
-    assert len(expected) == 4 and sorted(walked) == sorted(expected)
+    fallback = psutil_tree_pids(tree.pid)
+    assert walked[0] == fallback[0] == tree.pid
+    assert len(walked) == 4 and sorted(walked) == sorted(fallback)
 
 
-def test_walk_of_a_gone_process_leaves_the_fallback_to_the_caller():
+def test_walk_of_a_gone_process_is_empty():
     proc = subprocess.Popen(["true"])
     proc.wait()
-    assert descendant_pids(proc.pid) is None
+    assert descendant_pids(proc.pid) == [] and psutil_tree_pids(proc.pid) == []
 
 
 def test_cpu_probe_records_every_process_below_the_rank(tree):

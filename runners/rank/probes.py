@@ -118,17 +118,17 @@ def proc_stat(pid: int):
             "wait_status": int(fields[49]) if len(fields) > 49 else None}
 
 
-def descendant_pids(root: int):
-    """`root` and every process below it, read from /proc/PID/task/TID/children; None where the
-    kernel has no such file (built without CONFIG_PROC_CHILDREN), for the caller to fall back
-    on psutil.
+def descendant_pids(root: int) -> list:
+    """`root` and every process below it, `root` first; [] once it is gone. Read from
+    /proc/PID/task/TID/children, or by psutil (psutil_tree_pids) where the kernel has no such file
+    (built without CONFIG_PROC_CHILDREN) or `root` has gone.
 
     psutil's children() reads /proc/PID/stat of every process on the machine, about 3.4 ms a
     call with 70 processes; this reads a few files per process of the tree, about 0.2 ms. A
     process that starts or exits during the walk may be missed: the next poll sees it.
     """
     if not os.path.exists(f"/proc/{root}/task/{root}/children"):
-        return None
+        return psutil_tree_pids(root)
     found, todo = [], [root]
     while todo:
         pid = todo.pop()
@@ -142,6 +142,16 @@ def descendant_pids(root: int):
         except OSError:  # it or one of its threads exited during the walk
             pass
     return found
+
+
+def psutil_tree_pids(root: int) -> list:
+    """descendant_pids by psutil's walk: complete, at the cost of reading every process's stat."""
+    import psutil
+
+    try:
+        return [root] + [p.pid for p in psutil.Process(root).children(recursive=True)]
+    except psutil.Error:
+        return []
 
 
 def describe_wait_status(status: int) -> dict:
@@ -247,12 +257,7 @@ class CpuSampler(_Sampler):
     def sample(self) -> None:
         t = time.time() - self.t0
         procs = [("rank", self.me)]
-        below = descendant_pids(self.me.pid)
-        try:
-            below = below[1:] if below is not None else [c.pid for c in self.me.children(recursive=True)]
-        except self.psutil.Error:
-            below = []
-        for pid in below:
+        for pid in descendant_pids(self.me.pid)[1:]:
             try:
                 procs.append(("worker", self._proc(pid)))
             except self.psutil.Error:  # exited since the walk

@@ -204,11 +204,8 @@ class Supervisor:
     # -- observation ---------------------------------------------------------------------
     def _track_processes(self) -> None:
         # Every poll walks the tree: the cheap walk (descendant_pids) keeps the launcher's own
-        # CPU off the cores the ranks train on; psutil's is the fallback.
-        pids = descendant_pids(self.proc.pid)
-        if pids is None:
-            pids = [p.pid for p in process_tree(self.proc.pid)]
-        for pid in pids:
+        # CPU off the cores the ranks train on.
+        for pid in descendant_pids(self.proc.pid):
             if pid not in self.seen:
                 try:
                     self.seen[pid] = psutil.Process(pid)
