@@ -53,8 +53,9 @@ def code_changed_since(commit: str | None) -> list:
 
 def so_far(s: Settings, work: Path, variants: tuple) -> tuple:
     """(cells with the complete repeats of the measurement `--resume` continues, their number, its
-    commit). MeasureError naming what differs where it ran other settings or other code."""
-    path = work / SO_FAR
+    commit), read from the file `s.resume` names, else work/SO_FAR. MeasureError naming what differs
+    where it ran other settings or other code."""
+    path = Path(s.resume) if isinstance(s.resume, str) else work / SO_FAR
     try:
         saved = json.loads(path.read_text())
     except (OSError, ValueError) as exc:

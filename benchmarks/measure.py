@@ -498,8 +498,10 @@ def parse_args(argv=None) -> Settings:
                         "tests/data/sweeps/* and results/aggregate)")
     p.add_argument("--timed", type=lambda t: t.split(","),
                    help=f"comma-separated frameworks and loaders the timing rows run ({', '.join(TIMED)}); default all")
-    p.add_argument("--resume", action="store_true", help=f"continue the timing runs kept in OUT_DIR/work/{SO_FAR} "
-                   "(the same settings and measured code) up to --repeats in all")
+    p.add_argument("--resume", nargs="?", const=True, metavar="FILE",
+                   help=f"continue the timing runs kept in FILE (default OUT_DIR/work/{SO_FAR}: a copy of it kept "
+                        "from an earlier sitting will do) with the same settings and measured code, up to --repeats "
+                        "in all")
     p.add_argument("--out-dir")
     p.add_argument("--only", type=lambda t: t.split(","),
                    help=f"comma-separated row kinds to measure ({', '.join(TARGETS)}); default all")

@@ -72,7 +72,7 @@ class Settings:
     # aggregate directories whose projection the projection row replays (None: PROJECTION_SWEEPS)
     projection_sweeps: list | None = None
     timed: list | None = None  # frameworks and loaders the timing rows run (measure.TIMED names); None: all
-    resume: bool = False  # continue the timing runs kept in out_dir/work (benchmarks.interleave)
+    resume: bool | str = False  # continue the timing runs kept in out_dir/work, or in this file (benchmarks.interleave)
     out_dir: str = "results/benchmarks"
     only: list | None = None  # row kinds (TARGETS keys) to measure; None: all
 

@@ -39,6 +39,20 @@ def test_resume_keeps_the_complete_repeats_and_runs_nothing_once_they_suffice(tm
     assert raw["resumed"]["repeats"] == 3
 
 
+def test_resume_continues_runs_kept_elsewhere_from_an_earlier_sitting(tmp_path, code_unchanged):
+    s = measure.parse_args(["--only", "fidelity", "--timed", "pyg,dgl", "--repeats", "2"])
+    copy = tmp_path / "kept-from-last-sitting.json"
+    (kept(tmp_path, s, [2] * 5, "b" * 40) / interleave.SO_FAR).rename(copy)
+    s = measure.parse_args(["--only", "fidelity", "--timed", "pyg,dgl", "--repeats", "2", "--resume", str(copy),
+                            "--out-dir", str(tmp_path / "fresh")])
+    assert s.resume == str(copy)
+    runs, done, commit = interleave.so_far(s, tmp_path / "fresh" / "work", measure.timing_variants(s))
+    assert done == 2 and commit == "b" * 40 and len(runs) == 5
+    s = measure.parse_args(["--only", "fidelity", "--resume", str(tmp_path / "none.json")])
+    with pytest.raises(MeasureError, match="none.json"):
+        interleave.so_far(s, tmp_path / "work", measure.timing_variants(s))
+
+
 @pytest.mark.parametrize("change, named", [
     (["--epochs", "9"], "epochs 9 here, 5 there"),
     (["--timed", "pyg"], "timed ['pyg'] here, ['pyg', 'dgl'] there"),
