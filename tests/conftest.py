@@ -17,7 +17,7 @@ UNIT_MODULES = {
     "test_adaptive", "test_analysis", "test_architecture_doc", "test_collectives", "test_answers", "test_axes_report", "test_bad_requests", "test_datasets",
     "test_diagnosis", "test_fidelity_record", "test_interleave", "test_framework_drill", "test_gpu_counting", "test_rulebook_drill", "test_imports", "test_user_graphs", "test_memory", "test_noise",
     "test_partitioned_report", "test_partitions", "test_preflight", "test_process_walk", "test_project", "test_projection_report", "test_record", "test_registry", "test_result", "test_sections",
-    "test_settings", "test_report_figures", "test_report_graphs", "test_speedup_gap", "test_stopping", "test_strategy", "test_sweep", "test_trim_variant", "test_twin", "test_work_gap",
+    "test_settings", "test_wakeups", "test_report_figures", "test_report_graphs", "test_speedup_gap", "test_stopping", "test_strategy", "test_sweep", "test_trim_variant", "test_twin", "test_work_gap",
 }
 # Fixtures that launch real runs or sweeps (tests/_runs.py) or make hosts or a cluster.
 E2E_FIXTURES = {

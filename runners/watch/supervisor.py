@@ -18,6 +18,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import select
 import signal
 import subprocess
 import time
@@ -112,6 +113,24 @@ def process_tree(root_pid: int) -> list:
         return [root] + root.children(recursive=True)
     except psutil.Error:
         return []
+
+
+def sleep_until_exit(proc: subprocess.Popen, timeout: float) -> None:
+    """Sleep `timeout` seconds, or until `proc` exits. A pidfd wakes this process only then;
+    Popen.wait(timeout), the fallback where the kernel has no pidfds, polls with sleeps of up to
+    50 ms, and on a small machine every wakeup takes a core from a rank (benchmarks/README.md)."""
+    try:
+        fd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pass
+        return
+    try:
+        select.select([fd], [], [], timeout)
+    finally:
+        os.close(fd)
 
 
 def dir_identity(path: Path) -> tuple:
@@ -347,10 +366,7 @@ class Supervisor:
             stalled = self._stalled_rank(now)
             if stalled is not None:
                 return self._stop("hang", stalled, now)
-            try:  # a tree that exits ends the wait at once, not at the next poll
-                self.proc.wait(timeout=POLL_S)
-            except subprocess.TimeoutExpired:
-                pass
+            sleep_until_exit(self.proc, POLL_S)  # a tree that exits ends the wait at once, not at the next poll
 
     def _finished_but_lingering(self, now: float) -> bool:
         """Every rank reported 'done' yet the launcher is still running after a grace period."""
