@@ -44,9 +44,9 @@ SLEEP_BOUND_S = 5.0
 def signal_sleep():
     """A sleep() that returns once a signal has come to this process (SIGCHLD when a rank exits,
     SIGTERM or SIGINT), at the latest after SLEEP_BOUND_S: the signals' bytes come through
-    signal.set_wakeup_fd. Polling instead, 20 times a second, cost a 2-rank DGL epoch about 4 %
-    on 2 cores (benchmarks/README.md): every wakeup takes a core from a rank, and a DDP step
-    waits for its slowest rank."""
+    signal.set_wakeup_fd. It replaced a poll 20 times a second: on a small machine every wakeup
+    takes a core from a rank for a moment, and a DDP step waits for its slowest rank (what that
+    cost is not settled: benchmarks/README.md)."""
     read_fd, write_fd = os.pipe()
     os.set_blocking(read_fd, False)
     os.set_blocking(write_fd, False)

@@ -118,7 +118,7 @@ def process_tree(root_pid: int) -> list:
 def sleep_until_exit(proc: subprocess.Popen, timeout: float) -> None:
     """Sleep `timeout` seconds, or until `proc` exits. A pidfd wakes this process only then;
     Popen.wait(timeout), the fallback where the kernel has no pidfds, polls with sleeps of up to
-    50 ms, and on a small machine every wakeup takes a core from a rank (benchmarks/README.md)."""
+    50 ms, and on a small machine every wakeup takes a core from a rank for a moment."""
     try:
         fd = os.pidfd_open(proc.pid)
     except (AttributeError, OSError):
