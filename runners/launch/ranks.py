@@ -257,7 +257,8 @@ def _stop_after_write_error(cfg: RunConfig, out: Path, run: Launch, log, supervi
     """Stop the tree after a write failed: for lack of space (`gone` None: EXIT_DISK_FULL's
     report, the log and the cgroup closed), or because the run directory vanished (`gone`: the
     first file found missing; run.outcome says so, None returned)."""
-    from runners.watch.supervisor import process_tree, stop_tree
+    from runners.rank.probes import process_tree
+    from runners.watch.supervisor import stop_tree
 
     after_s = time.time() - run.launch_t
     where = whereabouts(log, out) if gone is not None else None  # while the log is open in it

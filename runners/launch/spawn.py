@@ -102,16 +102,18 @@ class Ranks:
         """Wait until every rank has exited, or until one fails (then stop the others);
         returns the failures [(rank, pid, code)] in the order they were seen."""
         failures = []
+
+        def note_failures() -> None:
+            failures.extend([(rank, p.pid, p.returncode) for rank, p in enumerate(self.procs)
+                             if p.returncode not in (None, 0) and all(f[0] != rank for f in failures)])
+
         with signal_sleep() as sleep:  # installed before the first check: no exit goes unnoticed
             while any([p.poll() is None for p in self.procs]):  # a list: every rank polled, not up to the first alive
-                for rank, p in enumerate(self.procs):
-                    if p.returncode not in (None, 0) and all(f[0] != rank for f in failures):
-                        failures.append((rank, p.pid, p.returncode))
+                note_failures()
                 if failures or self.stop_signal is not None:
                     break
                 sleep()
-        failures += [(rank, p.pid, p.returncode) for rank, p in enumerate(self.procs)
-                     if p.returncode not in (None, 0) and all(f[0] != rank for f in failures)]
+        note_failures()
         self.stop()
         return failures
 

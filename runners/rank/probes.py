@@ -144,14 +144,21 @@ def descendant_pids(root: int) -> list:
     return found
 
 
-def psutil_tree_pids(root: int) -> list:
-    """descendant_pids by psutil's walk: complete, at the cost of reading every process's stat."""
+def process_tree(root_pid: int) -> list:
+    """The process and all its descendants now, as psutil.Process ([] once it is gone): psutil's
+    walk, complete at the cost of reading every process's stat (the stop path's)."""
     import psutil
 
     try:
-        return [root] + [p.pid for p in psutil.Process(root).children(recursive=True)]
+        root = psutil.Process(root_pid)
+        return [root] + root.children(recursive=True)
     except psutil.Error:
         return []
+
+
+def psutil_tree_pids(root: int) -> list:
+    """descendant_pids by psutil's walk (process_tree)."""
+    return [p.pid for p in process_tree(root)]
 
 
 def describe_wait_status(status: int) -> dict:

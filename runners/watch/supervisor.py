@@ -106,15 +106,6 @@ def startup_limits(watch: dict, floor: float, timeout: float, load_estimate_s: f
     return limits
 
 
-def process_tree(root_pid: int) -> list:
-    """The process and all its descendants now ([] once it is gone)."""
-    try:
-        root = psutil.Process(root_pid)
-        return [root] + root.children(recursive=True)
-    except psutil.Error:
-        return []
-
-
 def sleep_until_exit(proc: subprocess.Popen, timeout: float) -> None:
     """Sleep `timeout` seconds, or until `proc` exits. A pidfd wakes this process only then;
     Popen.wait(timeout), the fallback where the kernel has no pidfds, polls with sleeps of up to
