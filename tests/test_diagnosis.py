@@ -628,6 +628,92 @@ def test_node1_adopts_the_graph_server_that_node0s_result_names(tmp_path):
     assert d["lost_server"] == lost and d["previous_status"] == "hang", d
 
 
+def _two_node_job(tmp_path, node: int, theirs: dict):
+    """A job directory where the other node's result (diagnosis `theirs`) is written, and this
+    node's (`node`) run directory and settings."""
+    import datetime as dt
+    import json
+    import types
+
+    job = tmp_path / "job"
+    other = job / "node1" / "result.json" if node == 0 else job / "result.json"
+    other.parent.mkdir(parents=True, exist_ok=True)
+    stage = job if node == 0 else job / ".node1.run-20261128T110000Z-4242"
+    stage.mkdir(parents=True, exist_ok=True)
+    now = dt.datetime.now(dt.timezone.utc).isoformat()
+    other.write_text(json.dumps({"status": "crashed", "diagnosis": theirs, "started_at": now, "finished_at": now,
+                                 "env": {"hostname": "gh8-b" if node == 0 else "gh8-a"}}))
+    cfg = types.SimpleNamespace(node_rank=node, nodes=2, other_result_wait_s=0.0, startup_timeout_s=600.0)
+    return stage, now, cfg
+
+
+def _lost(node: int, pid: int, sig: str, t_s: float, at: float) -> dict:
+    summary = (f"crashed: graph server {node} (partition {node}, pid {pid}) on host gh8-{'ab'[node]} died ({sig}) "
+               f"{t_s} s after it started; its trainers, which sample and fetch features from it, were stopped")
+    return {"summary": summary, "cause": "lost_server", "evidence": [], "ranks": [],
+            "lost_server": {"node": node, "host": f"gh8-{'ab'[node]}", "pid": pid, "signal": sig, "t_s": t_s,
+                            "at": at}}
+
+
+@pytest.mark.parametrize("theirs_signal, theirs_at, adopted", [("SIGKILL", 1000.0, True), ("SIGABRT", 990.0, True),
+                                                               ("SIGABRT", 1010.0, False)],
+                         ids=["killed-from-outside", "aborted-earlier", "aborted-later"])
+def test_a_server_that_aborted_after_another_was_lost_names_that_one(tmp_path, theirs_signal, theirs_at, adopted):
+    """CI found this race: node 1's server was killed, node 1's launcher stopped its trainers, and
+    node 0's server aborted on the broken pipe to them while node 0's trainers still ran. Node 0
+    names the server lost first (killed from outside, or earlier), not its own, which was a victim."""
+    import types
+
+    from runners.partitioned.server import Server, ServerFacts
+    from runners.watch.diagnosis import Outcome, apply_overrides
+
+    theirs = _lost(1, 88, theirs_signal, 10.6, theirs_at)
+    stage, now, cfg = _two_node_job(tmp_path, 0, theirs)
+    server = Server(cfg=cfg, proc=types.SimpleNamespace(pid=66), log_path=tmp_path / "server0.log", started_t=0.0,
+                    host="gh8-a", out=stage)
+    server.died = {"t_s": 11.6, "at": 1000.0, "exit_code": None, "signal": "SIGABRT"}
+    crash = {"summary": "crashed: rank 0 on host gh8-a (node 0): a rank raised an exception", "cause": "crash",
+             "culprit_rank": 0, "evidence": [], "ranks": []}
+    outcome = Outcome("crashed", dict(crash))
+    outcome.findings.server = ServerFacts(server, stage, now)
+    apply_overrides(outcome)
+    d = outcome.diagnosis
+    assert outcome.status == "crashed" and d["cause"] == "lost_server", d
+    named = theirs["summary"] if adopted else "crashed: graph server 0 (partition 0, pid 66) on host gh8-a died"
+    assert d["summary"].startswith(named), d
+    assert d["lost_server"]["node"] == (1 if adopted else 0), d
+
+
+def test_a_server_killed_from_outside_is_named_without_waiting_for_the_other_nodes(tmp_path):
+    """CI found this race: node 0's server was killed and node 0's trainer crashed on the peer it
+    lost (`lost_node`). Node 0 names its own server at once: it does not wait for node 1's result
+    (lost_culprit's wait), while node 1 waits for node 0's, to learn which server was lost."""
+    import time
+    import types
+
+    from runners.partitioned.server import Server, ServerFacts
+    from runners.watch import nodes
+    from runners.watch.diagnosis import Outcome, apply_overrides
+
+    stage, now, cfg = _two_node_job(tmp_path, 0, {"summary": "crashed: rank 1 ...", "cause": "crash"})
+    (stage / "node1" / "result.json").unlink()  # node 1 is still waiting for node 0's result
+    cfg.other_result_wait_s = 30.0
+    server = Server(cfg=cfg, proc=types.SimpleNamespace(pid=66), log_path=tmp_path / "server0.log", started_t=0.0,
+                    host="gh8-a", out=stage)
+    server.died = {"t_s": 13.5, "at": 1000.0, "exit_code": None, "signal": "SIGKILL"}
+    peers = [{"rank": 0, "host": "gh8-a", "address": "10.0.0.1"}, {"rank": 1, "host": "gh8-b", "address": "10.0.0.2"}]
+    lost = {"summary": "crashed: lost node 1", "cause": "lost_node", "culprit_rank": None, "evidence": [],
+            "ranks": [], "lost_nodes": [nodes.describe_node(1, peers, 1)]}
+    outcome = Outcome("crashed", dict(lost))
+    outcome.findings.server = ServerFacts(server, stage, now)
+    outcome.findings.nodes = nodes.NodeFacts(cfg, stage, [0], now, None, time.time())
+    t0 = time.monotonic()
+    apply_overrides(outcome)
+    assert time.monotonic() - t0 < 5.0, "node 0 waited for node 1's result"
+    d = outcome.diagnosis
+    assert d["cause"] == "lost_server" and d["lost_server"]["node"] == 0 and d["lost_server"]["signal"] == "SIGKILL"
+
+
 def test_torchrun_exit_codes_name_the_global_rank_not_the_local_one():
     """Node 1 of a two-node run: torchrun's log names its only rank as rank 1, local_rank 0."""
     from runners.watch.evidence import torchrun_exit_codes

@@ -96,8 +96,8 @@ def test_registered_after_a_final_override_that_found_something_it_is_not_applie
 
 def test_the_sequence_is_declared_once_and_names_known_causes(drill):
     names = [o.name for o in drill.OVERRIDES]
-    assert names == ["crash_before_hang", "out_of_memory", "run_dir_vanished", "lost_node", "lost_culprit",
-                     "server", "remote_server"]
+    assert names == ["crash_before_hang", "out_of_memory", "run_dir_vanished", "lost_node", "server",
+                     "lost_culprit", "remote_server"]
     assert all(k in causes.CAUSES for o in drill.OVERRIDES for k in o.causes)
     with pytest.raises(ValueError, match="already declared"):
         drill.register(overrides.Override("out_of_memory", (), _fell_off, "", ""))

@@ -191,6 +191,19 @@ def pss(pid: int) -> int | None:
 
 # Signals a process does not raise itself (an abort or a segfault it may, on losing its clients)
 EXTERNAL_SIGNALS = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
+EXTERNAL_SIGNAL_NAMES = frozenset(s.name for s in EXTERNAL_SIGNALS)
+
+
+def first_lost(theirs: dict, died: dict) -> bool:
+    """Whether another node's server (`theirs`: that node's diagnosis) was lost before this
+    host's ended by itself (`died`): killed from outside, stopped making progress (what its
+    watchdog then did to the trainers ends the others' servers), or died earlier."""
+    if theirs.get("cause") == "stalled_server":
+        return True
+    lost = theirs.get("lost_server") or {}
+    if lost.get("signal") in EXTERNAL_SIGNAL_NAMES:
+        return True
+    return lost.get("at") is not None and died.get("at") is not None and lost["at"] < died["at"]
 
 
 @dataclass
@@ -205,7 +218,7 @@ class Server:
     out: Path | None = None  # the run directory (the server's stack dump goes to its stacks/)
     trainers_root: int | None = None  # the rank starter's pid, once launched
     samples: list = field(default_factory=list)  # (t, server PSS, trainers' PSS, trainers)
-    died: dict | None = None  # the server ended while its trainers ran (see _lost)
+    died: dict | None = None  # the server ended while its trainers ran (see _check_ended)
     # (time.time(), psutil status, CPU seconds) of the server at every sample: a stall's evidence
     states: collections.deque = field(default_factory=lambda: collections.deque(maxlen=STATE_SAMPLES))
     stall: object = None  # runners.watch.evidence.ServerEvidence of the stall the watchdog detected (gather)
@@ -262,8 +275,9 @@ class Server:
         trainers = self._trainer_pids()
         if not trainers and -code not in EXTERNAL_SIGNALS:
             return
-        self.died = {"t_s": round(time.time() - self.started_t, 3), "exit_code": code if code >= 0 else None,
-                     "signal": signal.Signals(-code).name if code < 0 else None}
+        now = time.time()  # `at`: when, on the clock the other nodes' results are compared on (first_lost)
+        self.died = {"t_s": round(now - self.started_t, 3), "at": round(now, 3),
+                     "exit_code": code if code >= 0 else None, "signal": signal.Signals(-code).name if code < 0 else None}
         say(f"graph server {self.cfg.node_rank} (pid {self.proc.pid}) on {self.host} ended "
             f"({self.died['signal'] or 'exit code %s' % code}) "
             + ("while its trainers ran; stopping them" if trainers else "before the launcher stopped it"))
@@ -338,18 +352,23 @@ class Server:
         server = {"node": self.cfg.node_rank, "host": self.host, "pid": self.proc.pid}
         return "crashed", lost_server(status, diag, server, self.died)
 
+    def killed_from_outside(self) -> bool:
+        """This host's server died by a signal no run sends it: the cause, whatever other nodes say."""
+        return self.died is not None and self.died["signal"] in EXTERNAL_SIGNAL_NAMES
+
     def adopt_remote(self, out: Path, started_at: str, status: str, diag: dict | None):
-        """Any node whose own server lived and kept going: a server that died or stopped making
-        progress on another node is the run's cause when that node's result says so (node 0's
-        beside the job, node{K}/result.json for the others, as runners.watch.nodes reads them); this
-        node's trainers only lost it or waited for it. A hang no result explains, while this
-        node's trainers waited over RPC, points to another node's server
-        (diagnosis.remote_server_stall). How long each node waits for the others' results:
-        runners.watch.nodes.other_results. A (status, diagnosis) verdict (diagnosis.OVERRIDES'
-        `remote_server`), or None."""
+        """Any node whose own server kept going, or ended by itself (an abort: a DGL server
+        aborts on a broken pipe to a client that another node's launcher stopped): a server that
+        died first or stopped making progress on another node is the run's cause when that node's
+        result says so (node 0's beside the job, node{K}/result.json for the others, as
+        runners.watch.nodes reads them); this node's trainers, and its aborted server, only lost
+        it or waited for it. A hang no result explains, while this node's trainers waited over
+        RPC, points to another node's server (diagnosis.remote_server_stall). How long each node
+        waits for the others' results: runners.watch.nodes.other_results. A (status, diagnosis)
+        verdict (diagnosis.OVERRIDES' `remote_server`), or None."""
         from runners.watch.diagnosis import remote_server, remote_server_stall, server_stall
 
-        if (self.cfg.nodes < 2 or status == "ok" or self.died is not None
+        if (self.cfg.nodes < 2 or status == "ok" or self.killed_from_outside()
                 or (self.stall is not None and server_stall(self.stall) is not None)):
             return None
         from runners.watch import nodes
@@ -360,9 +379,13 @@ class Server:
             cause = theirs.get("cause")
             if cause not in ("lost_server", "stalled_server") or not (theirs.get(cause) or {}).get("host"):
                 continue
+            if self.died is not None and not first_lost(theirs, self.died):
+                continue
             # A server lost is a crash (its trainers were victims); one that stopped is the hang it caused.
             return ("crashed" if cause == "lost_server" else status,
                     remote_server(status, diag, k, theirs, self.cfg.node_rank))
+        if self.died is not None:
+            return None  # no other node lost its server first: this host's own death stands
         if (diag or {}).get("culprit_node") or (diag or {}).get("cause") == "lost_node":
             return None  # another node's result or a lost connection already names where it stopped
         others = [{"node": k, "host": (results.get(k) or {}).get("env", {}).get("hostname")

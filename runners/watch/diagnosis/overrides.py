@@ -91,11 +91,13 @@ OVERRIDES = [
     Override("lost_node", ("lost_contact", "lost_node"), _nodes_explain,
              "runners.run.conclude: runners.watch.nodes.NodeFacts (Findings.nodes)",
              "a node sees only its own processes: the network, a lost node or another node's result names the cause"),
-    Override("lost_culprit", (), _lost_culprit, "runners.watch.nodes.NodeFacts.adopt_lost_culprit (Findings.nodes)",
-             "node 0 crashed on losing a node whose own watchdog had declared the hang"),
     Override("server", ("lost_server", "stalled_server"), _server_explain,
              "runners.launch.strategy.Partitioned.explain: runners.partitioned.server.ServerFacts (Findings.server)",
-             "this host's graph server, dead or stalled, outranks the peers its trainers lost on the way"),
+             "this host's graph server, dead or stalled, outranks the peers its trainers lost on the way; "
+             "before lost_culprit, whose wait for the other nodes' results it makes needless (one of them may be "
+             "waiting for this node's meanwhile)"),
+    Override("lost_culprit", (), _lost_culprit, "runners.watch.nodes.NodeFacts.adopt_lost_culprit (Findings.nodes)",
+             "node 0 crashed on losing a node whose own watchdog had declared the hang"),
     Override("remote_server", ("lost_server", "stalled_server"), _server_remote,
              "runners.partitioned.server.ServerFacts.adopt_remote (Findings.server)",
              "another host's graph server, from that node's result, or pointed to by this node's trainers waiting "
