@@ -62,4 +62,4 @@ def fidelity_record(rows: list, raw: dict, s: Settings) -> dict | None:
             "command": "python -m benchmarks.measure " + " ".join(sys.argv[1:]),
             "settings": {k: raw["settings"][k] for k in ("dataset", "devices", "batch_size", "fanouts", "workers",
                                                            "epochs", "repeats", "models", "timed")},
-            **({"resumed": raw["resumed"]} if "resumed" in raw else {}), "rows": kept}
+            **{k: raw[k] for k in ("resumed", "settle") if k in raw}, "rows": kept}

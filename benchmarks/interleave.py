@@ -8,7 +8,10 @@ of several seconds, and settling a ratio to 3 % there takes more repeats than on
 from __future__ import annotations
 
 import json
+import os
+import statistics
 import subprocess
+import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -22,6 +25,46 @@ RUN_SETTINGS = ("dataset", "data_root", "devices", "batch_size", "workers", "fan
                 "only")
 # ... and the same measured code (the runner and the reference loops), as committed or not.
 MEASURED_CODE = ("runners", "benchmarks/reference_*.py")
+
+
+# Every timed run starts on a quiet machine: what the previous run leaves behind (processes still
+# exiting, dirty pages, memory the kernel reclaims) slows the next run's first epochs, and more so
+# for a launcher that starts its ranks sooner. DGL's runner, whose ranks start about 1.5 s before
+# torchrun's, looked 1.04x its reference back to back and 0.99x with a pause before every run.
+QUIET_PERCENT = 10.0  # other CPU work, in % of all cores, below which a window counts as quiet
+WINDOW_S = 0.5
+QUIET_WINDOWS = 4  # ... this many in a row (2 s)
+SETTLE_WINDOWS = 40  # a machine that never quiets is measured anyway after 20 s, and the run says so
+
+
+def busy_window() -> float:
+    """% of all cores busy with other work (not this process or its children) over the next WINDOW_S."""
+    from runners.launch.ranks import cpu_mark, other_cpu_busy_percent
+
+    mark = cpu_mark()
+    time.sleep(WINDOW_S)
+    return other_cpu_busy_percent(mark)
+
+
+def settle(window=busy_window) -> dict:
+    """Flush dirty pages, then wait for QUIET_WINDOWS quiet windows in a row (`window`: the next
+    window's busy %), at most SETTLE_WINDOWS: {"waited_s", "quiet", "busy_percent" (the last window)}."""
+    os.sync()
+    quiet = 0
+    for n in range(1, SETTLE_WINDOWS + 1):
+        busy = window()
+        quiet = quiet + 1 if busy < QUIET_PERCENT else 0
+        if quiet == QUIET_WINDOWS:
+            break
+    return {"waited_s": round(n * WINDOW_S, 1), "quiet": quiet == QUIET_WINDOWS, "busy_percent": busy}
+
+
+def settle_summary(runs: dict) -> dict:
+    """How the timed runs' starts settled: runs, those measured on a machine that never quieted, and
+    the median wait."""
+    got = [r["settle"] for recs in runs.values() for r in recs if "settle" in r]
+    return {"runs": len(got), "not_quiet": sum(not g["quiet"] for g in got),
+            "median_wait_s": statistics.median(g["waited_s"] for g in got) if got else None}
 
 
 def run_settings(s: Settings) -> dict:
@@ -94,14 +137,19 @@ def timing_runs(s: Settings, work: Path, variants: tuple, raw: dict) -> dict:
                 for v in order:
                     label = f"{fw}-{m}-{v}-r{i}"
                     log(f"{sum(map(len, runs.values())) + 1}/{total} {label}")
+                    settled = settle()
+                    if not settled["quiet"]:
+                        log(f"    the machine did not quiet in {settled['waited_s']} s "
+                            f"({settled['busy_percent']}% busy with other work); measuring anyway")
                     if v.startswith("reference"):
                         extra = tuple(REFERENCE_VARIANTS[fw][v][1]) if v != "reference" else ()
                         rec = run_reference(s, work, fw, m, label, extra)
                     else:
                         rec = run_runner(s, work, fw, m, label, probes=v == "probes-on")
                     log(f"    median epoch {rec['epoch_s']:.3f} s, command {rec['command_s']:.1f} s")
-                    runs[(fw, m, v)].append(rec)
+                    runs[(fw, m, v)].append({**rec, "settle": settled})
                     (work / SO_FAR).write_text(json.dumps({
                         "settings": settings, "git_commit": commit,
                         "runs": {"/".join(k): v for k, v in runs.items()}}))
+    raw["settle"] = settle_summary(runs)
     return runs

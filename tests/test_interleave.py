@@ -74,3 +74,40 @@ def test_resume_refuses_where_the_measured_code_cannot_be_shown_unchanged(tmp_pa
     assert measure.main(argv) == 2  # refused before any run
     assert "the measured code changed since" in capsys.readouterr().err
     assert not (tmp_path / "measure.json").exists() and (work / interleave.SO_FAR).exists()
+
+
+def windows(*busy):
+    """A machine whose CPUs are `busy` % busy with other work in successive windows (then idle)."""
+    seen = iter(busy)
+    return lambda: next(seen, 0.0)
+
+
+def test_a_run_starts_after_enough_quiet_windows_in_a_row():
+    busy = [80.0, 5.0, 5.0, 60.0] + [5.0] * interleave.QUIET_WINDOWS + [90.0]
+    got = interleave.settle(windows(*busy))
+    assert got == {"waited_s": (4 + interleave.QUIET_WINDOWS) * interleave.WINDOW_S, "quiet": True,
+                   "busy_percent": 5.0}
+
+
+def test_a_machine_that_never_quiets_is_measured_after_the_bound_and_says_so():
+    got = interleave.settle(lambda: interleave.QUIET_PERCENT)  # at the threshold: not quiet
+    assert got == {"waited_s": interleave.SETTLE_WINDOWS * interleave.WINDOW_S, "quiet": False,
+                   "busy_percent": interleave.QUIET_PERCENT}
+
+
+def test_every_timed_run_settles_first_and_keeps_how(tmp_path, monkeypatch):
+    """The order of events in timing_runs: a settle before each run, its record kept with the run."""
+    s = measure.parse_args(["--only", "fidelity", "--timed", "pyg", "--repeats", "2"])
+    events = []
+    monkeypatch.setattr(interleave, "settle", lambda: events.append("settle") or {"waited_s": 2.0, "quiet": False,
+                                                                                 "busy_percent": 30.0})
+    ran = lambda *a, **k: events.append("run") or {"epoch_s": 1.0, "command_s": 2.0}  # noqa: E731
+    monkeypatch.setattr(interleave, "run_runner", ran)
+    monkeypatch.setattr(interleave, "run_reference", ran)
+    raw = {}
+    runs = interleave.timing_runs(s, tmp_path, ("probes-on", "reference"), raw)
+    assert events == ["settle", "run"] * 4
+    assert all(r["settle"]["waited_s"] == 2.0 for recs in runs.values() for r in recs)
+    assert raw["settle"] == {"runs": 4, "not_quiet": 4, "median_wait_s": 2.0}
+    kept_runs = json.loads((tmp_path / interleave.SO_FAR).read_text())["runs"]
+    assert all("settle" in r for recs in kept_runs.values() for r in recs)
