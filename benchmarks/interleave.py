@@ -27,10 +27,10 @@ RUN_SETTINGS = ("dataset", "data_root", "devices", "batch_size", "workers", "fan
 MEASURED_CODE = ("runners", "benchmarks/reference_*.py")
 
 
-# Every timed run starts on a quiet machine: what the previous run leaves behind (processes still
-# exiting, dirty pages, memory the kernel reclaims) slows the next run's first epochs, and more so
-# for a launcher that starts its ranks sooner. DGL's runner, whose ranks start about 1.5 s before
-# torchrun's, looked 1.04x its reference back to back and 0.99x with a pause before every run.
+# Every timed run starts on a quiet machine, so that no run's epochs share the cores with what
+# the previous run leaves behind (processes still exiting, dirty pages written back), and a run
+# that started on a busy machine says so. On an otherwise idle machine it moved no fidelity row
+# beyond the noise (docs/history.md): DGL's runner stayed 1.04x its reference.
 QUIET_PERCENT = 10.0  # other CPU work, in % of all cores, below which a window counts as quiet
 WINDOW_S = 0.5
 QUIET_WINDOWS = 4  # ... this many in a row (2 s)
