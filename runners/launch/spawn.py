@@ -1,13 +1,18 @@
-"""Start one node's ranks without torchrun's agent: a parent in plain Python (it never imports
-torch) that starts N rank processes with the environment torchrun gives them, waits for them,
-and stops the others when one fails, as torchrun does.
+"""Start one node's ranks without torchrun's agent: a parent that imports torch, starts N rank
+processes with the environment torchrun gives them, waits for them, and stops the others when
+one fails, as torchrun does.
 
     python -m runners.launch.spawn --nproc-per-node 2 --master-addr 127.0.0.1 --master-port 29500 \
         --store RUN_DIR/.pg-store -m runners.rank.harness --config CONFIG
 
-Why: on one node torchrun's agent only hands out ranks and an address, yet it imports torch
-first (about 1.5 s of a 2-core machine before any rank starts) and notices the ranks' exit at
-its monitor interval. Multi-node runs keep torchrun: there its rendezvous is the point.
+Why not torchrun: on one node its agent only hands out ranks and an address, and it notices the
+ranks' exit only at its monitor interval. Multi-node runs keep torchrun: there its rendezvous is
+the point. Why the torch import, though this process never uses torch: ranks started by a
+parent that had not imported it trained 1-8 % slower than torchrun's, in every epoch, in seven
+settled A/Bs on a 2-core machine; with the import they were as fast (0.999x and 1.001x). Nothing
+the ranks inherit differs (environment, signal masks, limits, timer slack); why it matters is
+not known (benchmarks/README.md). It costs the import's time (about 1.9 s on 2 cores) before
+the ranks start.
 The fair harness's ranks meet through a file store (GNNSCALE_INIT_METHOD=file://STORE; the
 launcher puts it in the run directory and this process removes it): with a TCP store served
 by rank 0, a rank that reaches it before rank 0 listens waits for the client's retry, 0.75 s
@@ -153,6 +158,8 @@ def main(argv=None) -> int:
 
 
 def run(args, rest: list, store: str) -> int:
+    import torch  # noqa: F401  (unused: see the module's docstring for why it is imported)
+
     ranks = Ranks([sys.executable, "-m", args.module, *rest], args.nproc_per_node, args.master_addr,
                   args.master_port, store)
 

@@ -2,7 +2,9 @@
 
 The model adds up what the process tree of a run holds at its worst moment:
 - a per-process baseline (interpreter + torch + framework + process group), measured here
-  (the framework's memory traits, runners/adapters/registry.py) for the torchrun agent, each rank and each loader worker;
+  (the framework's memory traits, runners/adapters/registry.py) for the process that starts
+  the ranks (torchrun's agent, or runners.launch.spawn, which imports torch too), each rank and
+  each loader worker;
 - the dataset: memory-mapped and shared by every process (counted once), plus PyG's
   `share_memory_()` copy of the adjacency into /dev/shm, once per rank, when the rank has
   loader workers;
@@ -21,10 +23,6 @@ from __future__ import annotations
 from runners.memory.units import fmt_bytes
 
 PREFETCH_FACTOR = 2  # torch.utils.data.DataLoader's default; neither adapter changes it
-# The one-node rank starter (runners.launch.spawn, plain Python): PSS 7.1 MiB, RSS 12.5 MiB, measured
-# here on 2026-11-24 while it waited for one rank. torchrun's agent (multi-node) imports torch:
-# its baseline is the framework's ("agent" in the registry's memory traits).
-SPAWN_BASELINE_BYTES = 8 * 2**20
 
 
 def hop_reach(batch_size: int, fanouts: list, num_nodes: int) -> list:
@@ -63,7 +61,8 @@ def model_peak(cfg, graph_meta: dict) -> dict:
     waiting, in_flight_per_rank = _batches_in_flight(traits, workers, batch_bytes, structure_bytes)
     compute_per_rank, params_per_rank = _compute_per_rank(cfg, traits, graph_meta, nodes)
     terms = {
-        "agent_baseline": base["agent"] if cfg.nodes > 1 else SPAWN_BASELINE_BYTES,
+        # the one-node starter (runners.launch.spawn) imports torch as torchrun's agent does
+        "agent_baseline": base["agent"],
         "rank_baseline": ranks * base["rank"],
         "worker_baseline": ranks * workers * base["worker"],
         "dataset_shared": dataset_bytes,
