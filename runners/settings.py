@@ -340,8 +340,9 @@ class RunSettings:
         "order (host k serves partition k); slurm: made from the SLURM job's nodes (their NodeAddr, in "
         "node order; under srun with scripts/slurm_node.sh); one node: 127.0.0.1 and a free port")
     rank_starter: str = setting("auto", column=False, choices=RANK_STARTERS, group=_MULTI_NODE,
-        help="what starts the ranks: spawn (runners.launch.spawn, plain Python, one node only), torchrun (its "
-        "agent imports torch first, about 1.5 s per run), auto: spawn on one node, torchrun on several")
+        help="what starts the ranks: spawn (runners.launch.spawn, one node only: a file store, and the ranks' "
+        "exit seen at once), torchrun (its agent notices an exit at its monitor interval), auto: spawn on "
+        "one node, torchrun on several")
     # Another node's watchdog fires at about the same moment as this one's, then dumps stacks
     # and stops its tree; a node that died writes nothing, and node 0 waits the whole time.
     other_result_wait_s: float = setting(30.0, column=False, flag="--other-result-wait", check=at_least(0),
