@@ -11,8 +11,8 @@ the point. Why the torch import, though this process never uses torch: ranks sta
 parent that had not imported it trained 1-8 % slower than torchrun's, in every epoch, in seven
 settled A/Bs on a 2-core machine; with the import they were as fast (0.999x and 1.001x). Nothing
 the ranks inherit differs (environment, signal masks, limits, timer slack); why it matters is
-not known (benchmarks/README.md). It costs the import's time (about 1.9 s on 2 cores) before
-the ranks start.
+not known (benchmarks/README.md). It costs the import's time before the ranks start: a run's
+whole command took about 1.2 s longer on 2 cores.
 The fair harness's ranks meet through a file store (GNNSCALE_INIT_METHOD=file://STORE; the
 launcher puts it in the run directory and this process removes it): with a TCP store served
 by rank 0, a rank that reaches it before rank 0 listens waits for the client's retry, 0.75 s
