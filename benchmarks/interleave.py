@@ -30,7 +30,7 @@ MEASURED_CODE = ("runners", "benchmarks/reference_*.py")
 # Every timed run starts on a quiet machine, so that no run's epochs share the cores with what
 # the previous run leaves behind (processes still exiting, dirty pages written back), and a run
 # that started on a busy machine says so. On an otherwise idle machine it moved no fidelity row
-# beyond the noise (docs/history.md): DGL's runner stayed 1.04x its reference.
+# beyond the noise (docs/history.md, at e46cdb9).
 QUIET_PERCENT = 10.0  # other CPU work, in % of all cores, below which a window counts as quiet
 WINDOW_S = 0.5
 QUIET_WINDOWS = 4  # ... this many in a row (2 s)
