@@ -1,6 +1,7 @@
 """scripts/device_check.sh, the lent GPU machine's one call, rehearsed on the CPU: its CPU-scaling
-part keeps each run in the tar that comes back as the run ends (the first call on an H200 lost a
-part's runs when the call's limit cut it before the part's end)."""
+part puts every run, with its log, into the tar that comes back. The script appends each run as
+it ends, since the first call on an H200 lost a part's runs when the call's limit cut it before
+the part's end, where the script then packed them."""
 
 from __future__ import annotations
 
