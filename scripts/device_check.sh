@@ -64,6 +64,8 @@ if [[ " $PARTS " == *" 1 "* ]]; then
     for rep in $(seq 1 "$REPEATS"); do
         for d in $order; do
             for model in sage gat; do
+                # the stop rule is config/config.yaml's `timing` block, written out: the runner's
+                # flags come from a config only through Snakemake's schema defaults
                 run "$WORK/cpu-scaling/pyg-$model-d$d-r$rep" --model "$model" --devices "$d" --batch-size "$CPU_BATCH" \
                     --workers 0 --dataset "$CPU_DATASET" --device cpu --threads-per-rank 1 --repeat "$rep" \
                     --until precise --precision 0.05 --min-steady-epochs 3 --epochs 4 --max-train-time 4 \
