@@ -10,7 +10,7 @@ import time
 import pytest
 
 from analysis import stats
-from analysis.repeats import second_round
+from analysis.repeats import plan_file, second_round
 from runners.records.result import SCHEMA_VERSION
 
 
@@ -179,15 +179,15 @@ def test_a_plan_whose_first_round_is_gone_or_redone_is_set_aside(tmp_path):
     plan.parent.mkdir()
     plan.write_text("{}")
     os.utime(plan, (time.time() + 5, time.time() + 5))
-    assert second_round.set_aside_stale_plan(plan, [str(f) for f in first]) is None and plan.exists()
-    assert second_round.set_aside_stale_plan(tmp_path / "none.json", [str(f) for f in first]) is None
+    assert plan_file.set_aside_stale_plan(plan, [str(f) for f in first]) is None and plan.exists()
+    assert plan_file.set_aside_stale_plan(tmp_path / "none.json", [str(f) for f in first]) is None
 
     first[1].unlink()
     # the workflow's parse-time question only reads: the plan stays until the checkpoint runs
     made = plan.stat().st_mtime
-    assert "1 of 2 results it was made from are gone" in second_round.stale_plan(plan, [str(f) for f in first])
+    assert "1 of 2 results it was made from are gone" in plan_file.stale_plan(plan, [str(f) for f in first])
     assert plan.exists() and plan.stat().st_mtime == made and not (plan.parent / "previous").exists()
-    said = second_round.set_aside_stale_plan(plan, [str(f) for f in first])
+    said = plan_file.set_aside_stale_plan(plan, [str(f) for f in first])
     assert "1 of 2 results it was made from are gone" in said and str(first[1]) in said
     assert not plan.exists()
     (aside,) = (plan.parent / "previous").glob("repeats-*.json")
@@ -198,7 +198,7 @@ def test_a_plan_whose_first_round_is_gone_or_redone_is_set_aside(tmp_path):
     first[1].write_text("{}")
     os.utime(first[0], (time.time() - 10, time.time() - 10))
     os.utime(plan, (time.time() - 5, time.time() - 5))
-    said = second_round.set_aside_stale_plan(plan, [str(f) for f in first])
+    said = plan_file.set_aside_stale_plan(plan, [str(f) for f in first])
     assert "1 of 2 results are newer" in said and not plan.exists()
 
 
@@ -212,10 +212,10 @@ def test_the_budget_goes_first_to_the_answers_it_can_settle():
     pts.update(point(fw, t, model="gat", devices=d, batch=b) for fw, t in times.items() for d in (1, 2)
                for b in (256, 1024))
     cost = 10.0 + second_round.JOB_OVERHEAD_S
-    plan = second_round.plan(pts, precision=0.045, budget_s=10 * cost, max_repeats=40)
+    plan = second_round.plan(pts, precision=0.047, budget_s=10 * cost, max_repeats=40)
     rows = {a["answer"]: a for a in plan.answers}
-    assert rows["PyG over DGL, sage"]["measured_half_width"] > 2 * 0.045
-    assert 0.045 < rows["PyG over DGL, gat"]["measured_half_width"] < 0.06
+    assert rows["PyG over DGL, sage"]["measured_half_width"] > 2 * 0.047
+    assert 0.047 < rows["PyG over DGL, gat"]["measured_half_width"] < 0.06
     assert rows["PyG over DGL, gat"]["status"] == "settled by the repeats added"
     assert rows["PyG over DGL, sage"]["status"].startswith("open")
     assert plan.spent_s <= 10 * cost
@@ -336,6 +336,71 @@ def test_a_second_round_repeat_is_a_whole_block_the_reports_fit_can_use():
     # the projected degrees of freedom grow as the fit's: two blocks (one per model) of 4 runs
     first = fit_blocks({k: (v[:3], b[:3]) for k, (v, b) in cells.items()})
     assert plan.dof_growth("default") == fit.dof - first.dof == 6
+
+
+def test_blocks_stay_whole_where_the_first_rounds_differ():
+    """PyG's trimmed runs have 2 first-round repeats beside 3 of the untrimmed and DGL runs. The
+    round's runs still share their blocks: each trimmed run lands beside its untrimmed and DGL
+    partners (one repeat number a block, the round's next), and the projection is the block fit of
+    the runs as the plan file numbers them. (A plan that put the trimmed runs in block 2 and ran
+    them as repeat 3, alone, projected ±9.9 % and gave ±10.6 %.) The trim answers take the noise
+    of the untrimmed and trimmed runs fitted together, as the report's trim table pools it."""
+    import numpy as np
+
+    from analysis.repeats.noise import fit_blocks
+
+    rng = np.random.default_rng(3)
+    pts = {}
+    for model in ("sage", "gat"):
+        for d in (1, 2):
+            for fw, variant, base, reps in (("pyg", "default", 1.0, 3), ("pyg", "trim", 0.6, 2),
+                                            ("dgl", "default", 0.35, 3), ("dgl", "graphbolt", 0.4, 3)):
+                key = (fw, model, d, 1024, 0, variant)
+                times = [base / d * float(np.exp(rng.normal(0, 0.09))) for _ in range(reps)]
+                pts[key] = second_round.Point(key, times, [10.0] * reps, {"dataset": "small", "name": "-".join(map(str, key))},
+                                              repeats=list(range(reps)))
+    plan = second_round.plan(pts, precision=0.1, budget_s=10_000, max_repeats=8, first_round=3)
+    rows = {a["answer"]: a for a in plan.answers}
+    trim_rows = [r for name, r in rows.items() if "trim" in name and r["first_screen"]]
+    assert trim_rows and all(r["measured_half_width"] > 0.1 >= r["projected_half_width"] for r in trim_rows)
+    doc = plan.to_json(pts, 3)
+    planned: dict = {}
+    for run in doc["runs"]:
+        key = next(k for k, p in pts.items() if p.run["name"] == run["name"])
+        planned.setdefault(key, []).append(run["repeat"])
+    for key, reps in planned.items():
+        if key[-1] == "trim":
+            for r in reps:  # each trimmed run's block holds an untrimmed or DGL run too
+                assert any(r in planned.get(k, []) for k in pts if k[1] == key[1] and k[-1] == "default")
+    # the design the report fits once the round has run: every trim comparison's error is the projection's
+    pool = second_round.across("trim")
+    cells = {k: ([float(v) for v in rng.normal(size=len(p.times) + len(planned.get(k, [])))],
+                 [(str(r), k[1]) for r in p.repeats + planned.get(k, [])])
+             for k, p in pts.items() if k[-1] in ("default", "trim")}
+    fit = fit_blocks(cells)
+    trims = [c for c in second_round.comparisons(pts) if {c.num.key[-1], c.den.key[-1]} == {"trim", "default"}]
+    assert trims and {second_round.pool_of(c) for c in trims} == {pool}
+    for c in trims:
+        _, se, dof = fit.contrast(c.num.key, c.den.key)
+        factor, planned_dof = plan.contrast_factor(pool, c.num.key, c.den.key)
+        assert (se / fit.sd) ** 2 == pytest.approx(factor, rel=1e-9) and dof == planned_dof
+    # the pool is the two loaders' runs, without GraphBolt's
+    first = {k: ([math.log(t) for t in p.times], p.blocks()) for k, p in pts.items() if k[-1] in ("default", "trim")}
+    assert second_round.launch_noise(pts)[pool] == pytest.approx((fit_blocks(first).sd, fit_blocks(first).dof))
+
+
+def test_the_plan_aims_inside_the_precision():
+    """An answer just inside the precision after the first round still gets a block: the report
+    judges it on the noise fitted after the round, which the round's runs move."""
+    spread = [1.0, 1.1, 0.93]
+    pts = points(point("pyg", spread), point("dgl", [0.5 * x for x in reversed(spread)]))
+    width = second_round.plan(dict(pts), precision=0.5, budget_s=0, max_repeats=10).answers[0]["measured_half_width"]
+    precision = width / (1 - second_round.AIM_MARGIN / 2)  # between the aim and the precision
+    fresh = points(point("pyg", spread), point("dgl", [0.5 * x for x in reversed(spread)]))
+    plan = second_round.plan(fresh, precision=precision, budget_s=10_000, max_repeats=10)
+    row = plan.answers[0]
+    assert row["measured_half_width"] <= precision and row["added"] > 0
+    assert row["projected_half_width"] <= precision * (1 - second_round.AIM_MARGIN)
 
 
 def test_what_settling_costs_is_the_planners_projection_from_all_runs():

@@ -16,7 +16,8 @@ framework, loader and trimming questions, per framework for devices, workers and
 its own interval.
 The first round runs every point a few times. This plans more repeats for the answers whose
 interval is still wider than the precision asked for, within a time budget, and says why each
-point got them.
+point got them. It aims a little inside the precision (AIM_MARGIN), since the report judges each
+answer on the noise fitted after the round, which the round's own runs move.
 
 It stops on the width of an interval, never on where the interval lies: an answer that already
 excludes 1x but is wider than the precision still gets repeats, and one that is narrow gets
@@ -27,14 +28,15 @@ The projection uses the report's launch noise (analysis.repeats.noise): per expe
 one), log epoch time fitted as configuration + block (repeat x model), and the noise left within
 the blocks, on its degrees of freedom; never a point's own spread (two or three repeats estimate
 it poorly; two equal times would say zero). A comparison across experiments (a loader over the
-framework's first) takes the noise of both loaders' timing runs fitted together, as the report's
-loaders table pools them (analysis.variants.pairing; it splits that pool only where Bartlett's test finds
-the spreads unequal, which the plan does not follow).
+framework's first, or trimmed layers over untrimmed) takes the noise of those two loaders' timing
+runs fitted together, as the report's loaders and trimming tables pool them
+(analysis.variants.pairing; it splits that pool only where Bartlett's test finds the spreads
+unequal, which the plan does not follow).
 
 The budget buys settled answers first: of the answers still open, the one that is cheapest to
 settle (in seconds, projected) gets one more repeat block, and the costs are projected again. A
-block is one more run at every point of the answer (those at its fewest repeats), all with the same
-repeat number: the report fits log epoch time as configuration + block (repeat x model), so a
+block is one more run at every point of the answer (those with the fewest runs of this round), all
+with the same repeat number, the round's next: the report fits log epoch time as configuration + block (repeat x model), so a
 second-round run that lands in a block without the other points of its comparisons tells the
 report nothing, however much a projection per run promised. So the projection is the block fit's
 own: the fitted SD times c'(X'X)^+c of the design with the planned runs in their blocks, on that
@@ -53,10 +55,10 @@ import json
 import math
 import statistics
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from analysis.repeats import plan_file
 from analysis.report.sections import DEFAULT_LOADER, ratios
 from analysis.stats import noise_dof
 from runners import sweep
@@ -65,12 +67,16 @@ from runners.rank.stopping import t_quantile
 from runners.records.result import read as read_result
 from runners.records.rundir import RunDir
 
-ACROSS = "across loaders"  # launch_noise's key of the loaders' runs fitted together
+ACROSS = "across loaders"  # launch_noise's key of two loaders' runs fitted together: "across loaders: LOADER"
 # What the report compares, by axis: each a ratio of one point's epoch time over another's that
 # differ in one key only, as the report's sections declare them (analysis.report.sections.ratios,
 # read at each plan: every framework over the reference, whichever frameworks are declared then).
 POINT_KEYS = ("framework", "model", "devices", "batch_size", "workers", "loader")
 SETTLE_CAP = 10  # repeats a point at most in the report's cost of settling an open answer (each a block fit: 0.1-2.4 s)
+# The plan aims this far inside the precision: the report judges an answer on the noise fitted
+# after the round, and the round's runs move that estimate (with 50 dof and 10 more, its SD by
+# about 4 % either way), so a plan to the precision itself ends just outside it about half the time.
+AIM_MARGIN = 0.05
 JOB_OVERHEAD_S = 1.0  # a Snakemake job around each run, beside the run's own wall time
 
 
@@ -189,6 +195,7 @@ class Plan:
     comparisons: list = field(default_factory=list)  # rows for the report
     answers: list = field(default_factory=list)  # rows for the report
     noise: dict = field(default_factory=dict)  # loader -> (SD, dof): each experiment's launch noise
+    first_round: int | None = None  # the first repeat of this round's runs (None: after every run's repeat)
     points: list = field(default_factory=list)  # the plan's points (their `added`: the repeats planned)
     _designs: dict = field(default_factory=dict, repr=False)  # contrast_factor's designs, by planned repeats
 
@@ -196,7 +203,7 @@ class Plan:
         runs = []
         for p in points.values():
             runs += [{**p.run, "repeat": rep} for rep in p.kept]
-            runs += [{**p.run, "repeat": first_round + len(p.kept) + k} for k in range(p.added)]
+            runs += [{**p.run, "repeat": rep} for rep in self.planned_repeats(p)]
         return {"precision": self.precision, "budget_s": self.budget_s, "max_repeats": self.max_repeats,
                 "first_round": first_round, "pooled_log_sd": self.pooled_sd, "pooled_dof": self.pooled_dof,
                 "noise": {loader: {"log_sd": sd, "dof": dof} for loader, (sd, dof) in self.noise.items()},
@@ -206,26 +213,36 @@ class Plan:
                            for p in points.values() if p.added or p.kept],
                 "answers": self.answers, "comparisons": self.comparisons, "runs": runs}
 
-    def sides(self, c) -> tuple:
-        """(sd_a, dof_a, sd_b, dof_b) of a comparison: its experiment's noise, or for a loader over
-        another the loaders' runs fitted together (ACROSS), its dof grown by the repeats planned
-        so far (dof_growth)."""
-        fallback = (self.pooled_sd, self.pooled_dof)
-        if c.num.key[-1] != c.den.key[-1] and ACROSS in self.noise:
-            sd, dof = self.noise[ACROSS]
-            return sd, dof + self.dof_growth(None), sd, dof + self.dof_growth(None)
-        (sd_a, dof_a), (sd_b, dof_b) = (self.noise.get(p.key[-1], fallback) for p in (c.num, c.den))
-        return sd_a, dof_a + self.dof_growth(c.num.key[-1]), sd_b, dof_b + self.dof_growth(c.den.key[-1])
+    @property
+    def aim(self) -> float:
+        """The half-width the plan buys repeats to (AIM_MARGIN inside the precision)."""
+        return self.precision * (1 - AIM_MARGIN)
 
-    def dof_growth(self, loader: str | None) -> int:
-        """Degrees of freedom the planned repeats add to an experiment's noise fit (None: the
-        loaders' fit together): each new block (repeat x model) of k runs adds k - 1."""
-        blocks: dict = {}
-        for p in self.points:
-            if loader is None or p.key[-1] == loader:
-                for k in range(p.added):
-                    blocks[(len(p.times) + k, p.key[1])] = blocks.get((len(p.times) + k, p.key[1]), 0) + 1
-        return sum(k - 1 for k in blocks.values())
+    def planned_repeats(self, p: Point) -> list:
+        """The repeat numbers of the runs planned at `p`: this round's next, after the runs an
+        earlier second round left (`kept`), as main's plan numbers them, so that the runs of one
+        block (the k-th of the round at each point) share their repeat whatever each point's first
+        round held. Where no first round is given (the report's projection from all runs), the
+        round starts after every run's repeat."""
+        start = self.first_round if self.first_round is not None else 1 + max(
+            (r for q in self.points for r in q.repeats), default=-1)
+        return [start + len(p.kept) + k for k in range(p.added)]
+
+    def sides(self, c) -> tuple:
+        """(sd_a, dof_a, sd_b, dof_b) of a comparison: its pool's noise (pool_of), its dof grown by
+        the repeats planned so far (dof_growth)."""
+        pool = pool_of(c)
+        sd, dof = self.noise.get(pool, (self.pooled_sd, self.pooled_dof))
+        return sd, dof + self.dof_growth(pool), sd, dof + self.dof_growth(pool)
+
+    def dof_growth(self, pool: str) -> int:
+        """Degrees of freedom the planned repeats add to a pool's noise fit: a run adds one, but the
+        first run of a block (repeat x model) that held none of the pool's runs adds none."""
+        pts = [p for p in self.points if in_pool(p, pool)]
+        seen, added = {b for p in pts for b in p.blocks()}, 0
+        for b in [(str(rep), str(p.key[1])) for p in pts for rep in self.planned_repeats(p)]:
+            added, seen = added + (b in seen), seen | {b}
+        return added
 
     def part(self, c, n_a: int, n_b: int) -> tuple:
         """(variance, dof) of a comparison's log ratio with n_a and n_b repeats a side."""
@@ -243,7 +260,7 @@ class Plan:
         the planned runs in their blocks, on that design's dof. A run whose block holds no other
         point of its comparison's chain narrows nothing here, as in the report (the per-run
         formula, `part`, counted it). `part` where the pool has no fit."""
-        pool = c.num.key[-1] if c.num.key[-1] == c.den.key[-1] else ACROSS
+        pool = pool_of(c)
         got = self.contrast_factor(pool, c.num.key, c.den.key) if pool in self.noise else None
         if got is None:
             return self.part(c, c.num.n, c.den.n)
@@ -260,31 +277,31 @@ class Plan:
         if state not in self._designs:
             cell_blocks = {}
             for p in self.points:
-                if pool == ACROSS or p.key[-1] == pool:
-                    blocks = p.blocks()
-                    last = max((int(b[0]) for b in blocks if str(b[0]).isdigit()), default=len(p.times) - 1)
-                    cell_blocks[p.key] = blocks + [(str(last + 1 + k), str(p.key[1])) for k in range(p.added)]
+                if in_pool(p, pool):
+                    cell_blocks[p.key] = p.blocks() + [(str(rep), str(p.key[1])) for rep in self.planned_repeats(p)]
             self._designs[state] = design_fit(cell_blocks)
         design = self._designs[state]
         got = design.contrast(a, b) if design is not None else None
         return None if got is None else (got[1] ** 2, got[2])
 
     def next_block(self, cs: list) -> list:
-        """The points one more repeat of the answer `cs` runs: those of its points at the fewest
-        repeats, so that every point of the answer has a run in the new block (repeat x model);
-        [] at --max-repeats. The report fits log epoch time as configuration + block, so a run
-        alone in its block tells it nothing, and one beside only some of its comparison's points
-        tells it little: a repeat buys a whole block."""
-        pts = list({id(p): p for c in cs for p in (c.num, c.den)}.values())
-        level = min(p.n for p in pts)
-        return [p for p in pts if p.n == level] if level < self.max_repeats else []
+        """The points one more repeat of the answer `cs` runs: those of its points below
+        --max-repeats with the fewest runs in this round, so that every such point of the answer
+        has a run in the round's next block (repeat x model; planned_repeats numbers it); [] when
+        all are at the cap. The report fits log epoch time as configuration + block, so a run alone
+        in its block tells it nothing, and one beside only some of its comparison's points tells it
+        little: a repeat buys a whole block. (Points whose first rounds differ, PyG's trimmed runs
+        at 2 repeats beside 3 untrimmed, still share the round's blocks.)"""
+        pts = [p for p in {id(p): p for c in cs for p in (c.num, c.den)}.values() if p.n < self.max_repeats]
+        level = min((len(p.kept) + p.added for p in pts), default=None)
+        return [p for p in pts if len(p.kept) + p.added == level]
 
     def cost_to_settle(self, cs: list, left_s: float) -> float:
-        """Seconds of repeats that would bring the answer `cs` within the precision, a block at a
-        time as `spend` buys them; inf where `left_s` or the cap cannot."""
+        """Seconds of repeats that would bring the answer `cs` to the plan's aim (inside the
+        precision), a block at a time as `spend` buys them; inf where `left_s` or the cap cannot."""
         added, cost = [], 0.0
         try:
-            while self.answer_width(cs) > self.precision:
+            while self.answer_width(cs) > self.aim:
                 block = self.next_block(cs)
                 block_s = sum(p.cost_s for p in block)
                 if not block or cost + block_s > left_s:
@@ -302,10 +319,10 @@ class Plan:
         """One more repeat block at a time: for the open answer cheapest to settle; once no open
         answer can be settled with what is left of the budget (within --max-repeats), for the
         widest one, until the budget or the cap stops it."""
-        open_ = [name for name in answers if measured[name] > self.precision]
+        open_ = [name for name in answers if measured[name] > self.aim]
         while True:
             left = self.budget_s - self.spent_s
-            wanting = [a for a in open_ if self.answer_width(answers[a]) > self.precision]
+            wanting = [a for a in open_ if self.answer_width(answers[a]) > self.aim]
             costs = {a: self.cost_to_settle(answers[a], left) for a in wanting}
             settle = [a for a in wanting if costs[a] < float("inf")]
             if settle:
@@ -365,19 +382,38 @@ class Plan:
         return -1
 
 
+def pool_of(c: Comparison) -> str:
+    """The launch-noise pool of a comparison: its experiment (a loader), or for one across loaders
+    (a loader or the trimming over the framework's first, trimmed PyG over DGL) the two loaders'
+    runs fitted together, as the report's loaders and trimming tables pool them."""
+    a, b = c.num.key[-1], c.den.key[-1]
+    return a if a == b else across(b if a == DEFAULT_LOADER else a)
+
+
+def across(loader: str) -> str:
+    return f"{ACROSS}: {loader}"
+
+
+def in_pool(p: Point, pool: str) -> bool:
+    loader = p.key[-1]
+    return pool == loader or (pool.startswith(f"{ACROSS}: ") and loader in (DEFAULT_LOADER, pool[len(ACROSS) + 2:]))
+
+
 def launch_noise(points: dict) -> dict:
-    """{loader: (SD, dof)}: each experiment's launch noise as the report computes it
+    """{pool: (SD, dof)}: each experiment's launch noise as the report computes it
     (analysis.repeats.noise.fit_blocks: log epoch time = configuration + block, the noise within the
-    blocks), and under ACROSS the loaders' runs fitted together, as the report's loaders table
-    pools them (analysis.variants.pairing). An experiment whose fit leaves no degrees of freedom gets none
-    (its comparisons take the plan's fallback, the points' plain pooled spread)."""
+    blocks), and for each other loader (or the trimming) its runs and the first loader's fitted
+    together (across), as the report's loaders and trimming tables pool them
+    (analysis.variants.pairing). A pool whose fit leaves no degrees of freedom gets none (its
+    comparisons take the plan's fallback, the main experiment's noise)."""
     from analysis.repeats.noise import fit_blocks
 
     cells: dict = {}
     for p in points.values():
         if p.times:
             cells.setdefault(p.key[-1], {})[p.key] = ([math.log(t) for t in p.times], p.blocks())
-    cells[ACROSS] = {k: v for runs in list(cells.values()) for k, v in runs.items()}
+    for loader in [v for v in cells if v != DEFAULT_LOADER]:
+        cells[across(loader)] = {**cells.get(DEFAULT_LOADER, {}), **cells[loader]}
     out = {}
     for loader, runs in cells.items():
         fit = fit_blocks(runs)
@@ -394,11 +430,13 @@ def pooled_spread(points: dict) -> tuple:
     return (math.sqrt(var) if dof else 0.0), dof
 
 
-def _answers(points: dict, precision: float, budget_s: float, max_repeats: int) -> tuple:
+def _answers(points: dict, precision: float, budget_s: float, max_repeats: int,
+             first_round: int | None = None) -> tuple:
     """(Plan with no repeats yet, its comparisons, {answer: comparisons}, {answer: half-width now})."""
     noise = launch_noise(points)
     sd, dof = noise.get(DEFAULT_LOADER) or pooled_spread(points)
-    result = Plan(precision, budget_s, max_repeats, sd, dof, noise=noise, points=list(points.values()))
+    result = Plan(precision, budget_s, max_repeats, sd, dof, noise=noise, first_round=first_round,
+                  points=list(points.values()))
     comps = [c for c in comparisons(points) if c.num.times and c.den.times]
     answers: dict = {}
     for c in comps:
@@ -406,9 +444,10 @@ def _answers(points: dict, precision: float, budget_s: float, max_repeats: int) 
     return result, comps, answers, {name: result.answer_width(cs) for name, cs in answers.items()}
 
 
-def plan(points: dict, precision: float, budget_s: float, max_repeats: int) -> Plan:
-    """Add repeats to `points` (their `added` and `why`) for the open answers."""
-    result, comps, answers, measured = _answers(points, precision, budget_s, max_repeats)
+def plan(points: dict, precision: float, budget_s: float, max_repeats: int, first_round: int | None = None) -> Plan:
+    """Add repeats to `points` (their `added` and `why`) for the open answers; `first_round`: the
+    repeats the first round ran (the round's runs are numbered from it; None: after the last)."""
+    result, comps, answers, measured = _answers(points, precision, budget_s, max_repeats, first_round)
     result.spend({name: cs for name, cs in answers.items() if cs[0].on_first_screen()}, measured)
     result.answers += [result.answer_row(name, cs, measured[name]) for name, cs in answers.items()]
     result.comparisons += [result.comparison_row(c) for c in comps]
@@ -523,43 +562,6 @@ def run_wildcards(run_dir: Path) -> dict:
     return {"dataset": run.dataset, "name": run.stem}
 
 
-def stale_plan(plan: Path, first_round: list) -> str | None:
-    """Why a plan is stale: a first-round result it was made from is gone or newer than the
-    plan (None: the plan still holds, or there is none). Reads only; the workflow asks at parse
-    time, so even a dry run says so without moving anything."""
-    plan = Path(plan)
-    if not plan.exists():
-        return None
-    made = plan.stat().st_mtime
-    missing = [r for r in first_round if not Path(r).exists()]
-    newer = [r for r in first_round if r not in missing and Path(r).stat().st_mtime > made]
-    if missing:
-        return f"{len(missing)} of {len(first_round)} results it was made from are gone, e.g. {missing[0]}"
-    if newer:
-        return f"{len(newer)} of {len(first_round)} results are newer, e.g. {newer[0]}"
-    return None
-
-
-def set_aside_stale_plan(plan: Path, first_round: list) -> str | None:
-    """Move a stale plan (stale_plan) to previous/ and say so (None: it still holds, or there is
-    none, and it stays where it is).
-
-    The checkpoint that makes the plan calls it (main, --out) before it writes the new one, so a
-    stale plan is set aside when the sweep runs, never when the workflow is parsed; the workflow
-    reads a plan that still holds directly and leaves a stale one to the checkpoint
-    (workflows/rules/adaptive.smk).
-    """
-    plan = Path(plan)
-    why = stale_plan(plan, first_round)
-    if why is None:
-        return None
-    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(plan.stat().st_mtime))
-    aside = plan.parent / "previous" / f"{plan.stem}-{stamp}{plan.suffix}"
-    aside.parent.mkdir(parents=True, exist_ok=True)
-    plan.replace(aside)
-    return f"the adaptive plan {plan} is stale ({why}): moved to {aside}; it is made again after the first round"
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m analysis.repeats.second_round", description=__doc__.split("\n")[0])
     p.add_argument("--precision", type=float, required=True, help="relative 95%% half-width wanted, e.g. 0.05")
@@ -573,12 +575,12 @@ def main(argv=None) -> int:
     if args.budget_min < 0 or args.max_repeats < 2:
         p.error(f"--budget-min {args.budget_min} must be >= 0 and --max-repeats {args.max_repeats} >= 2")
     points, first_round = first_round_points(args.results)
-    planned = plan(points, args.precision, args.budget_min * 60, args.max_repeats)
+    planned = plan(points, args.precision, args.budget_min * 60, args.max_repeats, first_round)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     # an earlier plan made from another first round is kept under previous/, not overwritten
     # (the workflow's checkpoint flags the plan update(), so Snakemake leaves it here for this)
-    said = set_aside_stale_plan(out, args.results)
+    said = plan_file.set_aside_stale_plan(out, args.results)
     if said:
         print(f"adaptive: {said}", file=sys.stderr)
     doc = planned.to_json(points, first_round)

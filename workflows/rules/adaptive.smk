@@ -6,14 +6,14 @@
 # A plan made by an earlier sweep is read directly, not through the checkpoint: Snakemake does
 # not look again at a job downstream of a checkpoint whose output exists, so a deleted run or an
 # edit to the analysis would not make the aggregate run again. A stale plan (a first-round
-# result it was made from is gone or newer: second_round.stale_plan) is not read; parsing only
+# result it was made from is gone or newer: plan_file.stale_plan) is not read; parsing only
 # says so and changes no file, even `snakemake -n`. Its inputs make Snakemake rerun the
 # checkpoint, which sets the stale plan aside (previous/) before it writes the new one: the
 # plan is an update() output, so Snakemake leaves it there for the job instead of deleting it.
 
 PLAN = "results/plan/repeats.json"
 
-_stale = config.get("adaptive") and second_round.stale_plan(PLAN, TIMING_RESULTS)
+_stale = config.get("adaptive") and plan_file.stale_plan(PLAN, TIMING_RESULTS)
 if _stale:
     print(
         f"[gnnscale] the adaptive plan {PLAN} is stale ({_stale}): it is set aside"
@@ -30,7 +30,7 @@ checkpoint plan_repeats:
     input:
         TIMING_RESULTS,
     output:
-        # update(): the job sets a stale plan aside itself (second_round.set_aside_stale_plan)
+        # update(): the job sets a stale plan aside itself (plan_file.set_aside_stale_plan)
         update(PLAN),
     log:
         "results/logs/plan_repeats.log",

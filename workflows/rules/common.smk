@@ -24,7 +24,7 @@ if workflow.basedir not in sys.path:
 from runners import datasets  # noqa: E402 (numpy only: the dataset names)
 from runners import sweep  # noqa: E402 (the sweep's grammar)
 from runners.adapters import registry  # noqa: E402
-from analysis.repeats import second_round  # noqa: E402 (whether a plan is stale)
+from analysis.repeats import plan_file  # noqa: E402 (whether a plan is stale)
 from analysis import caption_name, declared  # noqa: E402
 
 # the files analysis.report writes
