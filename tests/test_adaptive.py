@@ -10,14 +10,14 @@ import time
 import pytest
 
 from analysis import stats
-from analysis.repeats import plan_file, second_round
+from analysis.repeats import plan_file, plan_points, second_round
 from runners.records.result import SCHEMA_VERSION
 
 
 def point(fw, times, wall=10.0, model="sage", devices=2, batch=256, workers=0):
     key = (fw, model, devices, batch, workers, "default")
     name = f"{fw}-{model}-d{devices}-b{batch}-w{workers}"
-    return key, second_round.Point(key, list(times), [wall] * len(times), {"dataset": "small", "name": name})
+    return key, plan_points.Point(key, list(times), [wall] * len(times), {"dataset": "small", "name": name})
 
 
 def points(*items):
@@ -62,7 +62,7 @@ def test_only_open_answers_get_repeats_within_the_budget_and_cap():
     assert comps["PyG over DGL (gat d2 b256 w0)"]["status"] == "settled"
     # the budget: one run costs its wall time plus the job around it; an answer it cannot settle
     # is narrowed as far as it goes
-    cost = 10.0 + second_round.JOB_OVERHEAD_S
+    cost = 10.0 + plan_points.JOB_OVERHEAD_S
     tight = points(point("pyg", [1.0, 1.3]), point("dgl", [0.5, 0.6]))
     plan = second_round.plan(tight, precision=0.01, budget_s=2.5 * cost, max_repeats=50)
     assert sum(p.added for p in tight.values()) == 2 and plan.spent_s == pytest.approx(2 * cost)
@@ -211,7 +211,7 @@ def test_the_budget_goes_first_to_the_answers_it_can_settle():
     pts = dict(point(fw, t) for fw, t in times.items())
     pts.update(point(fw, t, model="gat", devices=d, batch=b) for fw, t in times.items() for d in (1, 2)
                for b in (256, 1024))
-    cost = 10.0 + second_round.JOB_OVERHEAD_S
+    cost = 10.0 + plan_points.JOB_OVERHEAD_S
     plan = second_round.plan(pts, precision=0.047, budget_s=10 * cost, max_repeats=40)
     rows = {a["answer"]: a for a in plan.answers}
     assert rows["PyG over DGL, sage"]["measured_half_width"] > 2 * 0.047
@@ -264,7 +264,7 @@ def test_a_comparison_across_loaders_is_the_loaders_tables_interval():
             for d in (1, 2):
                 key = ("dgl", model, d, 1024, 0, loader)
                 times = [base / d * next(noise) for _ in range(3)]
-                pts[key] = second_round.Point(key, times, [10.0] * 3, {"dataset": "small", "name": f"{loader}-{model}-{d}"},
+                pts[key] = plan_points.Point(key, times, [10.0] * 3, {"dataset": "small", "name": f"{loader}-{model}-{d}"},
                                           repeats=[0, 1, 2])
                 rows += [{"framework": "dgl", "model": model, "devices": d, "batch_size": 1024, "workers": 0,
                           "loader_variant": loader, "loader": "classic" if loader == "default" else loader,
@@ -287,7 +287,7 @@ def test_another_loaders_own_comparisons_get_no_repeats_of_their_own():
     for loader, times in (("default", (1.0, 1.02, 0.99)), ("graphbolt", (1.0, 1.5, 0.7))):
         for d in (1, 2):
             key = ("dgl", "sage", d, 1024, 0, loader)
-            pts[key] = second_round.Point(key, [t / d for t in times], [10.0] * 3,
+            pts[key] = plan_points.Point(key, [t / d for t in times], [10.0] * 3,
                                       {"dataset": "small", "name": f"{loader}-dgl-sage-d{d}-b1024-w0"})
     plan = second_round.plan(pts, precision=0.05, budget_s=10_000, max_repeats=8)
     rows = {a["answer"]: a for a in plan.answers}
@@ -321,7 +321,7 @@ def test_a_second_round_repeat_is_a_whole_block_the_reports_fit_can_use():
                                model=model, devices=d, batch=1024, workers=w)
                 p.repeats = [0, 1, 2]
                 pts[key] = p
-    cost = 10.0 + second_round.JOB_OVERHEAD_S
+    cost = 10.0 + plan_points.JOB_OVERHEAD_S
     plan = second_round.plan(pts, precision=0.02, budget_s=9 * cost, max_repeats=10)
     assert [p.added for p in pts.values()] == [1] * 8 and plan.spent_s == pytest.approx(8 * cost)
     doc = plan.to_json(pts, 3)
@@ -357,7 +357,7 @@ def test_blocks_stay_whole_where_the_first_rounds_differ():
                                             ("dgl", "default", 0.35, 3), ("dgl", "graphbolt", 0.4, 3)):
                 key = (fw, model, d, 1024, 0, variant)
                 times = [base / d * float(np.exp(rng.normal(0, 0.09))) for _ in range(reps)]
-                pts[key] = second_round.Point(key, times, [10.0] * reps, {"dataset": "small", "name": "-".join(map(str, key))},
+                pts[key] = plan_points.Point(key, times, [10.0] * reps, {"dataset": "small", "name": "-".join(map(str, key))},
                                               repeats=list(range(reps)))
     plan = second_round.plan(pts, precision=0.1, budget_s=10_000, max_repeats=8, first_round=3)
     rows = {a["answer"]: a for a in plan.answers}
@@ -386,7 +386,7 @@ def test_blocks_stay_whole_where_the_first_rounds_differ():
         assert (se / fit.sd) ** 2 == pytest.approx(factor, rel=1e-9) and dof == planned_dof
     # the pool is the two loaders' runs, without GraphBolt's
     first = {k: ([math.log(t) for t in p.times], p.blocks()) for k, p in pts.items() if k[-1] in ("default", "trim")}
-    assert second_round.launch_noise(pts)[pool] == pytest.approx((fit_blocks(first).sd, fit_blocks(first).dof))
+    assert second_round.launch_noise(pts)[0][pool] == pytest.approx((fit_blocks(first).sd, fit_blocks(first).dof))
 
 
 def test_the_plan_aims_inside_the_precision():
@@ -419,11 +419,11 @@ def test_what_settling_costs_is_the_planners_projection_from_all_runs():
                              "loader_variant": "default", "repeat": r, "status": "ok", "until": "precise",
                              "steady_epoch_time_s": base / d * next(noise), "wall_time_s": 10.0})
     runs = pd.DataFrame(rows)
-    cost = second_round.settling_cost(second_round.points_from_runs(runs), 0.08, [("framework:pyg", "sage")])
+    cost = second_round.settling_cost(plan_points.points_from_runs(runs), 0.08, [("framework:pyg", "sage")])
     assert cost["settled"] and cost["answers"] == [("framework:pyg", "sage")]
     assert cost["runs"] > 0 and cost["runs"] % 4 == 0  # blocks of the answer's 4 points
-    assert cost["seconds"] == pytest.approx(cost["runs"] * (10.0 + second_round.JOB_OVERHEAD_S))
-    pts = second_round.points_from_runs(runs)
+    assert cost["seconds"] == pytest.approx(cost["runs"] * (10.0 + plan_points.JOB_OVERHEAD_S))
+    pts = plan_points.points_from_runs(runs)
     plan, _, answers, _ = second_round._answers(pts, 0.08, 0, 40)
     cs = answers["PyG over DGL, sage"]
     for p in pts.values():
@@ -433,7 +433,7 @@ def test_what_settling_costs_is_the_planners_projection_from_all_runs():
         p.added -= 1
     assert plan.answer_width(cs) > 0.08
     # an answer that is already within the precision costs nothing
-    assert second_round.settling_cost(second_round.points_from_runs(runs), 0.5, [("framework:pyg", "sage")])["runs"] == 0
+    assert second_round.settling_cost(plan_points.points_from_runs(runs), 0.5, [("framework:pyg", "sage")])["runs"] == 0
 
 
 def test_the_projection_counts_a_run_as_the_block_fit_will():

@@ -456,7 +456,7 @@ def test_the_planners_widths_are_the_first_screens(agg):
     the page states, so "settled" means the same to both."""
     import numpy as np
 
-    from analysis.repeats import second_round
+    from analysis.repeats import plan_points, second_round
 
     rng = np.random.default_rng(6)
     base = {fw: agg.runs[(agg.runs["status"] == "ok") & (agg.runs["framework"] == fw)].iloc[0] for fw in ("pyg", "dgl")}
@@ -475,7 +475,7 @@ def test_the_planners_widths_are_the_first_screens(agg):
     top = first_screen.from_aggregate(grid)
     page = {i["answer"]: math.sqrt(i["high"] / i["low"]) - 1 for a in top["answers"] for i in a.intervals
             if i.get("answer")}
-    _, _, planned, measured = second_round._answers(second_round.points_from_runs(runs), 0.1, 0, 5)
+    _, _, planned, measured = second_round._answers(plan_points.points_from_runs(runs), 0.1, 0, 5)
     keys = {cs[0].answer_key(): name for name, cs in planned.items()}
     assert {("framework:pyg", "sage"), ("devices", "pyg"), ("workers", "dgl")} <= set(keys) & set(page)
     for key in set(keys) & set(page):

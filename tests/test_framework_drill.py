@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from analysis.aggregate import Aggregate
-from analysis.repeats import second_round
+from analysis.repeats import plan_points, second_round
 from analysis.report import first_screen, sections
 from analysis.report.context import Context, main_experiment
 from runners.adapters import registry
@@ -105,13 +105,13 @@ def test_the_second_round_plans_repeats_for_the_third_frameworks_pair(stored):
                                                                                "PyG copy over DGL")
     models = sorted(set(stored.runs["model"]))
     # a precision no first round reaches: the new pair's answers are open, first-screen ones, and get repeats
-    plan = second_round.plan(second_round.points_from_runs(stored.runs), precision=0.01, budget_s=1e6, max_repeats=5)
+    plan = second_round.plan(plan_points.points_from_runs(stored.runs), precision=0.01, budget_s=1e6, max_repeats=5)
     answers = {r["answer"]: r for r in plan.answers}
     for model in models:
         row = answers[f"PyG copy over DGL, {model}"]
         assert row["first_screen"] and row["comparisons"] > 0 and row["added"] > 0
     # settling the new pair's answers alone (as the first screen asks) plans runs of its two frameworks only
-    points = second_round.points_from_runs(stored.runs)
+    points = plan_points.points_from_runs(stored.runs)
     keys = [(sections.framework_axis(NEW), m) for m in models]
     cost = second_round.settling_cost(points, 0.05, keys, max_repeats=40)
     assert sorted(cost["answers"]) == keys and cost["runs"] > 0 and cost["settled"]

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from analysis.repeats import second_round
+from analysis.repeats import plan_points
 from runners import settings, sweep
 from runners.adapters import registry
 
@@ -82,9 +82,9 @@ def test_a_name_outside_the_grammar_is_refused(name):
 
 def test_the_adaptive_plan_reads_names_with_the_same_parser():
     point = Path("results/runs/small/graphbolt-dgl-gat-d1-b1024-w0-r10")
-    assert second_round.run_wildcards(point) == {"dataset": "small", "name": "graphbolt-dgl-gat-d1-b1024-w0"}
+    assert plan_points.run_wildcards(point) == {"dataset": "small", "name": "graphbolt-dgl-gat-d1-b1024-w0"}
     with pytest.raises(ValueError, match="is no run name"):
-        second_round.run_wildcards(Path("results/runs/small/somebody-else-r1"))
+        plan_points.run_wildcards(Path("results/runs/small/somebody-else-r1"))
 
 
 # --- the runs of each block -----------------------------------------------------------------

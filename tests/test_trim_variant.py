@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from analysis import grouping
-from analysis.repeats import second_round
+from analysis.repeats import plan_points, second_round
 from analysis.report import sections
 from analysis.variants.loaders import loader_rows
 from analysis.variants.trim import trim_parts, trim_rows, trim_table, with_trim
@@ -87,10 +87,10 @@ def test_the_second_round_plans_repeats_for_the_trimming_answer():
     runs = runs_frame()
     # launch noise of its own per run, so that the answers have a width to settle
     runs["steady_epoch_time_s"] *= [1 + 0.04 * ((i * 7) % 5 - 2) for i in range(len(runs))]
-    points = second_round.points_from_runs(runs)
+    points = plan_points.points_from_runs(runs)
     assert ("pyg", "sage", 1, 1024, 0, registry.LAYER_TRIM) in points
-    assert second_round.loader_variant({"framework": "pyg", "pyg_trim": True, "loader": "neighbor"}) == "trim"
-    assert second_round.loader_variant({"framework": "dgl", "pyg_trim": True}) == "default"
+    assert plan_points.loader_variant({"framework": "pyg", "pyg_trim": True, "loader": "neighbor"}) == "trim"
+    assert plan_points.loader_variant({"framework": "dgl", "pyg_trim": True}) == "default"
     trims = [c for c in second_round.comparisons(points) if c.axis == registry.LAYER_TRIM]
     assert len(trims) == 2 and all(c.on_first_screen() and c.answer_key() == ("trim", "sage") for c in trims)
     assert {c.den.key[-1] for c in trims} == {"default"} and {c.num.key[0] for c in trims} == {"pyg"}
@@ -106,7 +106,7 @@ def test_the_second_round_plans_repeats_for_the_gap_left_after_trimming():
         "framework", "pyg", "dgl", registry.LAYER_TRIM)
     runs = runs_frame(graphbolt=True)
     runs["steady_epoch_time_s"] *= [1 + 0.04 * ((i * 7) % 5 - 2) for i in range(len(runs))]
-    points = second_round.points_from_runs(runs)
+    points = plan_points.points_from_runs(runs)
     gaps = [c for c in second_round.comparisons(points) if c.axis == sections.trim_axis("pyg")]
     # trimmed PyG against DGL's first loader only, never against GraphBolt
     assert sorted((c.num.key, c.den.key) for c in gaps) == [
@@ -119,3 +119,33 @@ def test_the_second_round_plans_repeats_for_the_gap_left_after_trimming():
     assert cost["answers"] == [("trim:pyg", "sage")] and cost["runs"] > 0
     plan = second_round.plan(points, 0.02, 600, 6)
     assert any(a["answer"].startswith("PyG with trim_to_layer over DGL") for a in plan.answers)
+
+
+def test_the_second_rounds_width_is_the_reports_where_the_report_splits_its_pool():
+    """GAT's runs spread far more than GraphSAGE's, so the trim table's pool is split by model
+    (Bartlett's test, analysis.repeats.noise.split). The planner follows the split: its half-width
+    of each trimming answer is the first screen's own, to the digit, not one pooled over both
+    models (which put GAT's answer at ±9 % where the page said ±11 %)."""
+    import math
+
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    frames = []
+    for model, sd in (("sage", 0.02), ("gat", 0.2)):
+        f = runs_frame().assign(model=model)
+        f["run_id"] = f["run_id"] + f"-{model}"
+        f["steady_epoch_time_s"] *= np.exp(rng.normal(0, sd, len(f)))
+        frames.append(f)
+    runs = pd.concat(frames, ignore_index=True)
+    intervals = []
+    trim_parts(trim_rows(runs), intervals)
+    page = {(i["answer"][0], i["answer"][1]): math.sqrt(i["high"] / i["low"]) - 1 for i in intervals}
+    plan = second_round.plan(plan_points.points_from_runs(runs), precision=0.5, budget_s=0, max_repeats=8)
+    assert any("(model gat)" in g for g in plan.noise)  # the pool was split
+    widths = {(c["answer"]): c["measured_half_width"] for c in plan.answers}
+    for model, label in (("sage", "sage"), ("gat", "gat")):
+        assert widths[f"trimmed layers over untrimmed, {label}"] == pytest.approx(page[(registry.LAYER_TRIM, model)], abs=1e-4)
+        assert widths[f"PyG with trim_to_layer over DGL, {label}"] == pytest.approx(
+            page[(sections.trim_axis("pyg"), model)], abs=1e-4)
+    assert widths["trimmed layers over untrimmed, gat"] > 3 * widths["trimmed layers over untrimmed, sage"]

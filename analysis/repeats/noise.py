@@ -193,6 +193,13 @@ def bartlett_p(samples: list) -> float:
     return float(stats.bartlett(*usable).pvalue)
 
 
+def split(experiment: str, cells: dict, cell_keys: tuple, axes: tuple = SPLIT_AXES) -> list:
+    """The groups one experiment's `cells` ({cell key: logs}, keys laid out as `cell_keys`) pool
+    into: one, or split by `axes` where Bartlett's test finds the spreads unequal (the
+    report's rule, which analysis.repeats.second_round follows too)."""
+    return _split(experiment, cells, {}, 0, cell_keys, axes)
+
+
 def _split(exp: str, cells: dict, where: dict, depth: int, cell_keys: tuple, axes: tuple) -> list:
     """The groups of `cells` ({key: logs}) under `where`: one pool, or split by the axis whose
     levels differ most in spread (smallest Bartlett p between the levels' pooled samples)."""
@@ -278,7 +285,7 @@ def pooled_noise(runs: pd.DataFrame, value: str, cell_keys: tuple = CELL_KEYS, a
         by_exp.setdefault(key[0], {})[key] = logs
     groups, of_cell = [], {}
     for exp, exp_cells in by_exp.items():
-        for g in _split(exp, exp_cells, {}, 0, cell_keys, axes):
+        for g in split(exp, exp_cells, cell_keys, axes):
             members = [key for key in exp_cells if all(key[cell_keys.index(k)] == v for k, v in g.where.items())]
             g.fit = fit_blocks({key: cell_runs[key] for key in members})
             groups.append(g)

@@ -30,8 +30,10 @@ the blocks, on its degrees of freedom; never a point's own spread (two or three 
 it poorly; two equal times would say zero). A comparison across experiments (a loader over the
 framework's first, or trimmed layers over untrimmed) takes the noise of those two loaders' timing
 runs fitted together, as the report's loaders and trimming tables pool them
-(analysis.variants.pairing; it splits that pool only where Bartlett's test finds the spreads
-unequal, which the plan does not follow).
+(analysis.variants.pairing). Where Bartlett's test finds a pool's spreads unequal, the report splits
+it (by model, framework, ...) and so does the plan, with the report's own rule (noise.split);
+a comparison whose points the split put apart takes each side's spread without blocks, as the
+report's does.
 
 The budget buys settled answers first: of the answers still open, the one that is cheapest to
 settle (in seconds, projected) gets one more repeat block, and the costs are projected again. A
@@ -53,71 +55,22 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from analysis.repeats import plan_file
+from analysis.repeats.plan_points import POINT_KEYS, Point, first_round_points
 from analysis.report.sections import DEFAULT_LOADER, ratios
 from analysis.stats import noise_dof
-from runners import sweep
-from runners.adapters import registry
 from runners.rank.stopping import t_quantile
-from runners.records.result import read as read_result
-from runners.records.rundir import RunDir
 
 ACROSS = "across loaders"  # launch_noise's key of two loaders' runs fitted together: "across loaders: LOADER"
-# What the report compares, by axis: each a ratio of one point's epoch time over another's that
-# differ in one key only, as the report's sections declare them (analysis.report.sections.ratios,
-# read at each plan: every framework over the reference, whichever frameworks are declared then).
-POINT_KEYS = ("framework", "model", "devices", "batch_size", "workers", "loader")
 SETTLE_CAP = 10  # repeats a point at most in the report's cost of settling an open answer (each a block fit: 0.1-2.4 s)
 # The plan aims this far inside the precision: the report judges an answer on the noise fitted
 # after the round, and the round's runs move that estimate (with 50 dof and 10 more, its SD by
 # about 4 % either way), so a plan to the precision itself ends just outside it about half the time.
 AIM_MARGIN = 0.05
-JOB_OVERHEAD_S = 1.0  # a Snakemake job around each run, beside the run's own wall time
-
-
-@dataclass
-class Point:
-    """One timing configuration of the first round: its epoch times and what a repeat costs."""
-
-    key: tuple
-    times: list
-    walls: list
-    run: dict  # the wildcards of its runs (repeat left out)
-    added: int = 0
-    why: list = field(default_factory=list)
-    kept: list = field(default_factory=list)  # repeats of an earlier second round, already run
-    result_dir: Path | None = None  # results/runs/DATASET
-    first_ok: int = 0  # ok runs of the first round
-    repeats: list = field(default_factory=list)  # the repeat of each time (its block), where known
-
-    @property
-    def n(self) -> int:
-        return len(self.times) + self.added
-
-    @property
-    def log_sd(self) -> float:
-        logs = [math.log(t) for t in self.times]
-        return statistics.stdev(logs) if len(logs) > 1 else float("nan")
-
-    def blocks(self) -> list:
-        """The block of each time (repeat x model, as analysis.repeats.noise fits them); one block for all
-        where the repeats are not known, which leaves the plain pooled spread."""
-        if len(self.repeats) != len(self.times):
-            return [("all",)] * len(self.times)
-        return [(str(r), str(self.key[1])) for r in self.repeats]
-
-    @property
-    def cost_s(self) -> float:
-        return statistics.mean(self.walls) + JOB_OVERHEAD_S
-
-    def label(self) -> str:
-        fw, model, devices, batch, workers, loader = self.key
-        return f"{fw} {model} d{devices} b{batch} w{workers}" + ("" if loader == DEFAULT_LOADER else f" {loader}")
 
 
 @dataclass
@@ -194,7 +147,8 @@ class Plan:
     spent_s: float = 0.0
     comparisons: list = field(default_factory=list)  # rows for the report
     answers: list = field(default_factory=list)  # rows for the report
-    noise: dict = field(default_factory=dict)  # loader -> (SD, dof): each experiment's launch noise
+    noise: dict = field(default_factory=dict)  # group -> (SD, dof): each pool's launch noise, split as the report's
+    group_of: dict = field(default_factory=dict)  # (pool, point key) -> its group in `noise`
     first_round: int | None = None  # the first repeat of this round's runs (None: after every run's repeat)
     points: list = field(default_factory=list)  # the plan's points (their `added`: the repeats planned)
     _designs: dict = field(default_factory=dict, repr=False)  # contrast_factor's designs, by planned repeats
@@ -231,14 +185,27 @@ class Plan:
     def sides(self, c) -> tuple:
         """(sd_a, dof_a, sd_b, dof_b) of a comparison: its pool's noise (pool_of), its dof grown by
         the repeats planned so far (dof_growth)."""
-        pool = pool_of(c)
-        sd, dof = self.noise.get(pool, (self.pooled_sd, self.pooled_dof))
-        return sd, dof + self.dof_growth(pool), sd, dof + self.dof_growth(pool)
+        out = ()
+        for p in (c.num, c.den):
+            group = self.group_of.get((pool_of(c), p.key))
+            sd, dof = self.noise.get(group, (self.pooled_sd, self.pooled_dof))
+            out += (sd, dof + self.dof_growth(group))
+        return out
+
+    def group(self, c) -> str | None:
+        """The noise group that holds both points of a comparison (None: the split put them apart)."""
+        a, b = (self.group_of.get((pool_of(c), p.key)) for p in (c.num, c.den))
+        return a if a == b else None
+
+    def members(self, group: str | None) -> list:
+        """The points whose runs a noise group holds."""
+        keys = {key for (_, key), g in self.group_of.items() if g == group}
+        return [p for p in self.points if p.key in keys]
 
     def dof_growth(self, pool: str) -> int:
         """Degrees of freedom the planned repeats add to a pool's noise fit: a run adds one, but the
         first run of a block (repeat x model) that held none of the pool's runs adds none."""
-        pts = [p for p in self.points if in_pool(p, pool)]
+        pts = self.members(pool)
         seen, added = {b for p in pts for b in p.blocks()}, 0
         for b in [(str(rep), str(p.key[1])) for p in pts for rep in self.planned_repeats(p)]:
             added, seen = added + (b in seen), seen | {b}
@@ -260,7 +227,7 @@ class Plan:
         the planned runs in their blocks, on that design's dof. A run whose block holds no other
         point of its comparison's chain narrows nothing here, as in the report (the per-run
         formula, `part`, counted it). `part` where the pool has no fit."""
-        pool = pool_of(c)
+        pool = self.group(c)
         got = self.contrast_factor(pool, c.num.key, c.den.key) if pool in self.noise else None
         if got is None:
             return self.part(c, c.num.n, c.den.n)
@@ -269,16 +236,15 @@ class Plan:
 
     def contrast_factor(self, pool: str, a: tuple, b: tuple):
         """(c'(X'X)^+c, dof) of cells a - b in the block design (configuration + repeat x model) of
-        the pool's runs, done and planned (a planned run's repeat follows its point's last); None
-        where the design cannot tell the two apart."""
+        the group's runs, done and planned (planned_repeats numbers them); None where the design
+        cannot tell the two apart."""
         from analysis.repeats.noise import design_fit
 
         state = (pool, tuple(p.added for p in self.points))
         if state not in self._designs:
             cell_blocks = {}
-            for p in self.points:
-                if in_pool(p, pool):
-                    cell_blocks[p.key] = p.blocks() + [(str(rep), str(p.key[1])) for rep in self.planned_repeats(p)]
+            for p in self.members(pool):
+                cell_blocks[p.key] = p.blocks() + [(str(rep), str(p.key[1])) for rep in self.planned_repeats(p)]
             self._designs[state] = design_fit(cell_blocks)
         design = self._designs[state]
         got = design.contrast(a, b) if design is not None else None
@@ -394,19 +360,16 @@ def across(loader: str) -> str:
     return f"{ACROSS}: {loader}"
 
 
-def in_pool(p: Point, pool: str) -> bool:
-    loader = p.key[-1]
-    return pool == loader or (pool.startswith(f"{ACROSS}: ") and loader in (DEFAULT_LOADER, pool[len(ACROSS) + 2:]))
-
-
-def launch_noise(points: dict) -> dict:
-    """{pool: (SD, dof)}: each experiment's launch noise as the report computes it
-    (analysis.repeats.noise.fit_blocks: log epoch time = configuration + block, the noise within the
-    blocks), and for each other loader (or the trimming) its runs and the first loader's fitted
-    together (across), as the report's loaders and trimming tables pool them
-    (analysis.variants.pairing). A pool whose fit leaves no degrees of freedom gets none (its
-    comparisons take the plan's fallback, the main experiment's noise)."""
-    from analysis.repeats.noise import fit_blocks
+def launch_noise(points: dict) -> tuple:
+    """({group: (SD, dof)}, {(pool, point key): group}): each pool's launch noise as the report
+    computes it (analysis.repeats.noise: log epoch time = configuration + block, the noise within
+    the blocks), a pool being an experiment (a loader) or another loader (or the trimming) with
+    the first loader's runs (across), as the report's loaders and trimming tables pool them
+    (analysis.variants.pairing); split where Bartlett's test finds the spreads unequal, by the
+    report's rule (noise.split), a part named by where it holds ("across loaders: trim (model
+    gat)"). A group whose fit leaves no degrees of freedom gets no noise (its comparisons take the
+    plan's fallback, the main experiment's noise)."""
+    from analysis.repeats.noise import SPLIT_AXES, fit_blocks, split
 
     cells: dict = {}
     for p in points.values():
@@ -414,12 +377,18 @@ def launch_noise(points: dict) -> dict:
             cells.setdefault(p.key[-1], {})[p.key] = ([math.log(t) for t in p.times], p.blocks())
     for loader in [v for v in cells if v != DEFAULT_LOADER]:
         cells[across(loader)] = {**cells.get(DEFAULT_LOADER, {}), **cells[loader]}
-    out = {}
-    for loader, runs in cells.items():
-        fit = fit_blocks(runs)
-        if fit is not None and fit.dof > 0:
-            out[loader] = (fit.sd, fit.dof)
-    return out
+    noise, group_of = {}, {}
+    cell_keys = ("pool", *POINT_KEYS)
+    for pool, runs in cells.items():
+        for g in split(pool, {(pool, *key): logs for key, (logs, _) in runs.items()}, cell_keys,
+                       ("loader", *SPLIT_AXES)):
+            name = pool + (f" ({', '.join(f'{k} {v}' for k, v in g.where.items())})" if g.where else "")
+            keys = [key for key in runs if all(key[POINT_KEYS.index(k)] == v for k, v in g.where.items())]
+            group_of.update({(pool, key): name for key in keys})
+            fit = fit_blocks({key: runs[key] for key in keys})
+            if fit is not None and fit.dof > 0:
+                noise[name] = (fit.sd, fit.dof)
+    return noise, group_of
 
 
 def pooled_spread(points: dict) -> tuple:
@@ -433,9 +402,9 @@ def pooled_spread(points: dict) -> tuple:
 def _answers(points: dict, precision: float, budget_s: float, max_repeats: int,
              first_round: int | None = None) -> tuple:
     """(Plan with no repeats yet, its comparisons, {answer: comparisons}, {answer: half-width now})."""
-    noise = launch_noise(points)
+    noise, group_of = launch_noise(points)
     sd, dof = noise.get(DEFAULT_LOADER) or pooled_spread(points)
-    result = Plan(precision, budget_s, max_repeats, sd, dof, noise=noise, first_round=first_round,
+    result = Plan(precision, budget_s, max_repeats, sd, dof, noise=noise, group_of=group_of, first_round=first_round,
                   points=list(points.values()))
     comps = [c for c in comparisons(points) if c.num.times and c.den.times]
     answers: dict = {}
@@ -470,96 +439,6 @@ def settling_cost(points: dict, precision: float, keys: list, max_repeats: int =
     for p in points.values():
         p.added, p.why = 0, []
     return cost
-
-
-def points_from_runs(runs) -> dict:
-    """The plan's points from the aggregate's runs frame (both rounds; pandas), for the report:
-    the ok timing runs of the fair harness, a run's time the report's (steady_epoch_time_s).
-    The caller picks the experiment (its main one and its other loaders' runs)."""
-    points: dict = {}
-    for r in runs.to_dict("records"):
-        t = r.get("steady_epoch_time_s")
-        if r.get("status") != "ok" or r.get("until") != "precise" or not t or not t == t or t <= 0:
-            continue
-        variant = r.get("loader_variant")
-        variant = trim_variant(r) or (variant if isinstance(variant, str) else DEFAULT_LOADER)
-        key = (str(r["framework"]), str(r["model"]), int(r["devices"]), int(r["batch_size"]), int(r["workers"]),
-               variant)
-        p = points.setdefault(key, Point(key, [], [], {}))
-        p.times.append(float(t))
-        rep = r.get("repeat")
-        p.repeats.append(int(rep) if rep == rep and rep is not None else 0)  # NaN: a result from before repeats
-        wall = r.get("wall_time_s")
-        p.walls.append(float(wall) if wall == wall and wall else 0.0)
-    return points
-
-
-def first_round_points(result_paths: list) -> tuple:
-    """(points, first_round): the ok timing runs of the first round, by configuration."""
-    points: dict = {}
-    repeats = 0
-    for path in result_paths:
-        try:
-            data = read_result(path)  # a newer schema is a ValueError: no evidence here either
-            data["config"], data["status"]
-        except (OSError, ValueError, KeyError, TypeError):
-            continue  # the aggregate lists a malformed result as invalid; here it is no evidence
-        cfg, summary = data["config"], data.get("summary") or {}
-        repeats = max(repeats, int(cfg.get("repeat") or 0) + 1)
-        t = summary.get("steady_epoch_time_s")
-        if data["status"] != "ok" or not t or t <= 0:
-            continue
-        key = tuple(cfg[k] for k in POINT_KEYS[:-1]) + (loader_variant(cfg),)
-        run_dir = Path(path).parent
-        p = points.setdefault(key, Point(key, [], [], run_wildcards(run_dir)))
-        p.times.append(float(t))
-        p.repeats.append(int(cfg.get("repeat") or 0))
-        p.walls.append(float(data.get("wall_time_s") or 0.0))
-        p.result_dir = run_dir.parent
-    for p in points.values():
-        keep_earlier_second_round(p, repeats)
-    return points, repeats
-
-
-def loader_variant(cfg: dict) -> str:
-    """DEFAULT_LOADER for a run of its framework's first loader (results from before --loader
-    ran that one), else the loader's name; a run with its layers trimmed is its own variant."""
-    loader = cfg.get("loader")
-    first = loader in (None, registry.framework(cfg["framework"]).loaders[0])
-    return (trim_variant(cfg) or DEFAULT_LOADER) if first else loader
-
-
-def trim_variant(cfg: dict) -> str | None:
-    """registry.LAYER_TRIM for a run that trimmed its layers (the point key's last place holds
-    it, as it holds another loader: both are variants of the framework's default), else None."""
-    return registry.LAYER_TRIM if registry.trims_layers(cfg) else None
-
-
-def keep_earlier_second_round(p: Point, first_round: int) -> None:
-    """Repeats an earlier plan added to this point (`-rR` from the first round on, consecutive)
-    are measurements: they count, and stay in the plan, so a replan never drops a result."""
-    p.first_ok = len(p.times)
-    rep = first_round
-    while True:
-        path = RunDir(p.result_dir / sweep.parse(p.run["name"], repeat=rep).name).result
-        try:
-            data = read_result(path)
-        except (OSError, ValueError):
-            return
-        t = (data.get("summary") or {}).get("steady_epoch_time_s")
-        p.kept.append(rep)
-        if data.get("status") == "ok" and t and t > 0:
-            p.times.append(float(t))
-            p.repeats.append(rep)
-            p.walls.append(float(data.get("wall_time_s") or 0.0))
-        rep += 1
-
-
-def run_wildcards(run_dir: Path) -> dict:
-    """A point of the plan: its dataset and its runs' name without the repeat (runners.sweep's
-    stem), from a run directory results/runs/DATASET/NAME."""
-    run = sweep.parse_dir(run_dir)
-    return {"dataset": run.dataset, "name": run.stem}
 
 
 def main(argv=None) -> int:

@@ -13,7 +13,7 @@ from functools import cached_property
 import pandas as pd
 
 from analysis.grouping import performance_runs
-from analysis.repeats import second_round
+from analysis.repeats import plan_points, second_round
 from analysis.report import sections
 from analysis.report.answers import (DEFAULT_PRECISION, Answer, accuracy_answer, axis_answer, caveats, hang_answer,
                                      loader_answer, projection_answer, scaling_answer, speed_answer, step_answer,
@@ -55,7 +55,7 @@ def planned_cost(rows: list, runs: pd.DataFrame, exp, precision: float) -> dict 
     same = [c for c in ("dataset", "device_type", "lane") if c in runs]
     other = runs[((runs["loader_variant"] != sections.DEFAULT_LOADER) | trimmed(runs))
                  & runs[same].isin({c: set(main[c]) for c in same}).all(axis=1)]
-    cost = second_round.settling_cost(second_round.points_from_runs(pd.concat([main, other])), precision, keys)
+    cost = second_round.settling_cost(plan_points.points_from_runs(pd.concat([main, other])), precision, keys)
     if sorted(cost["answers"]) != sorted(keys) or not cost["runs"]:
         return None
     return {"runs": cost["runs"], "minutes": cost["seconds"] / 60, "settled": cost["settled"]}
