@@ -401,6 +401,12 @@ def test_the_plan_aims_inside_the_precision():
     row = plan.answers[0]
     assert row["measured_half_width"] <= precision and row["added"] > 0
     assert row["projected_half_width"] <= precision * (1 - second_round.AIM_MARGIN)
+    # the report's account of the round says what it aimed at
+    from analysis.report.sweep_record import adaptive_findings
+
+    aim = 100 * precision * (1 - second_round.AIM_MARGIN)
+    assert f"Each answer is aimed at ±{aim:.3g}%, inside the ±{100 * precision:g}%" in adaptive_findings(
+        plan.to_json(fresh, 3))[0]
 
 
 def test_what_settling_costs_is_the_planners_projection_from_all_runs():

@@ -141,8 +141,14 @@ def test_the_second_rounds_width_is_the_reports_where_the_report_splits_its_pool
     intervals = []
     trim_parts(trim_rows(runs), intervals)
     page = {(i["answer"][0], i["answer"][1]): math.sqrt(i["high"] / i["low"]) - 1 for i in intervals}
-    plan = second_round.plan(plan_points.points_from_runs(runs), precision=0.5, budget_s=0, max_repeats=8)
+    points = plan_points.points_from_runs(runs)
+    plan = second_round.plan(points, precision=0.5, budget_s=0, max_repeats=8)
     assert any("(model gat)" in g for g in plan.noise)  # the pool was split
+    # and the report's account of the round names the parts it projected with
+    from analysis.report.sweep_record import adaptive_findings
+
+    assert "(launch noise SD 0.0" in adaptive_findings(plan.to_json(points, 3))[0]
+    assert "(model gat, " in adaptive_findings(plan.to_json(points, 3))[0]
     widths = {(c["answer"]): c["measured_half_width"] for c in plan.answers}
     for model, label in (("sage", "sage"), ("gat", "gat")):
         assert widths[f"trimmed layers over untrimmed, {label}"] == pytest.approx(page[(registry.LAYER_TRIM, model)], abs=1e-4)

@@ -158,7 +158,7 @@ class Plan:
         for p in points.values():
             runs += [{**p.run, "repeat": rep} for rep in p.kept]
             runs += [{**p.run, "repeat": rep} for rep in self.planned_repeats(p)]
-        return {"precision": self.precision, "budget_s": self.budget_s, "max_repeats": self.max_repeats,
+        return {"precision": self.precision, "aim": self.aim, "budget_s": self.budget_s, "max_repeats": self.max_repeats,
                 "first_round": first_round, "pooled_log_sd": self.pooled_sd, "pooled_dof": self.pooled_dof,
                 "noise": {loader: {"log_sd": sd, "dof": dof} for loader, (sd, dof) in self.noise.items()},
                 "planned_s": round(self.spent_s, 1),

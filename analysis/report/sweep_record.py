@@ -214,6 +214,16 @@ def adaptive_comparisons(plan: dict) -> pd.DataFrame:
     return pd.DataFrame(plan.get("comparisons") or [])
 
 
+def _main_noise(plan: dict) -> str:
+    """The main experiment's launch noise the plan projected with: one SD, or one per part where the
+    report's Bartlett split parted it ("default (model gat)"); a plan from before the parts gives its pooled SD."""
+    parts = {k: v for k, v in (plan.get("noise") or {}).items() if k == "default" or k.startswith("default (")}
+    if len(parts) <= 1:
+        sd, dof = next(((v["log_sd"], v["dof"]) for v in parts.values()), (plan["pooled_log_sd"], plan["pooled_dof"]))
+        return f"SD {sd:.3f} on {dof} dof"
+    return "SD " + ", ".join(f"{v['log_sd']:.3f} ({k[len('default ('):-1]}, {v['dof']} dof)" for k, v in parts.items())
+
+
 def adaptive_findings(plan: dict) -> list:
     """What the second round did and why; how many comparisons are settled on their own, and
     what the open ones would cost."""
@@ -225,11 +235,14 @@ def adaptive_findings(plan: dict) -> list:
     added = sum(p["added"] for p in plan["points"])
     left = [a for a in answers if a["projected_half_width"] > plan["precision"]]
     text = (f"Second round: {len(wide)} of {len(answers)} answers were wider than ±{100 * plan['precision']:g}% "
-            f"after {plan['first_round']} repeats (launch noise SD {plan['pooled_log_sd']:.3f} on "
-            f"{plan['pooled_dof']} dof), so {added} more runs went to {len(plan['points'])} points, a whole repeat "
+            f"after {plan['first_round']} repeats (launch noise {_main_noise(plan)}), so {added} more runs went "
+            f"to {len(plan['points'])} points, a whole repeat "
             f"block of an answer at a time "
             f"(about {plan['planned_s'] / 60:.1f} of a {plan['budget_s'] / 60:g} min budget, at most "
             f"{plan['max_repeats']} runs a point).")
+    if plan.get("aim"):
+        text += (f" Each answer is aimed at ±{100 * plan['aim']:.3g}%, inside the ±{100 * plan['precision']:g}%, since the "
+                 "round's own runs move the noise estimate the page judges it on.")
     if left:
         text += f" {len(left)} stay projected wider than that: the budget or the cap ended them."
     settled = [c for c in comps if c["status"] == "settled"]
