@@ -64,6 +64,10 @@ class Group:
     def label(self) -> str:
         return ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in self.where.items()) or "all configurations"
 
+    def holds(self, key: tuple, cell_keys: tuple) -> bool:
+        """Whether the cell `key` (laid out as `cell_keys`) is in this group."""
+        return all(key[cell_keys.index(k)] == v for k, v in self.where.items())
+
 
 def _cell_runs(runs: pd.DataFrame, value: str, cell_keys: tuple) -> dict:
     """{cell key tuple: ([log values], [block keys])} of the ok runs with a positive `value`; a run
@@ -286,7 +290,7 @@ def pooled_noise(runs: pd.DataFrame, value: str, cell_keys: tuple = CELL_KEYS, a
     groups, of_cell = [], {}
     for exp, exp_cells in by_exp.items():
         for g in split(exp, exp_cells, cell_keys, axes):
-            members = [key for key in exp_cells if all(key[cell_keys.index(k)] == v for k, v in g.where.items())]
+            members = [key for key in exp_cells if g.holds(key, cell_keys)]
             g.fit = fit_blocks({key: cell_runs[key] for key in members})
             groups.append(g)
             for key in members:

@@ -61,7 +61,6 @@ class Point:
         return f"{fw} {model} d{devices} b{batch} w{workers}" + ("" if loader == DEFAULT_LOADER else f" {loader}")
 
 
-
 def points_from_runs(runs) -> dict:
     """The plan's points from the aggregate's runs frame (both rounds; pandas), for the report:
     the ok timing runs of the fair harness, a run's time the report's (steady_epoch_time_s).

@@ -38,7 +38,8 @@ report's does.
 The budget buys settled answers first: of the answers still open, the one that is cheapest to
 settle (in seconds, projected) gets one more repeat block, and the costs are projected again. A
 block is one more run at every point of the answer (those with the fewest runs of this round), all
-with the same repeat number, the round's next: the report fits log epoch time as configuration + block (repeat x model), so a
+with the same repeat number, the round's next: the report fits log epoch time as configuration +
+block (repeat x model), so a
 second-round run that lands in a block without the other points of its comparisons tells the
 report nothing, however much a projection per run promised. So the projection is the block fit's
 own: the fitted SD times c'(X'X)^+c of the design with the planned runs in their blocks, on that
@@ -149,7 +150,7 @@ class Plan:
     answers: list = field(default_factory=list)  # rows for the report
     noise: dict = field(default_factory=dict)  # group -> (SD, dof): each pool's launch noise, split as the report's
     group_of: dict = field(default_factory=dict)  # (pool, point key) -> its group in `noise`
-    first_round: int | None = None  # the first repeat of this round's runs (None: after every run's repeat)
+    first_round: int = 0  # the repeat of this round's first block
     points: list = field(default_factory=list)  # the plan's points (their `added`: the repeats planned)
     _designs: dict = field(default_factory=dict, repr=False)  # contrast_factor's designs, by planned repeats
 
@@ -176,11 +177,12 @@ class Plan:
         """The repeat numbers of the runs planned at `p`: this round's next, after the runs an
         earlier second round left (`kept`), as main's plan numbers them, so that the runs of one
         block (the k-th of the round at each point) share their repeat whatever each point's first
-        round held. Where no first round is given (the report's projection from all runs), the
-        round starts after every run's repeat."""
-        start = self.first_round if self.first_round is not None else 1 + max(
-            (r for q in self.points for r in q.repeats), default=-1)
-        return [start + len(p.kept) + k for k in range(p.added)]
+        round held."""
+        return [self.first_round + len(p.kept) + k for k in range(p.added)]
+
+    def planned_blocks(self, p: Point) -> list:
+        """The blocks (repeat x model) of the runs planned at `p`, as Point.blocks names them."""
+        return [(str(rep), str(p.key[1])) for rep in self.planned_repeats(p)]
 
     def sides(self, c) -> tuple:
         """(sd_a, dof_a, sd_b, dof_b) of a comparison: its pool's noise (pool_of), its dof grown by
@@ -207,7 +209,7 @@ class Plan:
         first run of a block (repeat x model) that held none of the pool's runs adds none."""
         pts = self.members(pool)
         seen, added = {b for p in pts for b in p.blocks()}, 0
-        for b in [(str(rep), str(p.key[1])) for p in pts for rep in self.planned_repeats(p)]:
+        for b in [b for p in pts for b in self.planned_blocks(p)]:
             added, seen = added + (b in seen), seen | {b}
         return added
 
@@ -244,7 +246,7 @@ class Plan:
         if state not in self._designs:
             cell_blocks = {}
             for p in self.members(pool):
-                cell_blocks[p.key] = p.blocks() + [(str(rep), str(p.key[1])) for rep in self.planned_repeats(p)]
+                cell_blocks[p.key] = p.blocks() + self.planned_blocks(p)
             self._designs[state] = design_fit(cell_blocks)
         design = self._designs[state]
         got = design.contrast(a, b) if design is not None else None
@@ -382,8 +384,8 @@ def launch_noise(points: dict) -> tuple:
     for pool, runs in cells.items():
         for g in split(pool, {(pool, *key): logs for key, (logs, _) in runs.items()}, cell_keys,
                        ("loader", *SPLIT_AXES)):
-            name = pool + (f" ({', '.join(f'{k} {v}' for k, v in g.where.items())})" if g.where else "")
-            keys = [key for key in runs if all(key[POINT_KEYS.index(k)] == v for k, v in g.where.items())]
+            name = pool + (f" ({g.label()})" if g.where else "")
+            keys = [key for key in runs if g.holds((pool, *key), cell_keys)]
             group_of.update({(pool, key): name for key in keys})
             fit = fit_blocks({key: runs[key] for key in keys})
             if fit is not None and fit.dof > 0:
@@ -404,6 +406,8 @@ def _answers(points: dict, precision: float, budget_s: float, max_repeats: int,
     """(Plan with no repeats yet, its comparisons, {answer: comparisons}, {answer: half-width now})."""
     noise, group_of = launch_noise(points)
     sd, dof = noise.get(DEFAULT_LOADER) or pooled_spread(points)
+    if first_round is None:  # the report's projection from all runs: the round starts after every run's repeat
+        first_round = 1 + max((r for p in points.values() for r in p.repeats), default=-1)
     result = Plan(precision, budget_s, max_repeats, sd, dof, noise=noise, group_of=group_of, first_round=first_round,
                   points=list(points.values()))
     comps = [c for c in comparisons(points) if c.num.times and c.den.times]
